@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Run the main job on the local lab: set up this machine, then `ansible-playbook
+# deploy.yml` against inventory/lab. Extra arguments go to ansible-playbook
+# (e.g. `scripts/lab.sh --check --diff`).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+scripts/setup.sh packages docker image venv
+export PATH=$ROOT/.venv/bin:$PATH ANSIBLE_CONFIG=$ROOT/ansible.cfg
+start=$SECONDS
+ansible-playbook -i inventory/lab deploy.yml "$@"
+echo "lab: deploy.yml finished in $((SECONDS - start)) s"

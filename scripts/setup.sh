@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Prepare this machine for specops: the lab and the tests.
+#
+#   scripts/setup.sh [STEP ...]      steps: packages docker image venv vllm all (default: all)
+#
+# Idempotent and safe to re-run as root on a fresh Debian 12 machine. Every step says
+# what it does and skips what is already there: the Debian bookworm rootfs is
+# debootstrapped once and cached as a tarball; a re-run imports the cache.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SPECOPS_CACHE=${SPECOPS_CACHE:-/var/cache/specops}
+VENV=${SPECOPS_VENV:-$ROOT/.venv}
+IMAGE=${SPECOPS_IMAGE:-specops/debian-bookworm-systemd:latest}
+ROOTFS_TAR=$SPECOPS_CACHE/debian-bookworm-rootfs.tar
+PYTHON=${SPECOPS_PYTHON:-python3}
+DEBIAN_PACKAGES=(docker.io debootstrap lxc python3-lxc iproute2 uidmap openssl kmod)
+# Packages inside the base image: systemd as PID 1, python3 for Ansible, sudo/acl for
+# become_user, and what the roles' verifiers read.
+IMAGE_PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,sudo,acl,procps,iproute2,ca-certificates,kmod,udev
+
+say() { printf '==> %s\n' "$*"; }
+have() { command -v "$1" >/dev/null 2>&1; }
+
+step_packages() {
+  local missing=()
+  for p in "${DEBIAN_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]} == 0)); then
+    say "packages: all present (${DEBIAN_PACKAGES[*]})"
+    return
+  fi
+  say "packages: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+step_docker() {
+  if docker info >/dev/null 2>&1; then
+    say "docker: engine answers"
+    return
+  fi
+  say "docker: no engine answers, starting dockerd (log: /var/log/specops-dockerd.log)"
+  # The machine has no init system to hand dockerd to: run it detached.
+  setsid dockerd >/var/log/specops-dockerd.log 2>&1 </dev/null &
+  for _ in $(seq 1 60); do
+    docker info >/dev/null 2>&1 && { say "docker: engine up"; return; }
+    sleep 1
+  done
+  tail -n 30 /var/log/specops-dockerd.log >&2
+  echo "docker: dockerd did not answer within 60 s" >&2
+  exit 1
+}
+
+step_image() {
+  step_docker
+  if [[ ! -s $ROOTFS_TAR ]]; then
+    local tmp
+    mkdir -p "$SPECOPS_CACHE"
+    tmp=$(mktemp -d "$SPECOPS_CACHE/.rootfs.XXXXXX")
+    say "image: debootstrap bookworm (minbase + $IMAGE_PACKAGES) into $tmp, once"
+    debootstrap --variant=minbase --include="$IMAGE_PACKAGES" bookworm "$tmp" http://deb.debian.org/debian >/dev/null
+    # A container has no consoles to start and no hostname to set from outside.
+    chroot "$tmp" systemctl mask getty@tty1.service serial-getty@.service \
+      systemd-logind.service console-getty.service >/dev/null 2>&1 || true
+    : >"$tmp/etc/machine-id"
+    rm -rf "$tmp"/var/cache/apt/archives/*.deb "$tmp"/var/lib/apt/lists/*
+    tar -C "$tmp" --numeric-owner -cf "$ROOTFS_TAR.part" .
+    mv "$ROOTFS_TAR.part" "$ROOTFS_TAR"
+    rm -rf "$tmp"
+    say "image: cached rootfs at $ROOTFS_TAR ($(du -h "$ROOTFS_TAR" | cut -f1))"
+  else
+    say "image: cached rootfs found at $ROOTFS_TAR"
+  fi
+  local want have_label
+  want=$(sha256sum "$ROOTFS_TAR" | cut -c1-16)
+  have_label=$(docker image inspect -f '{{ index .Config.Labels "specops.rootfs" }}' "$IMAGE" 2>/dev/null || true)
+  if [[ $have_label == "$want" ]]; then
+    say "image: $IMAGE is current (rootfs $want)"
+    return
+  fi
+  say "image: importing $IMAGE from the cached rootfs"
+  docker import \
+    --change 'CMD ["/sbin/init"]' \
+    --change 'ENV container=docker' \
+    --change "LABEL specops.rootfs=$want" \
+    "$ROOTFS_TAR" "$IMAGE" >/dev/null
+}
+
+step_venv() {
+  local stamp=$VENV/.specops-requirements.sha256 want
+  want=$(cat "$ROOT/requirements.txt" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)
+  if [[ -x $VENV/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]]; then
+    say "venv: $VENV is current"
+    return
+  fi
+  say "venv: installing requirements.txt and specops (editable) into $VENV"
+  [[ -x $VENV/bin/python ]] || "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$ROOT/requirements.txt"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps -e "$ROOT"
+  echo "$want" >"$stamp"
+}
+
+step_vllm() {
+  step_venv
+  say "vllm: lab vLLM CPU venv and tiny model (cached under $SPECOPS_CACHE)"
+  "$VENV/bin/specops" lab vllm install
+  "$VENV/bin/specops" lab vllm build-model
+}
+
+main() {
+  [[ $(id -u) == 0 ]] || { echo "setup.sh: run as root (it installs packages and starts dockerd)" >&2; exit 1; }
+  local steps=("$@")
+  ((${#steps[@]})) || steps=(all)
+  for s in "${steps[@]}"; do
+    case $s in
+      all) step_packages; step_docker; step_image; step_venv ;;
+      packages | docker | image | venv | vllm) "step_$s" ;;
+      *) echo "setup.sh: unknown step '$s' (valid: packages docker image venv vllm all)" >&2; exit 2 ;;
+    esac
+  done
+}
+
+main "$@"
