@@ -108,6 +108,12 @@ _BASE_CHAR_MAJORS: tuple[tuple[int, str], ...] = (
 )
 NVIDIA_MAJOR = 195
 _BUILD_DATE = "Thu Oct 30 00:00:00 UTC 2025"
+_NVIDIA_KO_REGIONS = (
+    "nvidia-nvlink",
+    "nvidia-nvswitch",
+    "nvidia-caps",
+    "nvidia-caps-imex-channels",
+)
 
 
 # --------------------------------------------------------------------------- spec
@@ -326,7 +332,7 @@ def _card(data: Any, where: str) -> CardSpec:
     )
 
 
-def _nvidia(data: Any) -> NvidiaSpec | None:
+def _nvidia(data: Any, reserved: dict[str, int]) -> NvidiaSpec | None:
     if data is None:
         return None
     d = _as_mapping(data, "nvidia")
@@ -345,6 +351,24 @@ def _nvidia(data: Any) -> NvidiaSpec | None:
         majors[str(name)] = value
     if "nvidia-uvm" not in majors:
         raise ValidationError("nvidia.majors.nvidia-uvm", "is required (it differs per host)")
+    if len(set(majors.values())) != len(majors):
+        raise ValidationError("nvidia.majors", f"majors must differ (got {majors})")
+    for name, value in majors.items():
+        clash = [k for k, v in reserved.items() if v == value]
+        if clash:
+            raise ValidationError(f"nvidia.majors.{name}", f"{value} is taken by {clash[0]}")
+    # nvidia.ko itself registers these regions (open-gpu-kernel-modules: nv-caps.c,
+    # nv-caps-imex.c, linux_nvswitch.c, nvlink): /proc/devices always lists them once
+    # it is loaded (seen on the H200 host). Give the ones not described free majors.
+    used = set(majors.values()) | set(reserved.values())
+    candidate = 234
+    for name in _NVIDIA_KO_REGIONS:
+        if name in majors:
+            continue
+        while candidate in used:
+            candidate += 1
+        majors[name] = candidate
+        used.add(candidate)
     return NvidiaSpec(
         loaded=bool(d.get("loaded", False)),
         version=str(_req(d, "version", "nvidia")),
@@ -431,7 +455,11 @@ def parse_spec(data: Any) -> HostSpec:
     mappings = tuple(
         _mapping(str(k), v) for k, v in _as_mapping(d.get("mappings", {}) or {}, "mappings").items()
     )
-    nvidia = _nvidia(d.get("nvidia"))
+    extra_majors = {
+        str(k): int(v)
+        for k, v in _as_mapping(d.get("char_majors", {}) or {}, "char_majors").items()
+    }
+    nvidia = _nvidia(d.get("nvidia"), extra_majors)
     minors = [c.minor for c in cards if c.minor is not None]
     if len(minors) != len(set(minors)):
         raise ValidationError("cards", "NVIDIA device minors must be unique")
@@ -455,10 +483,7 @@ def parse_spec(data: Any) -> HostSpec:
         vms=vms,
         mappings=mappings,
         etc_files=_etc_files(d.get("etc_files")),
-        extra_char_majors={
-            str(k): int(v)
-            for k, v in _as_mapping(d.get("char_majors", {}) or {}, "char_majors").items()
-        },
+        extra_char_majors=extra_majors,
     )
 
 
