@@ -37,6 +37,12 @@ options:
   run_root:
     description: Where /run is (default C(<root>/run)); C(qemu-server/<vmid>.pid) files.
     type: path
+  usr_share_root:
+    description: Where /usr/share is (default C(<root>/usr/share)); C(perl5/PVE/pvecfg.pm).
+    type: path
+  var_lib_root:
+    description: Where /var/lib is (default C(<root>/var/lib)); C(dpkg/status) fallback.
+    type: path
   node:
     description:
       - This node's name in C(/etc/pve/mapping/pci.cfg) C(map) entries.
@@ -184,6 +190,8 @@ def _roots(params: dict[str, Any]) -> HostRoots:
         dev=params.get("dev_root") or "",
         etc=params.get("etc_root") or "",
         run=params.get("run_root") or "",
+        usr_share=params.get("usr_share_root") or "",
+        var_lib=params.get("var_lib_root") or "",
     )
 
 
@@ -197,6 +205,8 @@ def run_module() -> None:
             "dev_root": {"type": "path"},
             "etc_root": {"type": "path"},
             "run_root": {"type": "path"},
+            "usr_share_root": {"type": "path"},
+            "var_lib_root": {"type": "path"},
             "node": {"type": "str"},
             "running_vmids": {"type": "list", "elements": "int"},
         },
