@@ -125,10 +125,15 @@ def test_merges_into_an_existing_etc_pve(tmp_path: Path) -> None:
     (etc_pve / "qemu-server/999.conf").write_text("name: someone-elses\n")
     (etc_pve / "mapping").mkdir()
     (etc_pve / "mapping/pci.cfg").write_text("theirs\n\tmap node=pve-x,path=0000:09:00\n")
+    (root / "dev").mkdir()
+    os.mknod(root / "dev/fuse", stat.S_IFCHR | 0o666, os.makedev(10, 229))
     hosttree.build_tree(hosttree.load_spec(HOSTS / "mapping.yml"), root)
     assert (etc_pve / "lxc/100.conf").read_text() == "arch: amd64\n"
     assert (etc_pve / "qemu-server/999.conf").read_text() == "name: someone-elses\n"
     assert (etc_pve / "nodes/pve-t4/qemu-server/301.conf").exists()
+    assert stat.S_ISCHR(os.lstat(root / "dev/fuse").st_mode)
+    assert (root / "run/qemu-server/301.running").exists()
+    assert not (root / "run/qemu-server/303.running").exists()
     cfg = (etc_pve / "mapping/pci.cfg").read_text()
     assert cfg.startswith("theirs\n\tmap node=pve-x,path=0000:09:00\n")
     sections = gpu.parse_pci_mapping_cfg(cfg, "pci.cfg")
@@ -189,10 +194,11 @@ def test_cli_builds_a_lab_host(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "specops: error: cgroup: must be 1 or 2 (got 3)" in capsys.readouterr().err
 
 
-def test_lab_group_is_shared_with_other_lab_commands() -> None:
+def test_registers_under_the_lab_group() -> None:
     parser = argparse.ArgumentParser()
-    sub = parser.add_subparsers(dest="command")
-    other = sub.add_parser("lab").add_subparsers(dest="lab_command")
-    other.add_parser("pve")
-    hosttree.register(sub)
-    assert sorted(other.choices) == ["hosttree", "pve"]
+    lab = parser.add_subparsers(dest="command").add_parser("lab").add_subparsers(dest="area")
+    lab.add_parser("pve")
+    hosttree.register(lab)
+    assert sorted(lab.choices) == ["hosttree", "pve"]
+    args = parser.parse_args(["lab", "hosttree", "build", "--spec", "x.yml"])
+    assert (args.func, args.root, args.replace) == (hosttree._cmd_build, None, False)

@@ -21,10 +21,11 @@ vfio-pci, so the facts module and the host roles read a tree under a per-node ro
 - ``etc/pve/qemu-server/<vmid>.conf`` (through ``etc/pve/nodes/<node>/qemu-server``
   as on a real node) and ``etc/pve/mapping/pci.cfg`` sections.
 
-``sys/``, ``proc/`` and ``dev/`` belong to this generator and are rebuilt whole (built
-aside, then swapped in). Under ``etc/pve`` it merges: it writes only the VM configs and
-mapping sections its description names, and refuses (before changing anything) when
-such a file or section already exists with other content, unless ``replace`` is set.
+``sys/`` and ``proc/`` belong to this generator and are rebuilt whole (built aside,
+then swapped in); in ``dev/`` it owns ``nvidia*`` and ``nvidia-caps/`` only. Under
+``etc/pve`` it merges: it writes only the VM configs and mapping sections its
+description names, and refuses (before changing anything) when such a file or section
+already exists with other content, unless ``replace`` is set.
 The PVE stand-in shares the same node roots.
 
 The description format is documented in ``inventory/lab/hardware/README.md``.
@@ -61,11 +62,10 @@ __all__ = [
     "load_spec",
     "parse_spec",
     "register",
-    "register_lab",
     "with_nvidia_loaded",
 ]
 
-DEFAULT_LAB_ROOT = "/var/lib/specops/lab"
+DEFAULT_LAB_ROOT = os.environ.get("SPECOPS_LAB_DIR", "/var/lib/specops/lab")
 SCHEMA = "specops.hosttree/1"
 
 
@@ -950,6 +950,20 @@ def _owned_files(spec: HostSpec, root: Path) -> dict[Path, str]:
     return files
 
 
+def _swap_nvidia_nodes(staged: Path, dev: Path) -> None:
+    """Replace ``dev/nvidia*`` and ``dev/nvidia-caps/`` with the staged ones; other
+    nodes under ``dev/`` (the PVE stand-in's, a test's) stay."""
+    dev.mkdir(parents=True, exist_ok=True)
+    for old in sorted(dev.glob("nvidia*")):
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old)
+        else:
+            old.unlink()
+    if staged.is_dir():
+        for new in sorted(staged.iterdir()):
+            new.rename(dev / new.name)
+
+
 def build_tree(
     spec: HostSpec,
     root: str | os.PathLike[str],
@@ -964,34 +978,19 @@ def build_tree(
         raise ValidationError(
             "device_nodes", "mknod needs root; run as root or pass --no-device-nodes"
         )
-    pve_files = _planned_pve_files(
-        spec, root_path, replace_existing
-    )  # may refuse: nothing changed yet
+    # May refuse: nothing is changed before this returns.
+    pve_files = _planned_pve_files(spec, root_path, replace_existing)
     stage = Path(tempfile.mkdtemp(prefix=".hosttree-", dir=root_path))
     try:
         _Builder(spec, stage, device_nodes=device_nodes).build()
-        for name in ("sys", "proc", "dev"):
-            target = root_path / name
-            old = root_path / f".hosttree-old-{name}"
-            if old.exists():
-                shutil.rmtree(old)
-            if target.exists() or target.is_symlink():
-                target.rename(old)
-            (stage / name).rename(target)
-            if old.exists():
-                shutil.rmtree(old)
+        for name in ("sys", "proc"):
+            _swap_dir(stage / name, root_path / name)
+        _swap_nvidia_nodes(stage / "dev", root_path / "dev")
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     for path, text in _owned_files(spec, root_path).items():
         _atomic_write(path, text)
-    run_dir = root_path / "run" / "qemu-server"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    for vm in spec.vms:
-        pidfile = run_dir / f"{vm.vmid}.pid"
-        if vm.running:
-            _atomic_write(pidfile, f"{vm.pid}\n")
-        elif pidfile.exists():
-            pidfile.unlink()
+    _vm_run_state(spec, root_path / "run" / "qemu-server")
     etc_pve = root_path / "etc" / "pve"
     node_qemu = etc_pve / "nodes" / spec.node / "qemu-server"
     link = etc_pve / "qemu-server"
@@ -1001,6 +1000,32 @@ def build_tree(
     for path, text in pve_files.items():
         _atomic_write(path, text)
     return root_path
+
+
+def _swap_dir(new: Path, target: Path) -> None:
+    old = target.parent / f".hosttree-old-{target.name}"
+    if old.exists():
+        shutil.rmtree(old)
+    if target.exists() or target.is_symlink():
+        target.rename(old)
+    new.rename(target)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def _vm_run_state(spec: HostSpec, run_dir: Path) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for vm in spec.vms:
+        # <vmid>.pid + proc/<pid>/cmdline is what a real node has (and what the facts
+        # read); <vmid>.running is the PVE stand-in's own flag, kept in step with it.
+        for path, text in (
+            (run_dir / f"{vm.vmid}.pid", f"{vm.pid}\n"),
+            (run_dir / f"{vm.vmid}.running", "0\n"),
+        ):
+            if vm.running:
+                _atomic_write(path, text)
+            elif path.exists():
+                path.unlink()
 
 
 # --------------------------------------------------------------------------- CLI
@@ -1014,8 +1039,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def register_lab(lab_subparsers: Any) -> None:
-    """Add ``hosttree build`` under an existing ``specops lab`` group."""
+def register(lab_subparsers: Any) -> None:
+    """``specops lab hosttree build``: the hook ``specops.lab.cli`` calls with the lab group."""
     hosttree = lab_subparsers.add_parser(
         "hosttree", help="simulated PVE host trees (sysfs, procfs, /dev, /etc/pve)"
     )
@@ -1032,22 +1057,3 @@ def register_lab(lab_subparsers: Any) -> None:
         help="overwrite VM configs / pci.cfg sections of the same ids that differ",
     )
     build.set_defaults(func=_cmd_build)
-
-
-def _lab_group(subparsers: Any) -> Any:
-    """The ``lab`` group's subparsers: found if another module made it, else made here."""
-    lab = subparsers.choices.get("lab")
-    if lab is None:
-        lab = subparsers.add_parser(
-            "lab", help="the lab: simulated PVE hosts, stand-ins, test servers"
-        )
-        return lab.add_subparsers(dest="lab_command", metavar="LAB_COMMAND", required=True)
-    for action in lab._actions:  # argparse offers no public accessor
-        if isinstance(action, argparse._SubParsersAction):
-            return action
-    return lab.add_subparsers(dest="lab_command", metavar="LAB_COMMAND", required=True)
-
-
-def register(subparsers: Any) -> None:
-    """CLI hook (``specops.cli.COMMAND_MODULES``): ``specops lab hosttree build``."""
-    register_lab(_lab_group(subparsers))
