@@ -351,3 +351,13 @@ def test_roots_can_be_overridden_one_by_one(host_tree) -> None:
     facts = gpu.gather_facts(gpu.HostRoots(root=str(root), proc=str(moved)))
     assert facts.uvm_major == 511
     assert gpu.gather_facts(gpu.HostRoots.under(root)).uvm_major is None
+
+
+def test_facts_summary_lines(host_facts) -> None:
+    cards = host_facts("a6000-3090").to_dict()["gpus"]
+    assert gpu.facts_summary(cards) == [
+        "0000:01:00.0 NVIDIA RTX A6000 vfio-pci free",
+        "0000:02:00.0 NVIDIA RTX A6000 vfio-pci free",
+        "0000:41:00.0 NVIDIA GeForce RTX 3090 vfio-pci held by running VM 201",
+        "0000:42:00.0 NVIDIA GeForce RTX 3090 vfio-pci held by running VM 202",
+    ]
