@@ -77,7 +77,7 @@ run_pytest() {
   local xml=$OUT/pytest.xml
   rm -f "$xml"
   # shellcheck disable=SC2086  # PYTEST_ARGS is a word list on purpose
-  python -m pytest -p no:cacheprovider --junitxml="$xml" ${PYTEST_ARGS:-} tests
+  python -m pytest -p no:cacheprovider --basetemp="$OUT/pytest-tmp" --junitxml="$xml" ${PYTEST_ARGS:-} tests
   local rc=$?
   if [[ ! -f $xml ]]; then
     ko "pytest (no report, exit $rc)"
