@@ -231,12 +231,12 @@ def _check_layers(
 
     if sliding or window is not None:
         if use_sw is not True:
+            why = "it has sliding_attention layers" if sliding else f"a {window}-token window"
             findings.append(
                 DrafterFinding(
                     "drafter.use_sliding_window",
                     use_sw,
-                    "true (the drafter has sliding_attention layers; with false"
-                    " transformers and engines drop sliding_window)",
+                    f"true ({why}; with false, transformers and engines drop sliding_window)",
                 )
             )
         want = (
