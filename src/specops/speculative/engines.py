@@ -9,6 +9,7 @@ flags, which exist in no release (SGLang PR #29907; see the README).
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -91,8 +92,8 @@ class FlagList:
             name, eq, inline = token.partition("=")
             spec = self.flags.get(name)
             if spec is None:
-                near = sorted(f for f in self.flags if f.startswith(name[: max(6, len(name) // 2)]))
-                hint = f"; similar: {', '.join(near[:8])}" if near else ""
+                near = difflib.get_close_matches(name, list(self.flags), n=3, cutoff=0.8)
+                hint = f"; did you mean {', '.join(near)}?" if near else ""
                 raise ValidationError(
                     where, f"{name} is not a {self.family} {self.version} flag{hint}"
                 )
@@ -108,6 +109,8 @@ class FlagList:
                 values.append(args[index])
                 index += 1
             _check_values(spec, name, values, where)
+            if spec.nargs == "0" and index < len(args) and not args[index].startswith("--"):
+                raise ValidationError(where, f"{name} takes no value (got {args[index]!r})")
 
 
 def _max_values(nargs: str) -> int:
