@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from ansible_collections.specops.infra.plugins.module_utils import dflash_drafter as core
+
 from specops.errors import ValidationError
 from specops.speculative import drafter
 

@@ -312,10 +312,13 @@ INVALID: list[tuple[Any, tuple[str, str, tuple[str, ...]] | None, str]] = [
 def test_invalid_profile_is_rejected_with_its_message(
     data: Any, engine: tuple[str, str, tuple[str, ...]] | None, message: str
 ) -> None:
-    with pytest.raises(ValidationError) as caught:
+    def render() -> None:
         profile = SpeculativeProfile.from_mapping(data)
         if engine is not None:
             to_argv(profile, _engine(engine))
+
+    with pytest.raises(ValidationError) as caught:
+        render()
     if message.endswith(": "):  # followed by the engine's whole list
         assert str(caught.value).startswith(message)
     else:
