@@ -20,7 +20,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
-from specops.errors import SpecopsError
+from specops.errors import SpecopsError, ValidationError
 from specops.speculative import Engine, SpeculativeProfile, to_argv, to_env
 
 __all__ = ["FilterModule"]
@@ -28,6 +28,16 @@ __all__ = ["FilterModule"]
 
 def _profile(data: Mapping[str, Any] | None, name: str) -> SpeculativeProfile:
     return SpeculativeProfile.from_mapping(data, prefix=name)
+
+
+def _named(name: str, render: Callable[[], Any]) -> Any:
+    """Run ``render``; report translator errors under the inventory variable's name."""
+    try:
+        return render()
+    except ValidationError as exc:
+        if name == "speculative" or not exc.field.startswith("speculative"):
+            raise
+        raise ValidationError(name + exc.field.removeprefix("speculative"), exc.problem) from None
 
 
 def _engine(engine: str, version: str, capabilities: Sequence[str] | None) -> Engine:
@@ -54,7 +64,8 @@ def speculative_argv(
     name: str = "speculative",
 ) -> list[str]:
     """The engine's speculative flags for a profile mapping."""
-    return to_argv(_profile(data, name), _engine(engine, version, capabilities))
+    profile = _profile(data, name)
+    return list(_named(name, lambda: to_argv(profile, _engine(engine, version, capabilities))))
 
 
 def speculative_env(
@@ -65,7 +76,8 @@ def speculative_env(
     name: str = "speculative",
 ) -> dict[str, str]:
     """Environment variables the profile needs on that engine (DDTree's top-k)."""
-    return to_env(_profile(data, name), _engine(engine, version, capabilities))
+    profile = _profile(data, name)
+    return dict(_named(name, lambda: to_env(profile, _engine(engine, version, capabilities))))
 
 
 def speculative_validate(
@@ -80,7 +92,7 @@ def speculative_validate(
     if engine is not None:
         if version is None:
             raise AnsibleFilterError("speculative_validate: engine given without version")
-        to_argv(profile, _engine(engine, version, capabilities))
+        _named(name, lambda: to_argv(profile, _engine(engine, version, capabilities)))
     return profile.to_mapping()
 
 
