@@ -244,14 +244,20 @@ class Engine:
 
     @property
     def flags(self) -> FlagList:
-        base = _load(self.family, self.version)
-        if not self.has("ddtree"):
-            return base
-        spec = dict(base.speculative)
-        spec["algorithms"] = (*base.values("algorithms"), "DDTREE")
-        flags = dict(base.flags)
-        flags.update(_DDTREE_FLAGS)
-        old = flags["--speculative-algorithm"]
-        choices = (*(old.choices or ()), "DDTREE")
-        flags["--speculative-algorithm"] = FlagSpec(old.dest, old.nargs, old.type, choices)
-        return FlagList(base.family, base.version, base.source + " + PR #29907", flags, spec)
+        """The flag list of this build: the release's, plus what its capabilities add."""
+        return _flags_for(self.family, self.version, self.capabilities)
+
+
+@cache
+def _flags_for(family: str, version: str, capabilities: frozenset[str]) -> FlagList:
+    base = _load(family, version)
+    if "ddtree" not in capabilities:
+        return base
+    spec = dict(base.speculative)
+    spec["algorithms"] = (*base.values("algorithms"), "DDTREE")
+    flags = dict(base.flags)
+    flags.update(_DDTREE_FLAGS)
+    old = flags["--speculative-algorithm"]
+    choices = (*(old.choices or ()), "DDTREE")
+    flags["--speculative-algorithm"] = FlagSpec(old.dest, old.nargs, old.type, choices)
+    return FlagList(base.family, base.version, base.source + " + PR #29907", flags, spec)
