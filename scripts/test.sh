@@ -71,6 +71,7 @@ run_lint() {
   check ruff-format ruff format --check .
   check mypy mypy
   check argument-specs python3 scripts/check-argument-specs.py
+  check "README profile table" specops profile table --check README.md
 }
 
 run_pytest() {
