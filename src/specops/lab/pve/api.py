@@ -39,6 +39,7 @@ __all__ = [
     "TaskManager",
     "load_tokens",
     "make_self_signed_cert",
+    "make_server",
     "serve",
 ]
 
@@ -814,6 +815,25 @@ def make_self_signed_cert(directory: Path) -> tuple[Path, Path]:
     return cert, key
 
 
+def make_server(
+    cluster_dir: Path,
+    tokens: dict[str, str],
+    *,
+    port: int = 8006,
+    cert_dir: Path | None = None,
+    quiet: bool = False,
+) -> tuple[_Server, Path]:
+    """A bound HTTPS server (not yet serving) and its certificate's path."""
+    Cluster.load(cluster_dir)  # fail early on a bad cluster dir
+    cert, key = make_self_signed_cert(cert_dir or cluster_dir / "pki")
+    api = LabApi(cluster_dir, tokens)
+    server = _Server(("127.0.0.1", port), api, quiet)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    return server, cert
+
+
 def serve(
     cluster_dir: Path,
     tokens: dict[str, str],
@@ -824,17 +844,13 @@ def serve(
     ready: Callable[[int], None] | None = None,
 ) -> None:
     """Serve the API on ``127.0.0.1:port`` (HTTPS) until interrupted."""
-    Cluster.load(cluster_dir)  # fail early on a bad cluster dir
-    cert, key = make_self_signed_cert(cert_dir or cluster_dir / "pki")
-    api = LabApi(cluster_dir, tokens)
-    server = _Server(("127.0.0.1", port), api, quiet)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(cert, key)
-    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    server, _ = make_server(cluster_dir, tokens, port=port, cert_dir=cert_dir, quiet=quiet)
     if ready:
         ready(server.server_address[1])
     try:
         server.serve_forever()
+    except KeyboardInterrupt:
+        pass
     finally:
         server.server_close()
-        api.tasks.wait_all(timeout=60)
+        server.api.tasks.wait_all(timeout=60)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -172,6 +173,11 @@ def _api_serve(args: argparse.Namespace) -> int:
             "--tokens-file",
             "no API token configured (lines USER@REALM!TOKENID=SECRET, or SPECOPS_LAB_PVE_TOKENS)",
         )
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
 
     def ready(port: int) -> None:
         _print(f"lab PVE API on https://127.0.0.1:{port}/api2/json ({len(tokens)} token(s))")

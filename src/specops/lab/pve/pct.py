@@ -141,11 +141,14 @@ def ct_status(node: Node, vmid: int) -> CtStatus:
     lxc_dir = node.lxcpath / node.lxc_name(vmid)
     if not (lxc_dir / "config").exists():
         return CtStatus("stopped", None)
-    proc = _run(["lxc-info", *_lxc_args(node, vmid), "-s", "-p", "-H"], check=False)
-    out = proc.stdout.decode().split()
-    if proc.returncode == 0 and out and out[0] == "RUNNING":
-        pid = int(out[1]) if len(out) > 1 and out[1].isdigit() else None
-        return CtStatus("running", pid)
+    proc = _run(["lxc-info", *_lxc_args(node, vmid), "-s", "-p"], check=False)
+    fields: dict[str, str] = {}
+    for line in proc.stdout.decode(errors="replace").splitlines():
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    if proc.returncode == 0 and fields.get("State") == "RUNNING":
+        pid = fields.get("PID", "")
+        return CtStatus("running", int(pid) if pid.isdigit() else None)
     return CtStatus("stopped", None)
 
 
