@@ -29,6 +29,7 @@ __all__ = [
     "check_returns",
     "find_endpoint",
     "load_schema",
+    "typed_returns",
 ]
 
 SCHEMA_FILE = Path(__file__).resolve().parent / "data" / "pve-9.1-api-schema.json"
@@ -335,6 +336,23 @@ def check_returns(method: str, path: str, data: Any, schema_file: Path = SCHEMA_
             for i, item in enumerate(data):
                 check_object(f"data[{i}]", items, item)
     return problems
+
+
+def typed_returns(method: str, path: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Config values read from a file are strings; give them the documented JSON types
+    (``memory: 1024`` is an integer in PVE's answer, ``onboot`` 0/1)."""
+    returns: Mapping[str, Any] = find_endpoint(method, path).info.get("returns", {})
+    props: Mapping[str, Any] = returns.get("properties", {})
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        schema = _prop_schema(props, key)
+        typ = schema.get("type") if schema else None
+        if isinstance(value, str) and typ in ("integer", "number", "boolean"):
+            coerced, err = _check_value(key, schema or {}, value)
+            out[key] = value if err else coerced
+        else:
+            out[key] = value
+    return out
 
 
 def calls_in(paths: Sequence[tuple[str, str, Sequence[str]]]) -> list[str]:

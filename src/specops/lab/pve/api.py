@@ -30,7 +30,7 @@ from specops.errors import SpecopsError, ValidationError
 from specops.lab.pve import pct
 from specops.lab.pve.conf import parse, parse_property_string
 from specops.lab.pve.layout import Cluster, Node
-from specops.pve_schema import ApiError, check_call
+from specops.pve_schema import ApiError, check_call, typed_returns
 
 __all__ = [
     "PVE_RELEASE",
@@ -279,7 +279,7 @@ class LabApi:
         user: str,
         work: Callable[[Callable[[str], None]], None],
     ) -> str:
-        return self.tasks.start(node, dtype, ident, user.split("!", maxsplit=1)[0], work)
+        return self.tasks.start(node, dtype, ident, user, work)
 
     # -- cluster and nodes -------------------------------------------------------------
     def version(self, _p: dict[str, Any], _u: str) -> Any:
@@ -517,9 +517,11 @@ class LabApi:
         return out
 
     def lxc_config(self, p: dict[str, Any], _u: str) -> Any:
-        return pct.ct_config_dict(
-            self.node(p), int(p["vmid"]), snapshot=p.get("snapshot"), current=bool(p.get("current"))
+        node, vmid = self.node(p), int(p["vmid"])
+        data = pct.ct_config_dict(
+            node, vmid, snapshot=p.get("snapshot"), current=bool(p.get("current"))
         )
+        return typed_returns("GET", f"/nodes/{node.name}/lxc/{vmid}/config", data)
 
     def lxc_config_put(self, p: dict[str, Any], _u: str) -> Any:
         node = self.node(p)
@@ -703,7 +705,9 @@ class LabApi:
         return out
 
     def qemu_config(self, p: dict[str, Any], _u: str) -> Any:
-        return pct.vm_config_dict(self.node(p), int(p["vmid"]), snapshot=p.get("snapshot"))
+        node, vmid = self.node(p), int(p["vmid"])
+        data = pct.vm_config_dict(node, vmid, snapshot=p.get("snapshot"))
+        return typed_returns("GET", f"/nodes/{node.name}/qemu/{vmid}/config", data)
 
     def qemu_current(self, p: dict[str, Any], _u: str) -> Any:
         node, vmid = self.node(p), int(p["vmid"])
