@@ -127,6 +127,7 @@ def _pct_set(node: Node, vmid: int, options: list[str], delete: str | None) -> i
         if not flag.startswith("--") or not rest:
             raise ValidationError("options", f"want '--KEY VALUE' pairs (got {flag!r})")
         changes[flag[2:]] = rest.pop(0)
+    delete = changes.pop("delete", delete)
     params: dict[str, str] = dict(changes)
     if delete:
         params["delete"] = delete
