@@ -255,3 +255,45 @@ def test_unknown_paths_and_auth(prox: ProxmoxAPI, pve_api: ApiHandle) -> None:
     )
     assert ok.status_code == 200
     assert ok.json()["data"]["version"].startswith("9.1")
+
+
+def test_vzdump_then_restore_on_another_host(prox: ProxmoxAPI, api_cluster: Cluster) -> None:
+    a, b = prox.nodes("pvetest-a"), prox.nodes("pvetest-b")
+    node_a, node_b = api_cluster.node("pvetest-a"), api_cluster.node("pvetest-b")
+    upid = a.lxc.post(vmid=310, ostemplate=f"local:vztmpl/{TEMPLATE_NAME}", hostname="bk")
+    assert _wait(prox, "pvetest-a", upid)["exitstatus"] == "OK"
+    rootfs = node_a.volume_path("local:310/subvol-310-disk-0.subvol")
+    (rootfs / "root" / "marker").write_text("keep me\n")
+    conf = node_a.ct_conf(310)
+    conf.write_text(
+        conf.read_text() + "lxc.cgroup2.devices.allow: c 195:* rwm\n\n[s1]\nmemory: 1\n"
+    )
+
+    upid = a.vzdump.post(vmid="310", storage="local", compress="zstd", mode="stop")
+    status = _wait(prox, "pvetest-a", upid)
+    assert status["exitstatus"] == "OK", _task_log(prox, "pvetest-a", upid)
+    backups = sorted(node_a.host_path("/var/lib/vz/dump").glob("vzdump-lxc-310-*.tar.zst"))
+    assert len(backups) == 1
+
+    # Another host (not the same cluster in real life): the operator copies the archive.
+    (node_b.host_path("/var/lib/vz/dump") / backups[0].name).write_bytes(backups[0].read_bytes())
+    upid = b.lxc.post(
+        vmid=311, ostemplate=f"local:backup/{backups[0].name}", restore=1, hostname="restored"
+    )
+    status = _wait(prox, "pvetest-b", upid)
+    assert status["exitstatus"] == "OK", _task_log(prox, "pvetest-b", upid)
+    assert status["type"] == "vzrestore"
+    config = b.lxc(311).config.get()
+    assert config["hostname"] == "restored"
+    assert config["rootfs"].startswith("local:311/subvol-311-disk-0.subvol")
+    assert config["lxc"] == [["lxc.cgroup2.devices.allow", "c 195:* rwm"]]
+    assert "[s1]" not in node_b.ct_conf(311).read_text()  # backups carry no snapshots
+    restored = node_b.volume_path("local:311/subvol-311-disk-0.subvol")
+    assert (restored / "root" / "marker").read_text() == "keep me\n"
+    assert not (restored / "etc" / "vzdump").exists()
+
+    err = _error(
+        lambda: b.lxc.post(vmid=311, ostemplate=f"local:backup/{backups[0].name}", restore=1)
+    )
+    assert err.status_code == 500
+    assert err.content == "unable to restore CT 311 - CT 311 already exists on node 'pvetest-b'"

@@ -14,6 +14,7 @@ import contextlib
 import hmac
 import json
 import os
+import re
 import ssl
 import subprocess
 import threading
@@ -216,6 +217,7 @@ class LabApi:
             ("POST", "/nodes/{node}/lxc/{vmid}/migrate"): self.lxc_migrate,
             ("GET", "/nodes/{node}/tasks/{upid}/status"): self.task_status,
             ("GET", "/nodes/{node}/tasks/{upid}/log"): self.task_log,
+            ("POST", "/nodes/{node}/vzdump"): self.vzdump,
             ("GET", "/nodes/{node}/qemu"): self.qemu_list,
             ("GET", "/nodes/{node}/qemu/{vmid}/config"): self.qemu_config,
             ("GET", "/nodes/{node}/qemu/{vmid}/status/current"): self.qemu_current,
@@ -538,10 +540,15 @@ class LabApi:
         cluster = self.cluster()
         node = self.node(p)
         vmid = int(p["vmid"])
-        if p.get("restore"):
-            raise ApiError(501, "restore is not emulated by the lab stand-in")
-        if cluster.find_guest(vmid):
-            raise ApiError(500, f"CT {vmid} already exists")
+        restore, force = bool(p.get("restore")), bool(p.get("force"))
+        where = cluster.find_guest(vmid)
+        if where and not restore:
+            raise ApiError(500, f"CT {vmid} already exists on node '{where[0].name}'")
+        if where and (not force or where[0].name != node.name):
+            raise ApiError(
+                500,
+                f"unable to restore CT {vmid} - CT {vmid} already exists on node '{where[0].name}'",
+            )
         skip = {
             "node",
             "vmid",
@@ -561,6 +568,13 @@ class LabApi:
         start = bool(p.get("start"))
 
         def work(log: Callable[[str], None]) -> None:
+            if restore:
+                pct.ct_restore(
+                    node, vmid, str(p["ostemplate"]), options, log, force=force, cluster=cluster
+                )
+                if start:
+                    pct.ct_start(node, vmid, log)
+                return
             pct.ct_create(
                 cluster,
                 node,
@@ -571,7 +585,7 @@ class LabApi:
                 start=start,
             )
 
-        return self._task(node, "vzcreate", str(vmid), user, work)
+        return self._task(node, "vzrestore" if restore else "vzcreate", str(vmid), user, work)
 
     def lxc_destroy(self, p: dict[str, Any], user: str) -> Any:
         node = self.node(p)
@@ -653,6 +667,24 @@ class LabApi:
             lambda log: pct.ct_migrate(
                 cluster, node, vmid, target, log, restart=restart, online=online, timeout=timeout
             ),
+        )
+
+    def vzdump(self, p: dict[str, Any], user: str) -> Any:
+        node = self.node(p)
+        ids = [int(v) for v in re.split(r"[,;\s]+", str(p.get("vmid", "")).strip()) if v]
+        if not ids or p.get("all") or p.get("pool"):
+            raise ApiError(501, "the lab vzdump emulates explicit 'vmid' lists only")
+        for vmid in ids:
+            pct.load_ct_conf(node, vmid)
+        storage, mode = str(p.get("storage", "local")), str(p.get("mode", "snapshot"))
+        compress = str(p.get("compress", "0"))
+
+        def work(log: Callable[[str], None]) -> None:
+            for vmid in ids:
+                pct.ct_vzdump(node, vmid, log, storage=storage, mode=mode, compress=compress)
+
+        return self._task(
+            node, "vzdump", ",".join(map(str, ids)) if len(ids) > 1 else str(ids[0]), user, work
         )
 
     # -- tasks -------------------------------------------------------------------------

@@ -36,11 +36,13 @@ __all__ = [
     "ct_migrate",
     "ct_push",
     "ct_reboot",
+    "ct_restore",
     "ct_shutdown",
     "ct_start",
     "ct_status",
     "ct_stop",
     "ct_update_config",
+    "ct_vzdump",
     "list_cts",
     "list_vms",
     "load_ct_conf",
@@ -578,3 +580,157 @@ def ct_migrate(  # noqa: PLR0912, PLR0915  (PVE's phases in order, with rollback
             log(f"ERROR: {exc}")
             raise PveError("migration problems") from exc
     log("migration finished successfully")
+
+
+_COMPRESS: dict[str, tuple[str, list[str]]] = {
+    "0": ("", []),
+    "gzip": (".gz", ["gzip", "-q"]),
+    "1": (".gz", ["gzip", "-q"]),
+    "zstd": (".zst", ["zstd", "-q", "--rm", "-T0"]),
+}
+
+
+def ct_vzdump(
+    node: Node,
+    vmid: int,
+    log: Log = _nolog,
+    *,
+    storage: str = "local",
+    mode: str = "snapshot",
+    compress: str = "0",
+) -> str:
+    """``vzdump`` of one CT to a dir storage; returns the backup's volume id.
+
+    The archive is the rootfs plus ``./etc/vzdump/pct.conf`` (the main section of the
+    conf, no snapshots), named ``vzdump-lxc-<vmid>-<YYYY_MM_DD-HH_MM_SS>.tar[.gz|.zst]``.
+    ``stop`` mode shuts a running CT down and starts it again; ``snapshot`` (unsupported
+    by dir storages, as on PVE) and ``suspend`` archive the running rootfs as is.
+    """
+    if compress not in _COMPRESS:
+        raise PveError(f"compression '{compress}' is not emulated (use 0, gzip or zstd)", 400)
+    suffix, compressor = _COMPRESS[compress]
+    st = node.storage(storage)
+    if "backup" not in st.content:
+        raise PveError(f"storage '{storage}' does not support backups")
+    with ct_lock(node, vmid):
+        conf, _ = load_ct_conf(node, vmid)
+        rootfs = _rootfs_path(node, conf)
+        running = ct_status(node, vmid).status == "running"
+        stamp = time.strftime("%Y_%m_%d-%H_%M_%S")
+        volname = f"vzdump-lxc-{vmid}-{stamp}.tar{suffix}"
+        volid = f"{storage}:backup/{volname}"
+        target = node.volume_path(volid)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        log(f"Starting Backup of VM {vmid} (lxc)")
+        log(f"CT Name: {conf.get('hostname', f'CT{vmid}')}")
+        if mode == "snapshot":
+            log("mode failure - some volumes do not support snapshots")
+            log("trying 'suspend' mode instead")
+            mode = "suspend"
+        log(f"Backup started at {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        main = parse("".join(ln.raw for ln in conf.main.lines))
+        main.delete("lock")
+        meta = node.lxcpath / node.lxc_name(vmid) / "vzdump"
+        shutil.rmtree(meta, ignore_errors=True)
+        (meta / "etc" / "vzdump").mkdir(parents=True)
+        (meta / "etc" / "vzdump" / "pct.conf").write_text(main.render())
+        stopped = False
+        try:
+            if running and mode == "stop":
+                log("stopping virtual guest")
+                _shutdown_locked(node, vmid, log, timeout=60, force_stop=True)
+                stopped = True
+            tmp = target.with_name(f".{target.name}.tmp.tar")
+            _run(
+                [
+                    "tar",
+                    "-cpf",
+                    str(tmp),
+                    "--numeric-owner",
+                    "--one-file-system",
+                    "--exclude=./etc/vzdump",
+                    "-C",
+                    str(rootfs),
+                    ".",
+                ],
+                timeout=900,
+            )
+            _run(
+                [
+                    "tar",
+                    "-rpf",
+                    str(tmp),
+                    "--numeric-owner",
+                    "-C",
+                    str(meta),
+                    "./etc/vzdump/pct.conf",
+                ],
+                timeout=60,
+            )
+            if compressor:
+                _run([*compressor, str(tmp)], timeout=900)
+                tmp = tmp.with_name(tmp.name + suffix)
+            tmp.replace(target)
+        finally:
+            shutil.rmtree(meta, ignore_errors=True)
+            if stopped:
+                log("restarting virtual guest")
+                _start_locked(node, vmid, log, timeout=30)
+        log(f"creating vzdump archive '{target}'")
+        log(f"Finished Backup of VM {vmid}")
+    return volid
+
+
+def ct_restore(
+    node: Node,
+    vmid: int,
+    archive: str,
+    options: dict[str, str],
+    log: Log = _nolog,
+    *,
+    force: bool = False,
+    cluster: Cluster | None = None,
+) -> None:
+    """``pct restore`` / create with ``restore=1``: a new rootfs and conf from a backup."""
+    source = node.volume_path(archive)
+    if not source.is_file():
+        raise PveError(f"volume '{archive}' does not exist")
+    where = cluster.find_guest(vmid) if cluster else None
+    if where and where[0].name != node.name:
+        raise PveError(f"CT {vmid} already exists on node '{where[0].name}'")
+    if node.ct_conf(vmid).exists():
+        if not force:
+            raise PveError(f"unable to restore CT {vmid} - CT {vmid} already exists")
+        if ct_status(node, vmid).status == "running":
+            raise PveError(f"unable to restore CT {vmid} - CT is running")
+        ct_destroy(node, vmid, log)
+    storage_opt = options.pop("storage", "local")
+    sid = parse_property_string(options.pop("rootfs", f"{storage_opt}:0"), "volume")[
+        "volume"
+    ].split(":", 1)[0]
+    if "rootdir" not in node.storage(sid).content:
+        raise PveError(f"storage '{sid}' does not support container directories")
+    rootfs_dir = node.volume_path(f"{sid}:{vmid}/subvol-{vmid}-disk-0.subvol")
+    with ct_lock(node, vmid):
+        rootfs_dir.mkdir(parents=True, exist_ok=False)
+        try:
+            log(f"restoring '{archive}' now..")
+            _run(
+                ["tar", "-xpf", str(source), "--numeric-owner", "-C", str(rootfs_dir)], timeout=900
+            )
+            saved = rootfs_dir / "etc" / "vzdump" / "pct.conf"
+            if not saved.is_file():
+                raise PveError(f"unable to restore CT {vmid} - archive has no etc/vzdump/pct.conf")
+            conf = parse(saved.read_text())
+            shutil.rmtree(rootfs_dir / "etc" / "vzdump")
+            old = parse_property_string(conf.get("rootfs") or "", "volume")
+            conf.set(
+                "rootfs", f"{sid}:{vmid}/subvol-{vmid}-disk-0.subvol,size={old.get('size', '0G')}"
+            )
+            for key, value in options.items():
+                conf.set(key, value)
+            _write_conf(node, vmid, conf.render())
+        except BaseException:
+            shutil.rmtree(rootfs_dir, ignore_errors=True)
+            raise
+        log(f"CT {vmid} restored on node '{node.name}'")

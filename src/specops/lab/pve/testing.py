@@ -134,8 +134,9 @@ def running_api(cluster_dir: Path, *, timeout: float = 30) -> Iterator[ApiHandle
         log.close()
 
 
-def stop_lab_containers(cluster: Cluster) -> None:
-    """Hard-stop every running LXC container of the cluster's nodes (test teardown)."""
+def stop_lab_containers(cluster: Cluster, *, remove_rootfs: bool = True) -> None:
+    """Hard-stop every LXC container of the cluster's nodes (test teardown); by default
+    also delete the container rootfs dirs (hundreds of MB each)."""
     for node in cluster.nodes.values():
         for conf in sorted(node.lxc_conf_dir.glob("*.conf")):
             name = node.lxc_name(int(conf.stem))
@@ -153,3 +154,5 @@ def stop_lab_containers(cluster: Cluster) -> None:
                     check=False,
                     timeout=60,
                 )
+        if remove_rootfs:
+            shutil.rmtree(node.host_path("/var/lib/vz/images"), ignore_errors=True)
