@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,7 @@ def _run(tool: str, root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_cluster_init_cli(tmp_path: Path) -> None:
     proc = subprocess.run(
         [
-            str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else "python3",
+            sys.executable,
             "-m",
             "specops.cli",
             "lab",
@@ -43,7 +45,7 @@ def test_cluster_init_cli(tmp_path: Path) -> None:
         text=True,
         timeout=60,
         check=False,
-        env={"PYTHONPATH": f"{REPO / 'src'}:{REPO / 'collections'}", "PATH": "/usr/bin:/bin"},
+        env={**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'collections'}"},
     )
     assert proc.returncode == 0, proc.stderr
     cluster = Cluster.load(tmp_path / "c")

@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from specops.errors import ValidationError
+from specops.lab.pve import pct
 from specops.lab.pve.conf import parse
 from specops.lab.pve.layout import Cluster, Node, init_cluster, read_storage_cfg
 from specops.lab.pve.lxcconf import StartError, build_lxc_config
+from specops.lab.pve.testing import make_test_cluster
 from specops.pve_schema import ApiError, calls_in, check_call, find_endpoint
 
 CONF = """\
@@ -180,3 +182,25 @@ def test_calls_in_for_project_wide_checks() -> None:
         "schema and the schema does not allow additional properties",
         "Method 'GET /nodes/{node}/lxc/{vmid}/gpu' not implemented",
     ]
+
+
+def test_migrate_refuses_local_bind_mount_and_changes_nothing(tmp_path: Path) -> None:
+    cluster = make_test_cluster(tmp_path, None)
+    a = cluster.node("pvetest-a")
+    a.volume_path("local:120/subvol-120-disk-0.subvol").mkdir(parents=True)
+    text = (
+        "arch: amd64\nostype: debian\nmp0: /srv/models,mp=/models\n"
+        "rootfs: local:120/subvol-120-disk-0.subvol,size=0G\n"
+    )
+    a.ct_conf(120).write_text(text)
+    with pytest.raises(pct.PveError, match="cannot migrate local bind mount point 'mp0'"):
+        pct.ct_migrate(cluster, a, 120, "pvetest-b")
+    assert a.ct_conf(120).read_text() == text
+    assert not cluster.node("pvetest-b").ct_conf(120).exists()
+    # shared=1 lets it go: conf and the rootfs dir move to the target's root.
+    a.ct_conf(120).write_text(text.replace("mp=/models", "mp=/models,shared=1"))
+    pct.ct_migrate(cluster, a, 120, "pvetest-b")
+    b = cluster.node("pvetest-b")
+    assert b.volume_path("local:120/subvol-120-disk-0.subvol").is_dir()
+    assert not a.ct_conf(120).exists()
+    assert "shared=1" in b.ct_conf(120).read_text()

@@ -13,13 +13,13 @@ import signal
 import sys
 from pathlib import Path
 
-from specops.errors import ValidationError
+from specops.errors import SpecopsError, ValidationError
 from specops.lab.pve import pct
 from specops.lab.pve.api import load_tokens, serve
 from specops.lab.pve.layout import DEFAULT_LAB_DIR, DEFAULT_LXCPATH, Node, init_cluster
 from specops.pve_schema import ApiError, check_call
 
-__all__ = ["register"]
+__all__ = ["main", "register"]
 
 
 def _node(args: argparse.Namespace) -> Node:
@@ -283,3 +283,21 @@ def register(lab: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: 
     s.add_argument("--cert-dir", help="where the self-signed cert goes (default CLUSTER/pki)")
     s.add_argument("--quiet", action="store_true", help="no access log")
     s.set_defaults(func=_api_serve)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m specops.lab.pve.cli pct|qm|cluster|api ...`` without the global CLI
+    (the ``scripts/lab/pct`` wrapper uses it: stdlib only, no other area's imports)."""
+    parser = argparse.ArgumentParser(prog="specops lab", description=__doc__.splitlines()[0])
+    register(parser.add_subparsers(dest="lab_command", metavar="COMMAND", required=True))
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except SpecopsError as exc:
+        print(f"specops: error: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

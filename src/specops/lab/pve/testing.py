@@ -96,8 +96,7 @@ def running_api(cluster_dir: Path, *, timeout: float = 30) -> Iterator[ApiHandle
         [
             sys.executable,
             "-m",
-            "specops.cli",
-            "lab",
+            "specops.lab.pve.cli",
             "api",
             "serve",
             "--cluster",
