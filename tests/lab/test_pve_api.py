@@ -240,6 +240,14 @@ def test_unknown_paths_and_auth(prox: ProxmoxAPI, pve_api: ApiHandle) -> None:
     url = f"{pve_api.url}/version"
     no_auth = requests.get(url, verify=str(pve_api.cert), timeout=10)
     assert no_auth.status_code == 401
+    assert no_auth.reason == "No ticket"
+    outside = requests.get(
+        f"https://{pve_api.host}:{pve_api.port}/index.html",
+        verify=str(pve_api.cert),
+        timeout=10,
+        headers={"Authorization": pve_api.auth_header},
+    )
+    assert (outside.status_code, outside.reason) == (501, "no such uri")
     wrong = requests.get(
         url,
         verify=str(pve_api.cert),
@@ -248,7 +256,7 @@ def test_unknown_paths_and_auth(prox: ProxmoxAPI, pve_api: ApiHandle) -> None:
             "Authorization": f"PVEAPIToken={pve_api.user}!{pve_api.token_name}=not-the-secret"
         },
     )
-    assert wrong.status_code == 401
+    assert (wrong.status_code, wrong.reason, wrong.content) == (401, "authentication failure", b"")
     assert pve_api.token_value not in wrong.text
     ok = requests.get(
         url, verify=str(pve_api.cert), timeout=10, headers={"Authorization": pve_api.auth_header}

@@ -253,10 +253,17 @@ class LabApi:
 
     def handle(
         self, method: str, path: str, params: dict[str, Any], auth: str | None
-    ) -> tuple[int, str, dict[str, Any]]:
-        """(HTTP status, reason, JSON body) for one request to ``/api2/json`` + ``path``."""
+    ) -> tuple[int, str, dict[str, Any] | None]:
+        """(HTTP status, reason, JSON body) for one request to ``/api2/json`` + ``path``.
+
+        A refused login answers 401 with the reason only and no body, like PVE's
+        ``auth_handler`` path (without PVE's 3 s delay).
+        """
         try:
             user = self.authenticate(auth)
+        except ApiError as exc:
+            return exc.status, exc.message, None
+        try:
             endpoint, typed = check_call(method, path, params)
             route = self._routes.get((endpoint.method, endpoint.template))
             if route is None:
@@ -798,9 +805,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.command, api_path, params, self.headers.get("Authorization")
             )
         else:
-            status, reason = 501, f"Method '{self.command} {path}' not implemented"
+            status, reason = 501, "no such uri"
             body = {"data": None, "message": reason + "\n"}
-        raw = json.dumps(body).encode()
+        raw = b"" if body is None else json.dumps(body).encode()
         self.send_response(status, reason.replace("\n", " "))
         self.send_header("Content-Type", "application/json;charset=UTF-8")
         self.send_header("Content-Length", str(len(raw)))
