@@ -84,6 +84,9 @@ def test_pct_wrapper_lifecycle(lab_cluster: Cluster, tmp_path: Path) -> None:
     assert "swap:" not in config
     assert _run("pct", node.root, "start", "110").returncode == 0
     assert _run("pct", node.root, "status", "110").stdout == "status: running\n"
+    listing = _run("pct", node.root, "list").stdout.splitlines()
+    assert listing[0].split() == ["VMID", "Status", "Lock", "Name"]
+    assert listing[1].split() == ["110", "running", "wrap"]
     src = tmp_path / "hello.txt"
     src.write_text("hello from the host\n")
     pushed = _run("pct", node.root, "push", "110", str(src), "/root/hello.txt", "--perms", "0600")
