@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specops.lab.pve.layout import Cluster
-from specops.lab.pve.testing import TEMPLATE_NAME
+from specops.lab.pve.testing import TEMPLATE_NAME, make_test_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,8 +53,8 @@ def test_cluster_init_cli(tmp_path: Path) -> None:
     assert (tmp_path / "c-root" / "etc/pve/storage.cfg").read_text().startswith("dir: local\n")
 
 
-def test_qm_flag_and_config(lab_cluster: Cluster) -> None:
-    node = lab_cluster.node("pvetest-a")
+def test_qm_flag_and_config(tmp_path: Path) -> None:
+    node = make_test_cluster(tmp_path, None).node("pvetest-a")
     node.vm_conf(200).write_text("hostpci0: host=0000:41:00.0\nmemory: 4096\nname: gpu-vm\n")
     assert _run("qm", node.root, "status", "200").stdout == "status: stopped\n"
     assert _run("qm", node.root, "start", "200").returncode == 0

@@ -772,8 +772,11 @@ class LabApi:
 
 
 def _conf_value(value: Any) -> str:
+    """A typed API value as PVE writes it into the conf (``1`` not ``True``/``1.0``)."""
     if isinstance(value, bool):
         return "1" if value else "0"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
     return str(value)
 
 
