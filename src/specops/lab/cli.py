@@ -11,7 +11,10 @@ import importlib
 
 __all__ = ["LAB_COMMAND_MODULES", "register"]
 
-LAB_COMMAND_MODULES: tuple[str, ...] = ("specops.lab.hosttree",)
+LAB_COMMAND_MODULES: tuple[str, ...] = (
+    "specops.lab.pve.cli",
+    "specops.lab.hosttree",
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
