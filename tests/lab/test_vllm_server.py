@@ -239,3 +239,53 @@ def test_cli_start_status_stop(vllm_lab: LabPaths) -> None:
     assert f"port {port}: stopped" in stopped.stdout
     assert _no_group(pid), "engine processes of the stopped server remain"
     assert cli("status", "--port", str(port), "--cache", str(vllm_lab.root)).returncode == 1
+
+
+def test_peer_vllm_bench_serve_runs_from_the_lab_venv(
+    vllm_ngram_server: VllmServer, tmp_path: Path
+) -> None:
+    """The venv's own `vllm bench serve` (needs the dist-info fix) measures the server."""
+    server = vllm_ngram_server
+    proc = subprocess.run(
+        [
+            str(server.paths.vllm_bin),
+            "bench",
+            "serve",
+            "--backend",
+            "openai",
+            "--base-url",
+            server.base_url,
+            "--endpoint",
+            "/v1/completions",
+            "--model",
+            server.model_name,
+            "--tokenizer",
+            str(server.model),
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            "64",
+            "--random-output-len",
+            "32",
+            "--num-prompts",
+            "4",
+            "--max-concurrency",
+            "2",
+            "--seed",
+            "0",
+            "--save-result",
+            "--result-dir",
+            str(tmp_path),
+            "--result-filename",
+            "bench.json",
+        ],
+        env={**server.env(), "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "bench.json").read_text())
+    assert result["completed"] == 4
+    assert result["total_output_tokens"] > 0

@@ -254,6 +254,18 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
+_LOG_KEEP_S = 7 * 24 * 3600
+
+
+def _prune_logs(paths: LabPaths) -> None:
+    """Drop server logs older than a week whose port has no pidfile."""
+    now = time.time()
+    for log in paths.run.glob("vllm-*.log"):
+        with contextlib.suppress(OSError):
+            if not log.with_suffix(".json").exists() and now - log.stat().st_mtime > _LOG_KEEP_S:
+                log.unlink()
+
+
 def _tail(path: Path, lines: int = 60) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -405,6 +417,7 @@ class VllmServer:
             raise ValidationError("port", f"127.0.0.1:{self.port} is already in use")
         self.paths.run.mkdir(parents=True, exist_ok=True)
         self.paths.compile_cache.mkdir(parents=True, exist_ok=True)
+        _prune_logs(self.paths)
         argv = self.argv()
         began = time.monotonic()
         with self.logfile.open("wb") as log:
