@@ -14,6 +14,7 @@ __all__ = ["LAB_COMMAND_MODULES", "register"]
 LAB_COMMAND_MODULES: tuple[str, ...] = (
     "specops.lab.pve.cli",
     "specops.lab.hosttree",
+    "specops.lab.vllm_cli",
 )
 
 
