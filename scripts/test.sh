@@ -48,7 +48,7 @@ phase() {
 }
 
 run_setup() {
-  if ! "$ROOT/scripts/setup.sh" packages docker image venv; then
+  if ! "$ROOT/scripts/setup.sh" packages docker image venv vllm; then
     ko "setup"
     return 1
   fi
