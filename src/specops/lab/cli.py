@@ -15,6 +15,7 @@ LAB_COMMAND_MODULES: tuple[str, ...] = (
     "specops.lab.pve.cli",
     "specops.lab.hosttree",
     "specops.lab.vllm_cli",
+    "specops.lab.up",
 )
 
 
