@@ -210,7 +210,7 @@ def test_sampling_opt_ins_are_off_by_default() -> None:
     [
         (httpx.ConnectError("refused"), "connection error: refused"),
         (httpx.ReadTimeout("slow"), "timeout: ReadTimeout after 300 s without data"),
-        (httpx.RemoteProtocolError("peer closed"), "truncated stream: peer closed"),
+        (httpx.RemoteProtocolError("peer closed"), "connection error: peer closed"),
     ],
 )
 def test_transport_failures_have_reasons(exc: Exception, expected: str) -> None:

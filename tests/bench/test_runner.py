@@ -84,7 +84,10 @@ def test_server_crash_mid_cell(synthetic) -> None:
     assert first.status == "partial"
     assert first.stats.completed == 3
     assert second.status == "failed"
-    assert all(r.error and "connection" in r.error for r in second.records)
+    assert all(r.error and "ConnectError" in r.error for r in second.records)
+    assert all(
+        reason.startswith("connection error: ") for reason in first.stats.failure_reasons
+    )
 
 
 def test_fail_fast_stops_after_the_failing_cell(synthetic) -> None:

@@ -159,16 +159,18 @@ class PromptBuilder:
         self._chat = api == "chat"
         self._paragraphs = paragraphs
         self._seed = seed
-        self._chat_overhead: int | None = None
+        self._overhead_tokens: int | None = None
+        self._bodies: dict[int, list[int]] = {}
+        self._decoded: dict[tuple[int, int], str] = {}
+        self._header_guess: dict[int, int] = {}
 
     def _offset(self, key: str) -> int:
         digest = hashlib.sha256(f"{self._seed}:{key}".encode()).digest()
         return int.from_bytes(digest[:8], "big") % len(self._paragraphs)
 
-    def _raw_text(self, key: str, kind: str, min_chars: int) -> str:
-        start = self._offset(key)
-        parts = [f"[{key}] {_INSTRUCTIONS[kind]}"]
-        size = len(parts[0])
+    def _body_text(self, start: int, min_chars: int) -> str:
+        parts: list[str] = []
+        size = 0
         i = start
         while size < min_chars:
             paragraph = self._paragraphs[i % len(self._paragraphs)]
@@ -177,37 +179,81 @@ class PromptBuilder:
             i += 1
         return "\n\n".join(parts)
 
+    async def _overhead(self) -> int:
+        """Tokens the server adds around the text (BOS, or the chat template)."""
+        if self._overhead_tokens is None:
+            if self._chat:
+                self._overhead_tokens = await self._tok.count_chat("")
+            else:
+                self._overhead_tokens = len(await self._tok.encode("a", special=True)) - len(
+                    await self._tok.encode("a", special=False)
+                )
+        return self._overhead_tokens
+
+    async def _body_ids(self, start: int, tokens: int) -> list[int]:
+        """Token ids of corpus text from paragraph ``start``, at least ``tokens`` long."""
+        cached = self._bodies.get(start)
+        if cached is not None and len(cached) >= tokens:
+            return cached
+        chars = tokens * 6 + 200
+        ids = await self._tok.encode(self._body_text(start, chars), special=False)
+        while len(ids) < tokens:  # a dense corpus: take more text
+            chars *= 2
+            ids = await self._tok.encode(self._body_text(start, chars), special=False)
+        self._bodies[start] = ids
+        return ids
+
+    async def _prefix_text(self, start: int, ids: list[int], cut: int) -> str:
+        key = (start, cut)
+        text = self._decoded.get(key)
+        if text is None:
+            text = (await self._tok.decode(ids[:cut])).rstrip("\ufffd")
+            if len(self._decoded) > 4096:
+                self._decoded.clear()
+            self._decoded[key] = text
+        return text
+
     async def _count(self, text: str) -> int:
         if self._chat:
             return await self._tok.count_chat(text)
         return len(await self._tok.encode(text, special=True))
 
     async def build(self, key: str, tokens: int) -> Prompt:
-        """A prompt of exactly ``tokens`` tokens, unique to ``key``."""
+        """A prompt of exactly ``tokens`` tokens, unique to ``key``.
+
+        The header (``[key] instruction``) makes the prompt unique from its first
+        tokens; corpus paragraphs fill the rest. The body is tokenized once per start
+        paragraph and cut by token count; every prompt is then counted by the tokenizer
+        itself (usually one call), and the cut moves until the count is exact.
+        """
         kind = "coding" if self._offset(key + ":kind") % 2 else "chat"
-        if self._chat and self._chat_overhead is None:
-            self._chat_overhead = await self._tok.count_chat("")
-        special = len(await self._tok.encode("a", special=True)) - len(
-            await self._tok.encode("a", special=False)
-        )
-        overhead = self._chat_overhead if self._chat else special
-        body_target = tokens - (overhead or 0)
-        if body_target < 8:
+        start = self._offset(key)
+        overhead = await self._overhead()
+        for header in (f"[{key}] {_INSTRUCTIONS[kind]}\n\n", f"[{key}]\n"):
+            guess = self._header_guess.get(len(header))
+            if guess is None:
+                guess = len(await self._tok.encode(header, special=False))
+            body_target = tokens - overhead - guess
+            if body_target >= 4:
+                break
+        else:
             raise ValidationError(
-                "context_lengths", f"{tokens} tokens is too short for a prompt (minimum ~16)"
+                "context_lengths", f"{tokens} tokens is too short for a prompt of this server"
             )
-        text = self._raw_text(key, kind, min_chars=body_target * 6 + 200)
-        ids = await self._tok.encode(text, special=False)
-        while len(ids) < body_target:  # dense corpus: add more text
-            text = self._raw_text(key, kind, min_chars=len(text) * 2)
-            ids = await self._tok.encode(text, special=False)
+        ids = await self._body_ids(start, body_target + 64)
         cut = body_target
+        tried: set[int] = set()
         for _ in range(12):
-            candidate = (await self._tok.decode(ids[:cut])).rstrip("\ufffd")
-            count = await self._count(candidate)
+            tried.add(cut)
+            text = header + await self._prefix_text(start, ids, cut)
+            count = await self._count(text)
             if count == tokens:
-                return Prompt(candidate, count)
-            cut += tokens - count
+                self._header_guess[len(header)] = tokens - overhead - cut
+                return Prompt(text, count)
+            step = tokens - count
+            cut += step
+            if cut in tried:  # the count jumps over the target: step by one
+                cut = max(tried) + 1 if step > 0 else min(tried) - 1
             if cut < 1 or cut > len(ids):
                 break
         raise SpecopsError(

@@ -124,7 +124,7 @@ class Results:
     def save(self, path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(self.to_dict(), separators=(",", ":")) + "\n", encoding="utf-8")
         tmp.replace(path)
         return path
 

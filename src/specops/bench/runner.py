@@ -251,6 +251,8 @@ async def _run_cell(
     try:
         warm_prompts = await _build_prompts(builder, warm_keys, context)
         prompts = await _build_prompts(builder, keys, context)
+    except ValidationError:
+        raise
     except (httpx.HTTPError, SpecopsError) as exc:
         reason = f"prompts could not be built: {type(exc).__name__}: {exc}"
         records = [
