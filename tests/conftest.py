@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# Shared fixtures that several areas use (each plugin documents its own).
+pytest_plugins = ["tests.plugins.vllm_server"]
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 
