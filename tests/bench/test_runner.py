@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from bench_consistency import assert_report_consistent
 
 from specops.bench.plan import plan_from_mapping
 from specops.bench.prompts import PromptBuilder, ServerTokenizer, load_corpus
@@ -17,8 +18,6 @@ from specops.bench.results import load_results
 from specops.bench.runner import run_plan
 from specops.cli import main
 from specops.errors import SpecopsError
-
-from .consistency import assert_report_consistent
 
 
 def _plan(url: str, **kw: object):
@@ -85,9 +84,7 @@ def test_server_crash_mid_cell(synthetic) -> None:
     assert first.stats.completed == 3
     assert second.status == "failed"
     assert all(r.error and "ConnectError" in r.error for r in second.records)
-    assert all(
-        reason.startswith("connection error: ") for reason in first.stats.failure_reasons
-    )
+    assert all(reason.startswith("connection error: ") for reason in first.stats.failure_reasons)
 
 
 def test_fail_fast_stops_after_the_failing_cell(synthetic) -> None:

@@ -37,11 +37,11 @@ __all__ = [
 ]
 
 
-def percentile(values: Sequence[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float, *, is_sorted: bool = False) -> float:
     """Linear-interpolated percentile ``q`` in [0, 100] of non-empty ``values``."""
     if not values:
         raise ValueError("percentile of no values")
-    ordered = sorted(values)
+    ordered = values if is_sorted else sorted(values)
     rank = (len(ordered) - 1) * q / 100.0
     low = math.floor(rank)
     high = math.ceil(rank)
@@ -66,14 +66,15 @@ class Distribution:
     def of(cls, values: Sequence[float]) -> Distribution:
         if not values:
             return cls(0, None, None, None, None, None, None)
+        ordered = sorted(values)
         return cls(
-            count=len(values),
-            mean=sum(values) / len(values),
-            p50=percentile(values, 50),
-            p90=percentile(values, 90),
-            p99=percentile(values, 99),
-            min=min(values),
-            max=max(values),
+            count=len(ordered),
+            mean=sum(ordered) / len(ordered),
+            p50=percentile(ordered, 50, is_sorted=True),
+            p90=percentile(ordered, 90, is_sorted=True),
+            p99=percentile(ordered, 99, is_sorted=True),
+            min=ordered[0],
+            max=ordered[-1],
         )
 
 
