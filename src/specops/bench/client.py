@@ -286,49 +286,63 @@ def _handle_sglang(state: _StreamState, data: dict[str, Any], now: float) -> Non
 _DECODER = json.JSONDecoder()
 
 
+def _handle_sglang_event(state: _StreamState, data: dict[str, Any], now: float, chat: bool) -> None:
+    del chat
+    _handle_sglang(state, data, now)
+
+
 class _StreamError(Exception):
     pass
 
 
+def _decode(payload: bytes) -> Any:
+    try:
+        # str + raw_decode skips json.loads' encoding sniffing on every event
+        return _DECODER.raw_decode(payload.decode())[0]
+    except ValueError:
+        try:
+            return json.loads(payload)
+        except ValueError:
+            raise _StreamError(f"unparsable SSE data: {payload[:120]!r}") from None
+
+
+def _slow_event(event: bytes) -> list[bytes]:
+    """Data payloads of an event with comments, other fields or several lines."""
+    return [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
+
+
 async def _consume(response: httpx.Response, state: _StreamState, api: ApiKind) -> None:
+    # The per-event loop is the client's hot path (scripts/bench-client-cost.py): one
+    # split per read, no allocation per event on the common "data: {json}" shape.
     chat = api == "chat"
-    sglang = api == "sglang-generate"
+    handle = _handle_sglang_event if api == "sglang-generate" else _handle_openai
     buffer = b""
     perf = time.perf_counter
-    raw_decode = _DECODER.raw_decode
+    decode = _DECODER.raw_decode
     async for raw in response.aiter_raw():
         now = perf()
-        buffer += raw
+        buffer = buffer + raw if buffer else raw
+        if b"\r" in raw:  # CRLF line ends are valid SSE
+            buffer = buffer.replace(b"\r\n", b"\n")
         if b"\n\n" not in buffer:
             continue
         *events, buffer = buffer.split(b"\n\n")
         for event in events:
-            if event.startswith(b"data: ") and b"\n" not in event:
-                payloads = [event[6:]]
-            else:  # comments, other fields, CRLF or multi-line events: the slow path
-                payloads = [
-                    line[5:].strip()
-                    for line in event.replace(b"\r\n", b"\n").split(b"\n")
-                    if line.startswith(b"data:")
-                ]
+            if event.startswith(b"data: {") and b"\n" not in event:
+                try:
+                    data = decode(event[6:].decode())[0]
+                except ValueError:
+                    data = _decode(event[6:])
+                handle(state, data, now, chat)
+                continue
+            payloads = [event[6:]] if event.startswith(b"data: ") else _slow_event(event)
             for payload in payloads:
                 if payload == b"[DONE]":
                     state.done = True
                     continue
-                try:
-                    # str + raw_decode skips json.loads' encoding sniffing per event
-                    data = raw_decode(payload.decode())[0]
-                except ValueError:
-                    try:
-                        data = json.loads(payload)
-                    except ValueError:
-                        raise _StreamError(f"unparsable SSE data: {payload[:120]!r}") from None
-                if not isinstance(data, dict):
-                    continue
-                if sglang:
-                    _handle_sglang(state, data, now)
-                else:
-                    _handle_openai(state, data, now, chat)
+                data = _decode(payload)
+                if isinstance(data, dict):
+                    handle(state, data, now, chat)
 
 
 async def send_request(
