@@ -151,13 +151,21 @@ def compare(url: str, model: str, args: argparse.Namespace) -> None:
                     b.append(theirs(url, c, args, work, dataset=dataset, model=model))
                     a.append(ours(url, c, args, work))
             print(f"\nconcurrency {c}")
-            print(f"  {'metric':22} {'specops':>12} {'vllm bench':>12} {'ours/theirs':>12}")
+            print(
+                f"  {'metric (median)':22} {'specops':>12} {'vllm bench':>12} "
+                f"{'ours/theirs':>12}  per-repeat ratios"
+            )
             for key in ("ttft_p50_ms", "tpot_p50_ms", "output_tok_s", "acceptance_length"):
                 x, y = _median(a, key), _median(b, key)
                 ratio = f"{x / y:.3f}" if x is not None and y else "-"
                 xs = f"{x:.3f}" if x is not None else "-"
                 ys = f"{y:.3f}" if y is not None else "-"
-                print(f"  {key:22} {xs:>12} {ys:>12} {ratio:>12}")
+                pairs = [
+                    f"{ra[key] / rb[key]:.2f}"  # type: ignore[operator]
+                    for ra, rb in zip(a, b, strict=True)
+                    if ra[key] is not None and rb[key]
+                ]
+                print(f"  {key:22} {xs:>12} {ys:>12} {ratio:>12}  {' '.join(pairs)}")
             print(
                 f"  output tokens per run: specops {[int(r['output_tokens'] or 0) for r in a]}, "
                 f"vllm bench {[int(r['output_tokens'] or 0) for r in b]}"
