@@ -11,7 +11,7 @@ import importlib
 
 __all__ = ["LAB_COMMAND_MODULES", "register"]
 
-LAB_COMMAND_MODULES: tuple[str, ...] = ("specops.lab.hosttree",)
+LAB_COMMAND_MODULES: tuple[str, ...] = ("specops.lab.hosttree", "specops.lab.pve.cli")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

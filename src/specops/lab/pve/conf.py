@@ -1,0 +1,32 @@
+"""The PVE conf parser/writer of the local collection, importable from the package.
+
+The one implementation lives in the collection (``module_utils/pve_conf.py``: it also
+runs on managed hosts). pytest puts ``collections/`` on the path; the ``specops`` CLI
+may run without it, so the repository's ``collections/`` is added when needed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+try:
+    from ansible_collections.specops.infra.plugins.module_utils import pve_conf
+except ImportError:  # pragma: no cover - depends on how the CLI was started
+    sys.path.append(str(Path(__file__).resolve().parents[4] / "collections"))
+    from ansible_collections.specops.infra.plugins.module_utils import pve_conf
+
+PveConf = pve_conf.PveConf
+PveConfError = pve_conf.PveConfError
+parse = pve_conf.parse
+parse_property_string = pve_conf.parse_property_string
+format_property_string = pve_conf.format_property_string
+
+__all__ = [
+    "PveConf",
+    "PveConfError",
+    "format_property_string",
+    "parse",
+    "parse_property_string",
+    "pve_conf",
+]

@@ -1,0 +1,157 @@
+"""Helpers for tests that need a lab PVE cluster or the API stand-in.
+
+``running_api(cluster_dir)`` starts ``specops lab api serve`` as a child process on a
+free 127.0.0.1 port with a fresh random token and stops it on exit; use it from any
+test area (a pytest fixture in ``tests/lab/conftest.py`` wraps it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from specops.lab.pve.layout import Cluster, Node, init_cluster
+
+__all__ = [
+    "TEMPLATE_NAME",
+    "ApiHandle",
+    "free_port",
+    "make_test_cluster",
+    "running_api",
+    "stop_lab_containers",
+]
+
+_REPO = Path(__file__).resolve().parents[4]
+TEMPLATE_NAME = "debian-bookworm-rootfs.tar"
+
+
+def make_test_cluster(
+    base: Path,
+    template: Path | None,
+    *,
+    names: tuple[str, ...] = ("pvetest-a", "pvetest-b"),
+    cgroup: str = "v2",
+) -> Cluster:
+    """A lab cluster under ``base`` (own lxcpath), the template in each node's storage."""
+    nodes = [Node(name=n, root=base / n, cgroup=cgroup, lxcpath=base / "lxc") for n in names]
+    cluster = init_cluster(base / "cluster", nodes, name="pvetest")
+    if template is not None:
+        for node in nodes:
+            target = node.host_path("/var/lib/vz/template/cache") / TEMPLATE_NAME
+            try:
+                os.link(template, target)
+            except OSError:
+                shutil.copy(template, target)
+    return cluster
+
+
+@dataclass(frozen=True)
+class ApiHandle:
+    host: str
+    port: int
+    cert: Path  # pass as verify_ssl= (proxmoxer) / verify= (requests, httpx)
+    user: str  # root@pam
+    token_name: str
+    token_value: str
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.host}:{self.port}/api2/json"
+
+    @property
+    def auth_header(self) -> str:
+        return f"PVEAPIToken={self.user}!{self.token_name}={self.token_value}"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def running_api(cluster_dir: Path, *, timeout: float = 30) -> Iterator[ApiHandle]:
+    """Run the API stand-in for ``cluster_dir`` while the block runs."""
+    token = secrets.token_hex(16)
+    tokens_file = cluster_dir / "tokens"
+    tokens_file.write_text(f"root@pam!specops={token}\n")
+    tokens_file.chmod(0o600)
+    port = free_port()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(_REPO / "src"), str(_REPO / "collections"), env.get("PYTHONPATH", "")]
+    )
+    log = (cluster_dir / "api.log").open("w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specops.lab.pve.cli",
+            "api",
+            "serve",
+            "--cluster",
+            str(cluster_dir),
+            "--port",
+            str(port),
+            "--tokens-file",
+            str(tokens_file),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"API stand-in exited: {(cluster_dir / 'api.log').read_text()}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("API stand-in did not listen in time")
+            time.sleep(0.1)
+        yield ApiHandle(
+            "127.0.0.1", port, cluster_dir / "pki" / "pve-ssl.pem", "root@pam", "specops", token
+        )
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def stop_lab_containers(cluster: Cluster, *, remove_rootfs: bool = True) -> None:
+    """Hard-stop every LXC container of the cluster's nodes (test teardown); by default
+    also delete the container rootfs dirs (hundreds of MB each)."""
+    for node in cluster.nodes.values():
+        for conf in sorted(node.lxc_conf_dir.glob("*.conf")):
+            name = node.lxc_name(int(conf.stem))
+            subprocess.run(
+                ["lxc-stop", "-n", name, "-P", str(node.lxcpath), "-k"],
+                capture_output=True,
+                check=False,
+                timeout=60,
+            )
+        if node.lxcpath.is_dir():
+            for d in node.lxcpath.glob(f"{node.name}-*"):
+                subprocess.run(
+                    ["lxc-stop", "-n", d.name, "-P", str(node.lxcpath), "-k"],
+                    capture_output=True,
+                    check=False,
+                    timeout=60,
+                )
+        if remove_rootfs:
+            shutil.rmtree(node.host_path("/var/lib/vz/images"), ignore_errors=True)

@@ -1,0 +1,153 @@
+"""The pct stand-in on real LXC: GPU lines from a PVE conf decide ENXIO vs EPERM."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from specops.lab.pve import pct
+from specops.lab.pve.layout import Cluster, Node
+from specops.lab.pve.lxcconf import StartError
+from specops.lab.pve.testing import TEMPLATE_NAME
+
+pytestmark = pytest.mark.lxc
+
+OPEN = """
+import errno, os, sys
+for path in sys.argv[1:]:
+    try:
+        os.close(os.open(path, os.O_RDWR))
+        print(path, "OK")
+    except OSError as exc:
+        print(path, errno.errorcode[exc.errno])
+"""
+
+SNAPSHOT = """
+[before-gpu]
+#taken before the GPU was added
+arch: amd64
+lxc.cgroup2.devices.allow: c 509:* rwm
+snaptime: 1732000000
+"""
+
+
+def _mknod(node: Node, path: str, major: int, minor: int) -> None:
+    host = node.host_path(path)
+    host.parent.mkdir(parents=True, exist_ok=True)
+    os.mknod(host, 0o020666, os.makedev(major, minor))
+
+
+def _create(node: Node, vmid: int, extra: str) -> Path:
+    pct.ct_create(
+        None,
+        node,
+        vmid,
+        ostemplate=f"local:vztmpl/{TEMPLATE_NAME}",
+        options={"hostname": f"ct{vmid}"},
+    )
+    conf = node.ct_conf(vmid)
+    main = conf.read_text()
+    conf.write_text(main + extra + SNAPSHOT)
+    return conf
+
+
+def _open_in_ct(node: Node, vmid: int, *paths: str) -> dict[str, str]:
+    proc = pct.ct_exec(node, vmid, ["python3", "-c", OPEN, *paths], timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return dict(line.split() for line in proc.stdout.decode().splitlines())
+
+
+def test_raw_gpu_lines_enxio_then_eperm_without_allow(lab_cluster: Cluster) -> None:
+    node = lab_cluster.node("pvetest-a")
+    _mknod(node, "/dev/nvidia0", 195, 0)
+    _mknod(node, "/dev/nvidia-uvm", 509, 0)
+    conf = _create(
+        node,
+        101,
+        (
+            "lxc.cgroup2.devices.allow: c 195:* rwm\n"
+            "lxc.cgroup2.devices.allow: c 509:* rwm\n"
+            "lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\n"
+            "lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file\n"
+        ),
+    )
+    snapshot_before = conf.read_text().split("[before-gpu]")[1]
+    pct.ct_start(node, 101)
+    assert pct.ct_status(node, 101).status == "running"
+    # Allowed, no driver behind the node: ENXIO, for the card and for uvm.
+    assert _open_in_ct(node, 101, "/dev/nvidia0", "/dev/nvidia-uvm") == {
+        "/dev/nvidia0": "ENXIO",
+        "/dev/nvidia-uvm": "ENXIO",
+    }
+
+    # Drop the uvm allow line through the API-equivalent edit path and reboot: EPERM.
+    text = conf.read_text().replace("lxc.cgroup2.devices.allow: c 509:* rwm\n", "", 1)
+    conf.write_text(text)
+    pct.ct_reboot(node, 101, timeout=30)
+    assert _open_in_ct(node, 101, "/dev/nvidia0", "/dev/nvidia-uvm") == {
+        "/dev/nvidia0": "ENXIO",
+        "/dev/nvidia-uvm": "EPERM",
+    }
+    # The snapshot section (which still allows 509) was ignored and left byte-identical.
+    assert conf.read_text().split("[before-gpu]")[1] == snapshot_before
+    pct.ct_stop(node, 101)
+    assert pct.ct_status(node, 101).status == "stopped"
+
+
+def test_dev_entries_allow_real_major_minor_only(lab_cluster: Cluster) -> None:
+    node = lab_cluster.node("pvetest-a")
+    _mknod(node, "/dev/nvidia2", 195, 2)
+    _mknod(node, "/dev/nvidia-uvm", 511, 0)
+    conf = _create(node, 102, "dev0: /dev/nvidia2,gid=44,mode=0666\ndev1: /dev/nvidia-uvm\n")
+    before = conf.read_text()
+    pct.ct_start(node, 102)
+    seen = _open_in_ct(node, 102, "/dev/nvidia2", "/dev/nvidia-uvm")
+    assert seen == {"/dev/nvidia2": "ENXIO", "/dev/nvidia-uvm": "ENXIO"}
+    # devN allows exactly 195:2: another card's minor made inside the CT is denied.
+    proc = pct.ct_exec(node, 102, ["sh", "-c", "mknod /dev/nvidia3 c 195 3 && ls -ln /dev/nvidia2"])
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert " 44 " in proc.stdout.decode()  # gid=44 applied to the node
+    assert _open_in_ct(node, 102, "/dev/nvidia3") == {"/dev/nvidia3": "EPERM"}
+    assert conf.read_text() == before  # start never writes the PVE conf
+
+
+def test_dev_entry_follows_a_changed_major(lab_cluster: Cluster) -> None:
+    """PVE stats the node at every start: a new uvm major needs no conf edit."""
+    node = lab_cluster.node("pvetest-b")
+    _mknod(node, "/dev/nvidia-uvm", 509, 0)
+    _create(node, 103, "dev0: /dev/nvidia-uvm\n")
+    pct.ct_start(node, 103)
+    assert _open_in_ct(node, 103, "/dev/nvidia-uvm") == {"/dev/nvidia-uvm": "ENXIO"}
+    pct.ct_shutdown(node, 103, timeout=30)
+    node.host_path("/dev/nvidia-uvm").unlink()
+    _mknod(node, "/dev/nvidia-uvm", 511, 0)
+    pct.ct_start(node, 103)
+    assert _open_in_ct(node, 103, "/dev/nvidia-uvm") == {"/dev/nvidia-uvm": "ENXIO"}
+    config = (node.lxcpath / node.lxc_name(103) / "config").read_text()
+    assert "c 511:0 rw" in config
+    assert "509" not in config
+
+
+def test_missing_device_fails_start_with_pve_wording(lab_cluster: Cluster) -> None:
+    node = lab_cluster.node("pvetest-a")
+    _create(node, 104, "dev0: /dev/nvidia7\n")
+    with pytest.raises(StartError, match=r"^Device /dev/nvidia7 does not exist$"):
+        pct.ct_start(node, 104)
+    assert pct.ct_status(node, 104).status == "stopped"
+    assert not (node.lxcpath / node.lxc_name(104) / "config").exists()
+
+
+def test_v1_node_ignores_v2_lines(lab_cluster_v1: Cluster) -> None:
+    """A conf written for cgroup v2 on a v1 (PVE 6) host: the allow line does nothing."""
+    node = lab_cluster_v1.node("pvetest-a")
+    _mknod(node, "/dev/nvidia0", 195, 0)
+    _create(
+        node,
+        105,
+        "lxc.cgroup2.devices.allow: c 195:* rwm\n"
+        "lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\n",
+    )
+    pct.ct_start(node, 105)
+    assert _open_in_ct(node, 105, "/dev/nvidia0") == {"/dev/nvidia0": "EPERM"}

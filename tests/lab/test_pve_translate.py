@@ -1,0 +1,206 @@
+"""PVE conf -> LXC config translation and the schema checks, without starting anything."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from specops.errors import ValidationError
+from specops.lab.pve import pct
+from specops.lab.pve.conf import parse
+from specops.lab.pve.layout import Cluster, Node, init_cluster, read_storage_cfg
+from specops.lab.pve.lxcconf import StartError, build_lxc_config
+from specops.lab.pve.testing import make_test_cluster
+from specops.pve_schema import ApiError, calls_in, check_call, find_endpoint
+
+CONF = """\
+#desc
+arch: amd64
+hostname: llm1
+ostype: debian
+rootfs: local:100/subvol-100-disk-0.subvol,size=8G
+dev0: /dev/nvidia1,gid=44
+lxc.cgroup2.devices.allow: c 195:* rwm
+lxc.cgroup.devices.allow: c 10:200 rwm
+lxc.mount.entry: /dev/nvidia1 dev/nvidia1 none bind,optional,create=file
+lxc.mount.entry: tmpfs tmp tmpfs rw 0 0
+
+[old]
+lxc.cgroup2.devices.allow: c 509:* rwm
+dev5: /dev/gone
+"""
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Node:
+    node = Node(name="pvetest-x", root=tmp_path / "x", lxcpath=tmp_path / "lxc")
+    init_cluster(tmp_path / "cluster", [node])
+    os.mknod(node.host_path("/dev/nvidia1"), 0o020660, os.makedev(195, 1))
+    return node
+
+
+def _plan(node: Node, machine: str, conf: str = CONF) -> tuple[list[str], list[str]]:
+    plan = build_lxc_config(
+        parse(conf),
+        vmid=100,
+        node=node,
+        rootfs=Path("/r"),
+        passthrough_dir=Path("/p"),
+        machine_cgroup=machine,
+    )
+    return plan.config.splitlines(), plan.warnings
+
+
+def test_v2_host_on_this_v1_machine(node: Node) -> None:
+    lines, warnings = _plan(node, "v1")
+    root = node.root
+    assert lines[:2] == [
+        "lxc.arch = amd64",
+        "lxc.include = /usr/share/lxc/config/debian.common.conf",
+    ]
+    # devN: the node's real major:minor, a bind of the passthrough node.
+    assert "lxc.cgroup.devices.allow = c 195:1 rw" in lines
+    assert "lxc.mount.entry = /p/dev/nvidia1 dev/nvidia1 none bind,create=file 0 0" in lines
+    # Raw lines in order, v2 device key written as the key this machine enforces.
+    raw = lines[lines.index("lxc.net.0.type = empty") + 1 :]
+    assert raw == [
+        "lxc.cgroup.devices.allow = c 195:* rwm",
+        f"lxc.mount.entry = {root}/dev/nvidia1 dev/nvidia1 none bind,optional,create=file",
+        "lxc.mount.entry = tmpfs tmp tmpfs rw 0 0",
+    ]
+    assert warnings == [
+        "lxc.cgroup.devices.allow ignored: the emulated host 'pvetest-x' uses cgroup v2"
+    ]
+    assert "lxc.uts.name = llm1" in lines
+    assert "lxc.rootfs.path = dir:/r" in lines
+    assert not any("509" in ln or "gone" in ln for ln in lines)  # snapshot ignored
+
+
+def test_v2_host_on_a_v2_machine_keeps_v2_key(node: Node) -> None:
+    lines, _ = _plan(node, "v2")
+    assert "lxc.cgroup2.devices.allow = c 195:* rwm" in lines
+    assert "lxc.cgroup2.devices.allow = c 195:1 rw" in lines
+    assert not any(ln.startswith("lxc.cgroup.devices") for ln in lines)
+
+
+def test_v1_host_drops_v2_lines(tmp_path: Path) -> None:
+    node = Node(name="pvetest-y", root=tmp_path / "y", cgroup="v1", lxcpath=tmp_path / "lxc")
+    init_cluster(tmp_path / "c", [node])
+    os.mknod(node.host_path("/dev/nvidia1"), 0o020660, os.makedev(195, 1))
+    lines, warnings = _plan(node, "v1")
+    assert "lxc.cgroup.devices.allow = c 10:200 rwm" in lines
+    assert "lxc.cgroup.devices.allow = c 195:* rwm" not in lines
+    assert "lxc.cgroup.devices.allow = c 195:1 rw" in lines  # devN uses the host's key
+    assert warnings == [
+        "lxc.cgroup2.devices.allow ignored: the emulated host 'pvetest-y' uses cgroup v1"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("dev1: /dev/nvidia9\n", "Device /dev/nvidia9 does not exist"),
+        ("dev1: /etc/pve/storage.cfg\n", "/etc/pve/storage.cfg is not a device"),
+        ("dev1: gid=5\n", "Path is not defined for passthrough device dev1"),
+        ("unprivileged: 1\n", "unprivileged containers"),
+    ],
+)
+def test_start_refusals(node: Node, extra: str, message: str) -> None:
+    with pytest.raises(StartError, match=message):
+        _plan(node, "v1", CONF.replace("hostname: llm1\n", f"hostname: llm1\n{extra}"))
+
+
+def test_layout_paths_and_validation(tmp_path: Path, node: Node) -> None:
+    assert node.volume_path("local:100/subvol-100-disk-0.subvol") == (
+        node.root / "var/lib/vz/images/100/subvol-100-disk-0.subvol"
+    )
+    assert node.volume_path("local:vztmpl/t.tar") == node.root / "var/lib/vz/template/cache/t.tar"
+    with pytest.raises(ValidationError, match="storage 'nfs' does not exist"):
+        node.volume_path("nfs:100/x")
+    with pytest.raises(ValidationError, match=r"node\.name"):
+        Node(name="bad_name", root=tmp_path)
+    with pytest.raises(ValidationError, match=r"node\.cgroup"):
+        Node(name="ok", root=tmp_path, cgroup="v3")
+    cluster = Cluster.load(tmp_path / "cluster")
+    assert cluster.node("pvetest-x").root == node.root
+    assert Node.from_root(node.root) == node
+    with pytest.raises(ValidationError, match="no such cluster node 'nope'"):
+        cluster.node("nope")
+    storages = read_storage_cfg("dir: local\n\tpath /var/lib/vz\n\tcontent rootdir,vztmpl\n")
+    assert storages["local"].content == ["rootdir", "vztmpl"]
+
+
+def test_schema_lookup_prefers_literal_segments() -> None:
+    ep = find_endpoint("GET", "/nodes/pve1/lxc/101/status/current")
+    assert ep.template == "/nodes/{node}/lxc/{vmid}/status/current"
+    assert ep.path_params == {"node": "pve1", "vmid": "101"}
+    assert find_endpoint("GET", "/cluster/mapping/pci").template == "/cluster/mapping/pci"
+
+
+def test_schema_checks_types_and_property_strings() -> None:
+    _, typed = check_call(
+        "POST", "/nodes/pve1/lxc/101/migrate", {"target": "pve2", "restart": "1", "timeout": "30"}
+    )
+    assert typed == {"target": "pve2", "restart": 1, "timeout": 30, "node": "pve1", "vmid": 101}
+    with pytest.raises(ApiError) as exc:
+        check_call(
+            "PUT",
+            "/nodes/pve1/lxc/101/config",
+            {"dev0": "/dev/nvidia0,colour=red", "dev300": "/dev/x"},
+        )
+    assert exc.value.status == 400
+    assert exc.value.message == "Parameter verification failed."
+    assert exc.value.errors == {
+        "dev0": "invalid format - format error\ndev0.colour: property is not defined in "
+        "schema and the schema does not allow additional properties",
+        "dev300": "property is not defined in schema and the schema does not allow "
+        "additional properties",
+    }
+    with pytest.raises(ApiError, match="501 Method 'PATCH /version' not implemented"):
+        check_call("PATCH", "/version")
+
+
+def test_calls_in_for_project_wide_checks() -> None:
+    assert (
+        calls_in(
+            [
+                ("POST", "/nodes/{node}/lxc/{vmid}/migrate", ["target", "restart", "timeout"]),
+                ("GET", "/cluster/resources", ["type"]),
+            ]
+        )
+        == []
+    )
+    assert calls_in(
+        [
+            ("POST", "/nodes/{node}/lxc/{vmid}/migrate", ["target", "live"]),
+            ("GET", "/nodes/{node}/lxc/{vmid}/gpu", []),
+        ]
+    ) == [
+        "POST /nodes/{node}/lxc/{vmid}/migrate: parameter 'live': property is not defined in "
+        "schema and the schema does not allow additional properties",
+        "Method 'GET /nodes/{node}/lxc/{vmid}/gpu' not implemented",
+    ]
+
+
+def test_migrate_refuses_local_bind_mount_and_changes_nothing(tmp_path: Path) -> None:
+    cluster = make_test_cluster(tmp_path, None)
+    a = cluster.node("pvetest-a")
+    a.volume_path("local:120/subvol-120-disk-0.subvol").mkdir(parents=True)
+    text = (
+        "arch: amd64\nostype: debian\nmp0: /srv/models,mp=/models\n"
+        "rootfs: local:120/subvol-120-disk-0.subvol,size=0G\n"
+    )
+    a.ct_conf(120).write_text(text)
+    with pytest.raises(pct.PveError, match="cannot migrate local bind mount point 'mp0'"):
+        pct.ct_migrate(cluster, a, 120, "pvetest-b")
+    assert a.ct_conf(120).read_text() == text
+    assert not cluster.node("pvetest-b").ct_conf(120).exists()
+    # shared=1 lets it go: conf and the rootfs dir move to the target's root.
+    a.ct_conf(120).write_text(text.replace("mp=/models", "mp=/models,shared=1"))
+    pct.ct_migrate(cluster, a, 120, "pvetest-b")
+    b = cluster.node("pvetest-b")
+    assert b.volume_path("local:120/subvol-120-disk-0.subvol").is_dir()
+    assert not a.ct_conf(120).exists()
+    assert "shared=1" in b.ct_conf(120).read_text()
