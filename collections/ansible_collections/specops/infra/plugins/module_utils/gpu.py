@@ -1,0 +1,1058 @@
+"""GPU facts of a Proxmox VE host, read from sysfs, procfs and ``/etc/pve``.
+
+This is the one home of GPU facts parsing in specops. The ``gpu_facts`` module returns
+:func:`gather_facts` as ``ansible_facts.specops_gpu``; every host role reads that shape.
+
+Everything is read from files under configurable roots (:class:`HostRoots`), so the same
+code runs on a real node (roots ``/sys``, ``/proc``, ``/etc/pve``, ``/dev``, ...), on a
+simulated host tree built by ``specops lab hosttree build``, and on recorded fixtures.
+Nothing is executed: no ``lspci``, no ``qm``, no ``pveversion``.
+
+Stdlib only: this file runs on managed hosts (Python >= 3.9 there is enough at runtime,
+the annotations are strings).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "FACTS_SCHEMA_VERSION",
+    "KNOWN_GPUS",
+    "BootInfo",
+    "CgroupInfo",
+    "DeviceNode",
+    "GpuCard",
+    "GpuFactsError",
+    "Holder",
+    "HostGpuFacts",
+    "HostPciEntry",
+    "HostRoots",
+    "KnownGpu",
+    "NvidiaGpuInfo",
+    "NvidiaModule",
+    "PciAddress",
+    "PciFunction",
+    "PciMapping",
+    "facts_summary",
+    "gather_facts",
+    "gpu_name",
+    "parse_hostpci_value",
+    "parse_nvidia_information",
+    "parse_nvidia_version_text",
+    "parse_pci_mapping_cfg",
+    "parse_proc_devices",
+    "parse_pvecfg",
+    "parse_vm_config",
+    "pidfile_vm_running",
+]
+
+FACTS_SCHEMA_VERSION = 1
+
+NVIDIA_VENDOR = "10de"
+# PCI base class 0x03 (display): subclass 0x00 VGA (desktop and workstation cards such
+# as the A6000, RTX PRO 6000 Workstation), 0x02 3D controller (data-center cards such
+# as the H200). Both hold GPUs.
+DISPLAY_CLASSES = {0x0300: "vga", 0x0302: "3d"}
+
+# Char major of /dev/nvidia0..N, /dev/nvidiactl and /dev/nvidia-modeset: fixed by the
+# driver. nvidia-uvm and nvidia-caps majors are dynamic and must be read per host.
+NVIDIA_FIXED_MAJOR = 195
+NVIDIACTL_MINOR = 255
+NVIDIA_MODESET_MINOR = 254
+
+
+class GpuFactsError(Exception):
+    """Input that cannot be read as a host's GPU facts; the message names where."""
+
+
+@dataclass(frozen=True)
+class KnownGpu:
+    name: str
+    architecture: str
+
+
+# PCI vendor:device -> product. Sources: the issue (A6000, 3090 as seen in the seeds'
+# hosts) and NVIDIA's open-gpu-kernel-modules README "supported GPUs" table at tag
+# 595.45.04 (commit df1c9a3d, 2026-03-05), which lists:
+#   NVIDIA RTX A6000                                        2230 (subsys 1459)
+#   NVIDIA GeForce RTX 3090                                 2204
+#   NVIDIA RTX PRO 6000 Blackwell Workstation Edition       2BB1 (subsys 204B)
+#   NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition 2BB4 (subsys 204C)
+#   NVIDIA RTX PRO 6000 Blackwell Server Edition            2BB5 (subsys 204E, 220B)
+#   NVIDIA H200                                             2335 (subsys 18BE, 18BF)
+#   NVIDIA H200 NVL                                         233B (subsys 1996)
+# 2bb1 as a VGA function (class 0x0300) with an HD audio sibling 10de:22e8 is also seen
+# in public lspci listings of RTX PRO 6000 hosts.
+KNOWN_GPUS: dict[str, KnownGpu] = {
+    "10de:2230": KnownGpu("NVIDIA RTX A6000", "ampere"),
+    "10de:2204": KnownGpu("NVIDIA GeForce RTX 3090", "ampere"),
+    "10de:2bb1": KnownGpu("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "blackwell"),
+    "10de:2bb4": KnownGpu("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "blackwell"),
+    "10de:2bb5": KnownGpu("NVIDIA RTX PRO 6000 Blackwell Server Edition", "blackwell"),
+    "10de:2335": KnownGpu("NVIDIA H200", "hopper"),
+    "10de:233b": KnownGpu("NVIDIA H200 NVL", "hopper"),
+}
+
+
+def gpu_name(pci_id: str) -> KnownGpu:
+    """The product behind ``vendor:device`` (lower-case hex), or a generic fallback."""
+    known = KNOWN_GPUS.get(pci_id.lower())
+    if known is not None:
+        return known
+    vendor, _, _device = pci_id.lower().partition(":")
+    if vendor == NVIDIA_VENDOR:
+        return KnownGpu(f"NVIDIA GPU {pci_id.lower()}", "unknown")
+    return KnownGpu(f"PCI display device {pci_id.lower()}", "unknown")
+
+
+# --------------------------------------------------------------------------- roots
+
+
+@dataclass(frozen=True)
+class HostRoots:
+    """Where each part of the host's file system is read from.
+
+    ``root`` is the file system root; every other path defaults to a place under it, so
+    a simulated host tree needs only ``HostRoots.under(tree)``. Each can be overridden
+    alone (the module's ``sys_root``, ``proc_root``, ... options).
+    """
+
+    root: str = "/"
+    sys: str = ""
+    proc: str = ""
+    etc_pve: str = ""
+    dev: str = ""
+    etc: str = ""
+    run: str = ""
+    usr_share: str = ""
+    var_lib: str = ""
+
+    def __post_init__(self) -> None:
+        defaults = {
+            "sys": "sys",
+            "proc": "proc",
+            "etc_pve": "etc/pve",
+            "dev": "dev",
+            "etc": "etc",
+            "run": "run",
+            "usr_share": "usr/share",
+            "var_lib": "var/lib",
+        }
+        for name, rel in defaults.items():
+            if not getattr(self, name):
+                object.__setattr__(self, name, os.path.join(self.root, rel))
+
+    @classmethod
+    def under(cls, root: str | os.PathLike[str]) -> HostRoots:
+        return cls(root=os.fspath(root))
+
+
+# --------------------------------------------------------------------------- small readers
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    except PermissionError:
+        return None
+
+
+def _read_stripped(path: Path) -> str | None:
+    text = _read(path)
+    return None if text is None else text.strip()
+
+
+def _link_name(path: Path) -> str | None:
+    """Basename of a symlink's target (``driver`` -> ``vfio-pci``), None if absent."""
+    try:
+        target = os.readlink(path)
+    except (FileNotFoundError, NotADirectoryError, OSError):
+        return None
+    return os.path.basename(target.rstrip("/"))
+
+
+def _hex_id(text: str | None) -> str | None:
+    """``0x10de`` -> ``10de``."""
+    if text is None:
+        return None
+    value = text.strip().lower()
+    value = value.removeprefix("0x")
+    if not re.fullmatch(r"[0-9a-f]{1,4}", value):
+        return None
+    return value.zfill(4)
+
+
+# --------------------------------------------------------------------------- PCI addresses
+
+_PCI_FULL = re.compile(r"^([0-9a-f]{4,}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
+# PVE's HOSTPCIID: [domain:]bus:dev[.func] (qemu-server PVE/QemuServer/PCI.pm $PCIRE).
+_PCI_HOSTPCI = re.compile(r"^(?:([0-9a-f]{4,}):)?([0-9a-f]{2}):([0-9a-f]{2})(?:\.([0-7]))?$")
+
+
+@dataclass(frozen=True, order=True)
+class PciAddress:
+    """A PCI function (``function`` set) or a whole device (``function`` None)."""
+
+    domain: str
+    bus: str
+    device: str
+    function: int | None = None
+
+    @classmethod
+    def parse_full(cls, text: str) -> PciAddress:
+        match = _PCI_FULL.match(text.strip().lower())
+        if not match:
+            raise ValueError(f"not a PCI function address DDDD:BB:DD.F: {text!r}")
+        return cls(match[1], match[2], match[3], int(match[4]))
+
+    @classmethod
+    def parse_hostpci(cls, text: str) -> PciAddress:
+        match = _PCI_HOSTPCI.match(text.strip().lower())
+        if not match:
+            raise ValueError(f"not a PCI address [domain:]bus:dev[.func]: {text!r}")
+        func = None if match[4] is None else int(match[4])
+        return cls(match[1] or "0000", match[2], match[3], func)
+
+    @property
+    def slot(self) -> str:
+        return f"{self.domain}:{self.bus}:{self.device}"
+
+    def __str__(self) -> str:
+        if self.function is None:
+            return self.slot
+        return f"{self.slot}.{self.function}"
+
+    def covers(self, function_address: PciAddress) -> bool:
+        """Whether this (device or function) address names ``function_address``."""
+        if self.slot != function_address.slot:
+            return False
+        return self.function is None or self.function == function_address.function
+
+
+# --------------------------------------------------------------------------- parsers
+
+
+def parse_proc_devices(text: str) -> dict[str, int]:
+    """Character devices of ``/proc/devices`` as name -> major."""
+    majors: dict[str, int] = {}
+    section = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.endswith(":"):
+            section = line[:-1].strip().lower()
+            continue
+        if section != "character devices":
+            continue
+        parts = line.split(None, 1)
+        if len(parts) == 2 and parts[0].isdigit():
+            majors[parts[1].strip()] = int(parts[0])
+    return majors
+
+
+@dataclass(frozen=True)
+class NvidiaModule:
+    loaded: bool
+    version: str | None
+    flavour: str | None  # "open" | "proprietary" | None when unknown
+    version_source: str | None
+    version_text: str | None  # first line of /proc/driver/nvidia/version
+
+
+_NVRM_VERSION = re.compile(r"Kernel Module\s+(?:for\s+\S+\s+)?(\d+\.\d+(?:\.\d+)?)")
+
+
+def parse_nvidia_version_text(text: str) -> tuple[str | None, str | None]:
+    """Version and flavour from ``/proc/driver/nvidia/version``.
+
+    Open: ``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04 ...``;
+    proprietary: ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.126.09 ...``.
+    """
+    first = next((ln for ln in text.splitlines() if ln.startswith("NVRM version:")), "")
+    if not first:
+        return None, None
+    match = _NVRM_VERSION.search(first)
+    version = match[1] if match else None
+    flavour = "open" if "Open Kernel Module" in first else "proprietary"
+    return version, flavour
+
+
+def parse_nvidia_information(text: str) -> dict[str, str]:
+    """``Key: value`` lines of ``/proc/driver/nvidia/gpus/<pci>/information``."""
+    info: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip():
+            info[key.strip()] = value.strip()
+    return info
+
+
+def parse_pvecfg(text: str) -> dict[str, str]:
+    """``version``/``release``/``repoid`` of ``/usr/share/perl5/PVE/pvecfg.pm``.
+
+    That file is generated from pve-manager's ``PVE/pvecfg.pm.in`` and holds
+    ``sub version { return '8.3.0'; }`` (older: ``'7.4-3'``), ``sub release``,
+    ``sub repoid``: what ``pveversion`` prints, without running it.
+    """
+    out: dict[str, str] = {}
+    for key in ("version", "release", "repoid"):
+        match = re.search(
+            rf"sub\s+{key}\s*\{{\s*return\s+['\"]([^'\"]*)['\"]\s*;?\s*\}}", text, re.S
+        )
+        if match:
+            out[key] = match[1]
+    return out
+
+
+def _dpkg_version(status_text: str, package: str) -> str | None:
+    """Installed version of ``package`` from ``/var/lib/dpkg/status``."""
+    for stanza in status_text.split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in stanza.splitlines():
+            if line[:1].isspace():
+                continue
+            key, sep, value = line.partition(":")
+            if sep:
+                fields[key.strip()] = value.strip()
+        if fields.get("Package") == package and "installed" in fields.get("Status", ""):
+            return fields.get("Version")
+    return None
+
+
+# --------------------------------------------------------------------------- /etc/pve
+
+
+@dataclass(frozen=True)
+class HostPciEntry:
+    """One ``hostpciN:`` line of a VM config, parsed."""
+
+    vmid: int
+    key: str
+    file: str
+    line: int
+    hosts: tuple[PciAddress, ...]
+    mapping: str | None
+    options: dict[str, str] = field(default_factory=dict)
+
+
+_CONFIGID = re.compile(r"^[a-z][a-z0-9_-]+$", re.I)
+
+
+def _property_string(value: str) -> dict[str, str]:
+    """PVE property string ``a,k=v,...`` (first bare item is the default key ``host``)."""
+    props: dict[str, str] = {}
+    for position, part in enumerate(value.split(",")):
+        if part == "":
+            raise ValueError("empty item in property list")
+        key, sep, val = part.partition("=")
+        if not sep:
+            if position != 0:
+                raise ValueError(f"item {part!r} has no key (only the first may omit host=)")
+            key, val = "host", part
+        key = key.strip()
+        if key in props:
+            raise ValueError(f"duplicate key {key!r}")
+        props[key] = val.strip()
+    return props
+
+
+def parse_hostpci_value(value: str) -> tuple[tuple[PciAddress, ...], str | None, dict[str, str]]:
+    """``host=`` addresses, ``mapping=`` id and other options of a hostpci value.
+
+    Raises ValueError with the problem; :func:`parse_vm_config` adds file and line.
+    """
+    text = value.strip()
+    if not text:
+        raise ValueError("empty value")
+    options = _property_string(text)
+    host = options.pop("host", None)
+    mapping = options.pop("mapping", None)
+    if host is not None and mapping is not None:
+        raise ValueError("host= and mapping= are mutually exclusive")
+    if host is None and mapping is None:
+        raise ValueError("needs host=<[domain:]bus:dev[.func][;...]> or mapping=<id>")
+    if mapping is not None and not _CONFIGID.match(mapping):
+        raise ValueError(f"mapping id {mapping!r} is not a valid PVE config id ([a-z][a-z0-9_-]+)")
+    if host == "":
+        raise ValueError("host= is empty")
+    addresses = tuple(PciAddress.parse_hostpci(item) for item in (host or "").split(";") if host)
+    return addresses, mapping, options
+
+
+_HOSTPCI_KEY = re.compile(r"^(hostpci\d+)\s*:\s*(.*)$")
+
+
+def parse_vm_config(text: str, vmid: int, file: str) -> list[HostPciEntry]:
+    """The ``hostpciN:`` entries of a VM's current config (snapshot/pending sections skipped).
+
+    A malformed value raises :class:`GpuFactsError` naming the file, line and key.
+    """
+    entries: list[HostPciEntry] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if line.startswith("["):
+            break  # [snapshot], [PENDING], [special:cloudinit]: not the running config
+        match = _HOSTPCI_KEY.match(line)
+        if not match:
+            continue
+        key, value = match[1], match[2]
+        try:
+            hosts, mapping, options = parse_hostpci_value(value)
+        except ValueError as exc:
+            raise GpuFactsError(
+                f"{file}:{number}: {key}: {exc} (got {value!r}; valid: "
+                "'host=[domain:]bus:dev[.func][;...][,opt=val...]' or 'mapping=<id>[,...]')"
+            ) from None
+        entries.append(HostPciEntry(vmid, key, file, number, hosts, mapping, options))
+    return entries
+
+
+@dataclass(frozen=True)
+class PciMapping:
+    """One cluster PCI mapping (``/etc/pve/mapping/pci.cfg``) entry for one node."""
+
+    mapping: str
+    node: str
+    paths: tuple[PciAddress, ...]
+    pci_id: str | None
+    iommugroup: int | None
+
+
+def parse_pci_mapping_cfg(text: str, file: str) -> dict[str, list[PciMapping]]:
+    """``/etc/pve/mapping/pci.cfg`` (a PVE SectionConfig) as mapping id -> node entries.
+
+    Format (pve-guest-common ``PVE/Mapping/PCI.pm``): a section header line holding the
+    mapping id alone, then indented ``key value`` lines; ``map`` repeats, one per node,
+    as a property string ``id=10de:2230,iommugroup=14,node=pve-a,path=0000:01:00[;...]``.
+    """
+    result: dict[str, list[PciMapping]] = {}
+    current: str | None = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            if not raw.strip():
+                current = None
+            continue
+        if not raw[0].isspace():
+            ident = raw.strip()
+            if " " in ident or "\t" in ident:
+                raise GpuFactsError(f"{file}:{number}: bad section header {ident!r}")
+            current = ident
+            result.setdefault(current, [])
+            continue
+        if current is None:
+            raise GpuFactsError(f"{file}:{number}: property outside a section: {raw.strip()!r}")
+        key, _, value = raw.strip().partition(" ")
+        if key != "map":
+            continue
+        props: dict[str, str] = {}
+        for part in value.strip().split(","):
+            k, sep, v = part.partition("=")
+            if not sep:
+                raise GpuFactsError(f"{file}:{number}: map: item {part!r} has no '='")
+            props[k.strip()] = v.strip()
+        if "node" not in props or "path" not in props:
+            raise GpuFactsError(f"{file}:{number}: map: needs node= and path= (got {value!r})")
+        try:
+            paths = tuple(PciAddress.parse_hostpci(p) for p in props["path"].split(";"))
+        except ValueError as exc:
+            raise GpuFactsError(f"{file}:{number}: map: path: {exc}") from None
+        group = props.get("iommugroup")
+        result[current].append(
+            PciMapping(
+                mapping=current,
+                node=props["node"],
+                paths=paths,
+                pci_id=props.get("id", "").lower() or None,
+                iommugroup=int(group) if group and group.isdigit() else None,
+            )
+        )
+    return result
+
+
+# --------------------------------------------------------------------------- VM running
+
+
+def pidfile_vm_running(roots: HostRoots) -> Callable[[int], bool]:
+    """The check ``qm status`` makes, from files: ``<run>/qemu-server/<vmid>.pid`` names a
+    live process (``<proc>/<pid>`` exists) whose command line is that VM's QEMU (``-id
+    <vmid>`` or the pidfile path in it). Works on a real node and on a simulated tree.
+    """
+
+    def running(vmid: int) -> bool:
+        pidfile = Path(roots.run) / "qemu-server" / f"{vmid}.pid"
+        text = _read_stripped(pidfile)
+        if not text or not text.isdigit():
+            return False
+        proc_dir = Path(roots.proc) / text
+        if not proc_dir.is_dir():
+            return False
+        try:
+            cmdline = (proc_dir / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        args = [a.decode("utf-8", "replace") for a in cmdline]
+        for i, arg in enumerate(args[:-1]):
+            if arg == "-id" and args[i + 1] == str(vmid):
+                return True
+            if arg == "-pidfile" and args[i + 1].endswith(f"/qemu-server/{vmid}.pid"):
+                return True
+        return False
+
+    return running
+
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class PciFunction:
+    address: str
+    pci_id: str
+    vendor_id: str
+    device_id: str
+    subsystem_id: str | None
+    class_code: str  # "0x030000"
+    class_kind: str  # vga, 3d, audio, usb, serial, other
+    driver: str | None
+    driver_override: str | None
+    iommu_group: int | None
+
+
+@dataclass(frozen=True)
+class NvidiaGpuInfo:
+    minor: int | None
+    model: str | None
+    uuid: str | None
+    bus_location: str | None
+    device_node: str | None  # /dev/nvidiaN when present under the dev root
+
+
+@dataclass(frozen=True)
+class Holder:
+    vmid: int
+    running: bool
+    config: str
+    key: str
+    line: int
+    via: str  # "host" or "mapping"
+    mapping: str | None
+    functions: list[str]  # which of this card's functions the entry names
+    exclusive: bool  # False when a mapping lists several candidate paths
+
+
+@dataclass(frozen=True)
+class GpuCard:
+    address: str
+    slot: str
+    pci_id: str
+    subsystem_id: str | None
+    name: str
+    architecture: str
+    class_code: str
+    class_kind: str
+    driver: str | None
+    driver_override: str | None
+    iommu_group: int | None
+    iommu_group_members: list[str]
+    iommu_group_foreign: list[str]
+    functions: list[PciFunction]
+    nvidia: NvidiaGpuInfo | None
+    holders: list[Holder]
+    held_by_running_vm: int | None
+    free: bool
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    path: str
+    major: int
+    minor: int
+
+
+@dataclass(frozen=True)
+class BootInfo:
+    loader: str  # "grub" | "systemd-boot"
+    efi: bool
+    secure_boot: bool | None
+    proxmox_boot_tool: bool
+    cmdline_file: str
+    evidence: list[str]
+
+
+@dataclass(frozen=True)
+class CgroupInfo:
+    version: int | None
+    hybrid: bool
+    source: str | None
+
+
+@dataclass(frozen=True)
+class HostGpuFacts:
+    schema_version: int
+    node: str | None
+    kernel_release: str | None
+    pve_version: str | None
+    pve_release: str | None
+    boot: BootInfo
+    cgroup: CgroupInfo
+    iommu_enabled: bool
+    nvidia_module: NvidiaModule
+    nouveau_loaded: bool
+    modules_loaded: dict[str, bool]
+    char_majors: dict[str, int]
+    uvm_major: int | None
+    caps_major: int | None
+    device_nodes: list[DeviceNode]
+    gpus: list[GpuCard]
+    other_display: list[PciFunction]
+    warnings: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_CLASS_KINDS = {0x0300: "vga", 0x0302: "3d", 0x0403: "audio", 0x0C03: "usb", 0x0C80: "serial"}
+
+
+def _read_function(sys_root: Path, name: str) -> PciFunction | None:
+    dev = sys_root / "bus" / "pci" / "devices" / name
+    vendor = _hex_id(_read(dev / "vendor"))
+    device = _hex_id(_read(dev / "device"))
+    class_text = _read_stripped(dev / "class")
+    if vendor is None or device is None or class_text is None:
+        return None
+    try:
+        class_value = int(class_text, 16)
+    except ValueError:
+        return None
+    sub_v = _hex_id(_read(dev / "subsystem_vendor"))
+    sub_d = _hex_id(_read(dev / "subsystem_device"))
+    override = _read_stripped(dev / "driver_override")
+    if override in ("(null)", ""):
+        override = None
+    group = _link_name(dev / "iommu_group")
+    return PciFunction(
+        address=name,
+        pci_id=f"{vendor}:{device}",
+        vendor_id=vendor,
+        device_id=device,
+        subsystem_id=f"{sub_v}:{sub_d}" if sub_v and sub_d else None,
+        class_code=f"0x{class_value:06x}",
+        class_kind=_CLASS_KINDS.get(class_value >> 8, "other"),
+        driver=_link_name(dev / "driver"),
+        driver_override=override,
+        iommu_group=int(group) if group is not None and group.isdigit() else None,
+    )
+
+
+def _iommu_members(sys_root: Path, group: int | None) -> list[str]:
+    if group is None:
+        return []
+    devices = sys_root / "kernel" / "iommu_groups" / str(group) / "devices"
+    try:
+        return sorted(p.name for p in devices.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _node_name(roots: HostRoots) -> str | None:
+    text = _read_stripped(Path(roots.proc) / "sys" / "kernel" / "hostname")
+    if not text:
+        text = _read_stripped(Path(roots.etc) / "hostname")
+    return text.split(".")[0] if text else None
+
+
+def _boot_info(roots: HostRoots) -> BootInfo:
+    efi_dir = Path(roots.sys) / "firmware" / "efi"
+    efi = efi_dir.is_dir()
+    secure: bool | None = None
+    if efi:
+        secure = False
+        vars_dir = efi_dir / "efivars"
+        try:
+            for var in vars_dir.glob("SecureBoot-*"):
+                data = var.read_bytes()
+                secure = bool(data) and data[-1] == 1
+        except OSError:
+            secure = None
+    uuids = _read(Path(roots.etc) / "kernel" / "proxmox-boot-uuids")
+    pbt = bool(uuids and any(ln.strip() for ln in uuids.splitlines()))
+    kernel_cmdline = Path(roots.etc) / "kernel" / "cmdline"
+    evidence: list[str] = [f"efi={'yes' if efi else 'no'}"]
+    evidence.append(f"proxmox-boot-uuids={'yes' if pbt else 'no'}")
+    # proxmox-boot-tool syncs ESPs with systemd-boot on EFI, but with GRUB on legacy
+    # BIOS and when Secure Boot is on (PVE 8.1+); outside it the node boots GRUB.
+    if pbt and efi and not secure:
+        loader = "systemd-boot"
+        cmdline_file = str(kernel_cmdline)
+    else:
+        loader = "grub"
+        cmdline_file = str(Path(roots.etc) / "default" / "grub")
+    if secure:
+        evidence.append("secure-boot=on")
+    if kernel_cmdline.exists():
+        evidence.append("etc/kernel/cmdline present")
+    return BootInfo(loader, efi, secure, pbt, cmdline_file, evidence)
+
+
+def _cgroup_info(roots: HostRoots) -> CgroupInfo:
+    mounts = _read(Path(roots.proc) / "mounts")
+    if mounts is not None:
+        v2_at_root = False
+        v2_unified = False
+        v1 = False
+        for line in mounts.splitlines():
+            parts = line.split()
+            if len(parts) < 3:
+                continue
+            where, fstype = parts[1], parts[2]
+            if fstype == "cgroup2":
+                if where == "/sys/fs/cgroup":
+                    v2_at_root = True
+                else:
+                    v2_unified = True
+            elif fstype == "cgroup":
+                v1 = True
+        if v2_at_root:
+            return CgroupInfo(2, False, "proc/mounts")
+        if v1:
+            return CgroupInfo(1, v2_unified, "proc/mounts")
+    cg = Path(roots.sys) / "fs" / "cgroup"
+    if (cg / "cgroup.controllers").exists():
+        return CgroupInfo(2, False, "sys/fs/cgroup/cgroup.controllers")
+    if (cg / "unified" / "cgroup.controllers").exists():
+        return CgroupInfo(1, True, "sys/fs/cgroup/unified")
+    return CgroupInfo(None, False, None)
+
+
+def _nvidia_module(roots: HostRoots) -> NvidiaModule:
+    sys_version = _read_stripped(Path(roots.sys) / "module" / "nvidia" / "version")
+    proc_text = _read(Path(roots.proc) / "driver" / "nvidia" / "version")
+    proc_version, flavour = parse_nvidia_version_text(proc_text) if proc_text else (None, None)
+    loaded = (Path(roots.sys) / "module" / "nvidia").is_dir() or proc_text is not None
+    if sys_version:
+        version, source = sys_version, "sys/module/nvidia/version"
+    elif proc_version:
+        version, source = proc_version, "proc/driver/nvidia/version"
+    else:
+        version, source = None, None
+    first = proc_text.splitlines()[0].strip() if proc_text and proc_text.strip() else None
+    return NvidiaModule(loaded, version, flavour, source, first)
+
+
+_TRACKED_MODULES = (
+    "nvidia",
+    "nvidia_uvm",
+    "nvidia_modeset",
+    "nvidia_drm",
+    "nouveau",
+    "vfio",
+    "vfio_pci",
+    "vfio_iommu_type1",
+)
+
+
+def _device_nodes(roots: HostRoots) -> list[DeviceNode]:
+    dev = Path(roots.dev)
+    candidates: list[Path] = []
+    try:
+        candidates.extend(sorted(dev.glob("nvidia*")))
+        candidates.extend(sorted((dev / "nvidia-caps").glob("nvidia-cap*")))
+    except OSError:
+        return []
+    nodes = []
+    for path in candidates:
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISCHR(st.st_mode):
+            continue
+        rel = "/dev/" + str(path.relative_to(dev))
+        nodes.append(DeviceNode(rel, os.major(st.st_rdev), os.minor(st.st_rdev)))
+    return nodes
+
+
+def _vm_entries(roots: HostRoots, warnings: list[str]) -> list[HostPciEntry]:
+    qemu_dir = Path(roots.etc_pve) / "qemu-server"
+    entries: list[HostPciEntry] = []
+    try:
+        files = sorted(qemu_dir.glob("*.conf"))
+    except OSError:
+        return entries
+    for conf in files:
+        stem = conf.name[: -len(".conf")]
+        if not stem.isdigit():
+            warnings.append(f"{conf}: not a <vmid>.conf name, skipped")
+            continue
+        text = _read(conf)
+        if text is None:
+            continue
+        entries.extend(parse_vm_config(text, int(stem), str(conf)))
+    return entries
+
+
+def _read_functions(sys_root: Path, warnings: list[str]) -> dict[str, PciFunction]:
+    pci_dir = sys_root / "bus" / "pci" / "devices"
+    functions: dict[str, PciFunction] = {}
+    try:
+        names = sorted(p.name for p in pci_dir.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        warnings.append(f"{pci_dir}: missing, no PCI devices read")
+        return functions
+    for name in names:
+        if not _PCI_FULL.match(name):
+            continue
+        fn = _read_function(sys_root, name)
+        if fn is not None:
+            functions[name] = fn
+    return functions
+
+
+# A claim: a hostpci entry and the PCI addresses it names on this node; the flag is
+# False when a mapping offers several candidate paths (PVE takes the first available at
+# VM start, which files cannot tell), so every candidate counts as possibly held.
+_Claim = tuple[HostPciEntry, tuple[PciAddress, ...], bool]
+
+
+def _resolve_claims(
+    *,
+    entries: list[HostPciEntry],
+    mappings: dict[str, list[PciMapping]],
+    mapping_file: str,
+    node_name: str | None,
+    functions: dict[str, PciFunction],
+    warnings: list[str],
+) -> list[_Claim]:
+    claims: list[_Claim] = []
+    for entry in entries:
+        if entry.mapping is None:
+            claims.append((entry, entry.hosts, True))
+            continue
+        where = f"{entry.file}:{entry.line}: {entry.key}: mapping {entry.mapping!r}"
+        if entry.mapping not in mappings:
+            warnings.append(f"{where} is not in {mapping_file}")
+            continue
+        local = [m for m in mappings[entry.mapping] if m.node == node_name]
+        if not local:
+            warnings.append(f"{where} has no entry for node {node_name!r}")
+            continue
+        for m in local:
+            first = m.paths[0]
+            fn0 = functions.get(str(first) if first.function is not None else f"{first}.0")
+            if m.pci_id and fn0 is not None and fn0.pci_id != m.pci_id:
+                warnings.append(
+                    f"{mapping_file}: mapping {m.mapping!r} expects {m.pci_id} at {first}, "
+                    f"found {fn0.pci_id} (hardware changed?)"
+                )
+        paths = tuple(p for m in local for p in m.paths)
+        claims.append((entry, paths, len(paths) == 1))
+    for entry, paths, _exclusive in claims:
+        for p in paths:
+            if not any(p.covers(PciAddress.parse_full(a)) for a in functions):
+                warnings.append(
+                    f"{entry.file}:{entry.line}: {entry.key}: {p} is not a PCI device on this host"
+                )
+    return claims
+
+
+def _nvidia_gpu_info(
+    roots: HostRoots, primary: PciFunction, warnings: list[str]
+) -> NvidiaGpuInfo | None:
+    if primary.driver != "nvidia":
+        return None
+    info_path = Path(roots.proc) / "driver" / "nvidia" / "gpus" / primary.address / "information"
+    info_text = _read(info_path)
+    info = parse_nvidia_information(info_text) if info_text else {}
+    minor_text = info.get("Device Minor")
+    minor = int(minor_text) if minor_text and minor_text.isdigit() else None
+    if minor is None:
+        warnings.append(f"{primary.address}: bound to nvidia but no Device Minor in {info_path}")
+    node_path = None
+    if minor is not None and (Path(roots.dev) / f"nvidia{minor}").exists():
+        node_path = f"/dev/nvidia{minor}"
+    return NvidiaGpuInfo(
+        minor=minor,
+        model=info.get("Model"),
+        uuid=info.get("GPU UUID"),
+        bus_location=info.get("Bus Location"),
+        device_node=node_path,
+    )
+
+
+def _holders(
+    fns: list[PciFunction], claims: list[_Claim], is_running: Callable[[int], bool]
+) -> list[Holder]:
+    holders: list[Holder] = []
+    for entry, paths, exclusive in claims:
+        named = sorted(
+            {f.address for f in fns for p in paths if p.covers(PciAddress.parse_full(f.address))}
+        )
+        if not named:
+            continue
+        holders.append(
+            Holder(
+                vmid=entry.vmid,
+                running=is_running(entry.vmid),
+                config=entry.file,
+                key=entry.key,
+                line=entry.line,
+                via="mapping" if entry.mapping else "host",
+                mapping=entry.mapping,
+                functions=named,
+                exclusive=exclusive,
+            )
+        )
+    return holders
+
+
+def _cards(
+    roots: HostRoots,
+    functions: dict[str, PciFunction],
+    claims: list[_Claim],
+    is_running: Callable[[int], bool],
+    warnings: list[str],
+) -> tuple[list[GpuCard], list[PciFunction]]:
+    sys_root = Path(roots.sys)
+    by_slot: dict[str, list[PciFunction]] = {}
+    for fn in functions.values():
+        by_slot.setdefault(PciAddress.parse_full(fn.address).slot, []).append(fn)
+    gpus: list[GpuCard] = []
+    other_display: list[PciFunction] = []
+    for slot in sorted(by_slot):
+        fns = sorted(by_slot[slot], key=lambda f: f.address)
+        display = [f for f in fns if int(f.class_code, 16) >> 8 in DISPLAY_CLASSES]
+        if not display:
+            continue
+        primary = display[0]
+        if primary.vendor_id != NVIDIA_VENDOR:
+            other_display.extend(display)
+            continue
+        known = gpu_name(primary.pci_id)
+        members = _iommu_members(sys_root, primary.iommu_group)
+        own = {f.address for f in fns}
+        holders = _holders(fns, claims, is_running)
+        running_holder = next((h.vmid for h in holders if h.running), None)
+        gpus.append(
+            GpuCard(
+                address=primary.address,
+                slot=slot,
+                pci_id=primary.pci_id,
+                subsystem_id=primary.subsystem_id,
+                name=known.name,
+                architecture=known.architecture,
+                class_code=primary.class_code,
+                class_kind=primary.class_kind,
+                driver=primary.driver,
+                driver_override=primary.driver_override,
+                iommu_group=primary.iommu_group,
+                iommu_group_members=members,
+                iommu_group_foreign=[m for m in members if m not in own],
+                functions=[primary] + [f for f in fns if f is not primary],
+                nvidia=_nvidia_gpu_info(roots, primary, warnings),
+                holders=holders,
+                held_by_running_vm=running_holder,
+                free=running_holder is None,
+            )
+        )
+    return gpus, other_display
+
+
+def _pve_version(roots: HostRoots) -> tuple[str | None, str | None]:
+    pvecfg = parse_pvecfg(_read(Path(roots.usr_share) / "perl5" / "PVE" / "pvecfg.pm") or "")
+    version = pvecfg.get("version")
+    if version is None:
+        status = _read(Path(roots.var_lib) / "dpkg" / "status")
+        version = _dpkg_version(status, "pve-manager") if status else None
+    release = pvecfg.get("release")
+    if release is None and version:
+        release = ".".join(re.split(r"[.-]", version)[:2])
+    return version, release
+
+
+def gather_facts(
+    roots: HostRoots | None = None,
+    *,
+    node: str | None = None,
+    vm_running: Callable[[int], bool] | None = None,
+) -> HostGpuFacts:
+    """Read the host's GPU facts. ``vm_running`` defaults to :func:`pidfile_vm_running`.
+
+    ``node`` names this node in ``/etc/pve/mapping/pci.cfg`` (default: the kernel
+    hostname under the proc root, else ``<etc>/hostname``).
+    """
+    roots = roots or HostRoots()
+    warnings: list[str] = []
+    sys_root = Path(roots.sys)
+    running_check = vm_running or pidfile_vm_running(roots)
+    node_name = node or _node_name(roots)
+    functions = _read_functions(sys_root, warnings)
+
+    entries = _vm_entries(roots, warnings)
+    mapping_file = Path(roots.etc_pve) / "mapping" / "pci.cfg"
+    mapping_text = _read(mapping_file)
+    mappings = parse_pci_mapping_cfg(mapping_text, str(mapping_file)) if mapping_text else {}
+    claims = _resolve_claims(
+        entries=entries,
+        mappings=mappings,
+        mapping_file=str(mapping_file),
+        node_name=node_name,
+        functions=functions,
+        warnings=warnings,
+    )
+
+    running_cache: dict[int, bool] = {}
+
+    def is_running(vmid: int) -> bool:
+        if vmid not in running_cache:
+            running_cache[vmid] = bool(running_check(vmid))
+        return running_cache[vmid]
+
+    gpus, other_display = _cards(roots, functions, claims, is_running, warnings)
+
+    groups_dir = sys_root / "kernel" / "iommu_groups"
+    iommu_enabled = groups_dir.is_dir() and any(groups_dir.iterdir())
+    char_majors = parse_proc_devices(_read(Path(roots.proc) / "devices") or "")
+    nvidia_majors = {k: v for k, v in sorted(char_majors.items()) if k.startswith("nvidia")}
+    modules_loaded = {m: (sys_root / "module" / m).is_dir() for m in _TRACKED_MODULES}
+    pve_version, pve_release = _pve_version(roots)
+
+    return HostGpuFacts(
+        schema_version=FACTS_SCHEMA_VERSION,
+        node=node_name,
+        kernel_release=_read_stripped(Path(roots.proc) / "sys" / "kernel" / "osrelease"),
+        pve_version=pve_version,
+        pve_release=pve_release,
+        boot=_boot_info(roots),
+        cgroup=_cgroup_info(roots),
+        iommu_enabled=iommu_enabled,
+        nvidia_module=_nvidia_module(roots),
+        nouveau_loaded=modules_loaded["nouveau"],
+        modules_loaded=modules_loaded,
+        char_majors=nvidia_majors,
+        uvm_major=nvidia_majors.get("nvidia-uvm"),
+        caps_major=nvidia_majors.get("nvidia-caps"),
+        device_nodes=_device_nodes(roots),
+        gpus=gpus,
+        other_display=other_display,
+        warnings=warnings,
+    )
+
+
+def facts_summary(cards: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One line per card for messages: ``0000:01:00.0 NVIDIA RTX A6000 vfio-pci free``."""
+    lines = []
+    for card in cards:
+        state = "free" if card["free"] else f"held by running VM {card['held_by_running_vm']}"
+        lines.append(f"{card['address']} {card['name']} {card['driver'] or '-'} {state}")
+    return lines
