@@ -8,8 +8,8 @@ code runs on a real node (roots ``/sys``, ``/proc``, ``/etc/pve``, ``/dev``, ...
 simulated host tree built by ``specops lab hosttree build``, and on recorded fixtures.
 Nothing is executed: no ``lspci``, no ``qm``, no ``pveversion``.
 
-Stdlib only: this file runs on managed hosts (Python >= 3.9 there is enough at runtime,
-the annotations are strings).
+Stdlib only: this file runs on managed hosts, down to Python 3.7 (PVE 6); annotations
+are strings and typing-only aliases sit under TYPE_CHECKING.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "FACTS_SCHEMA_VERSION",
@@ -185,7 +185,8 @@ def _hex_id(text: str | None) -> str | None:
     if text is None:
         return None
     value = text.strip().lower()
-    value = value.removeprefix("0x")
+    if value.startswith("0x"):
+        value = value[2:]
     if not re.fullmatch(r"[0-9a-f]{1,4}", value):
         return None
     return value.zfill(4)
@@ -822,7 +823,8 @@ def _read_functions(sys_root: Path, warnings: list[str]) -> dict[str, PciFunctio
 # A claim: a hostpci entry and the PCI addresses it names on this node; the flag is
 # False when a mapping offers several candidate paths (PVE takes the first available at
 # VM start, which files cannot tell), so every candidate counts as possibly held.
-_Claim = tuple[HostPciEntry, tuple[PciAddress, ...], bool]
+if TYPE_CHECKING:
+    _Claim = tuple[HostPciEntry, tuple[PciAddress, ...], bool]
 
 
 def _resolve_claims(
