@@ -229,10 +229,14 @@ def test_foreign_dynamic_major_kept_with_warning(pve_b_facts: dict[str, Any]) ->
     assert "c 240:0" not in result.after
 
 
-def test_dynamic_major_without_gpu_lines_is_not_ours(pve_b_facts: dict[str, Any]) -> None:
+def test_dynamic_major_alone_is_not_ours(pve_b_facts: dict[str, Any]) -> None:
+    """A dynamic-major allow line in a conf with no GPU: kept by state absent; a dead line
+    (nothing holds 240 on pve-b) once GPUs are given, so it goes, and says so."""
     text = "arch: amd64\nlxc.cgroup2.devices.allow: c 240:0 rwm\n"
-    result = _merge(pve_b_facts, text, "raw")
-    assert "lxc.cgroup2.devices.allow: c 240:0 rwm\n" in result.after
+    assert not _merge(pve_b_facts, text, "raw", cards=[]).changed
+    given = _merge(pve_b_facts, text, "raw")
+    assert "c 240:0" not in given.after
+    assert given.removed == ["lxc.cgroup2.devices.allow: c 240:0 rwm"]
 
 
 def test_method_and_cgroup_choice(pve_b_facts: dict[str, Any]) -> None:

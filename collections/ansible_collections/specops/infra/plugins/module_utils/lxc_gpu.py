@@ -516,7 +516,10 @@ def merge(
     """
     before = conf.render()
     result = MergeResult(before=before, after=before)
-    evidence = _has_gpu_evidence(conf)
+    # A dynamic major that nothing holds here is taken for a stale GPU line when the
+    # conf is (or is about to be) a GPU conf; deciding on the input and the wish alone
+    # (never on lines this merge writes) keeps the merge idempotent.
+    evidence = bool(devices) or _has_gpu_evidence(conf)
 
     def managed(key: str, value: str) -> bool:
         return is_gpu_raw_line(
