@@ -32,6 +32,12 @@ def facts_of(root: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
+def host_builder() -> Callable[..., Path]:
+    """``build_host`` for tests that build a lab host under a root of their own."""
+    return build_host
+
+
+@pytest.fixture(scope="session")
 def pve_b_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Lab host pve-b: 4x RTX PRO 6000 on nvidia (minors 0-3), uvm 511, PVE 8.4, cgroup v2."""
     return build_host("pve-b", tmp_path_factory.mktemp("ctgpu-hw") / "pve-b")
