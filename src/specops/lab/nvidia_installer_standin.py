@@ -52,6 +52,7 @@ _OPEN_ONLY = {"2bb1", "2bb4", "2bb5"}
 _LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 _MANIFEST = Path("/var/lib/nvidia/specops-standin-files")
 _LOG = Path("/var/log/nvidia-installer.log")
+_KMOD_MARK = Path("/var/lib/nvidia/specops-standin-kernel-module")
 _UVM_MAJOR_DEFAULT = 508
 _FLAGS = {
     "--silent",
@@ -497,6 +498,9 @@ def _uninstall(hw: Path | None) -> int:
     if text is None:
         print("ERROR: No NVIDIA driver is currently installed.")
         return 1
+    # Only an install that built the kernel module unloads it (one made with
+    # --no-kernel-module, e.g. inside a container, never touches the host's module).
+    had_module = _KMOD_MARK.exists()
     for line in reversed(text.splitlines()):
         path = Path(line)
         if path.is_symlink() or path.is_file():
@@ -504,7 +508,7 @@ def _uninstall(hw: Path | None) -> int:
         elif path.is_dir():
             shutil.rmtree(path)
     _MANIFEST.unlink()
-    if hw is not None and _loaded_version(hw) is not None:
+    if had_module and hw is not None and _loaded_version(hw) is not None:
         _unload_module(hw)
     print("Uninstallation of existing driver: NVIDIA Accelerated Graphics Driver is complete.")
     return 0
@@ -544,6 +548,9 @@ def run(argv: list[str], program: str) -> int:
         if _loaded_version(hw) is not None:
             _unload_module(hw)
         bound = _load_module(hw, version, flavour)
+        _KMOD_MARK.parent.mkdir(parents=True, exist_ok=True)
+        _KMOD_MARK.write_text(f"{version} {flavour}\n")
+        files.append(str(_KMOD_MARK))
     _MANIFEST.parent.mkdir(parents=True, exist_ok=True)
     _MANIFEST.write_text("\n".join(files) + "\n")
     _LOG.write_text(
