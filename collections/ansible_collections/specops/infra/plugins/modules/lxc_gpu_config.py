@@ -9,12 +9,12 @@ module: lxc_gpu_config
 short_description: Give a Proxmox VE container NVIDIA GPUs (devN entries or raw LXC lines)
 description:
   - Computes the device nodes for the chosen cards from the node's GPU facts
-    (C(ansible_facts.specops_gpu) of M(specops.infra.gpu_facts)): C(/dev/nvidiaN) by the
+    (C(ansible_facts.specops_gpu) of M(specops.infra.gpu_facts)), that is C(/dev/nvidiaN) by the
     card's Device Minor, C(nvidiactl), C(nvidia-uvm), C(nvidia-uvm-tools), and on request
     C(nvidia-modeset) and C(nvidia-caps/nvidia-capN). Majors come from /proc/devices.
   - Writes them into C(/etc/pve/lxc/<vmid>.conf) as C(devN) entries (PVE >= 8.1) or as
     raw C(lxc.cgroup2.devices.allow) / C(lxc.cgroup.devices.allow) and C(lxc.mount.entry)
-    lines, replacing the GPU lines already there (also stale ones from another host:
+    lines, replacing the GPU lines already there (also stale ones from another host,
     other majors, other minors) and leaving every other line and every snapshot section
     byte-identical. The file is parsed and written through module_utils C(pve_conf),
     under PVE's per-guest config lock, atomically (temporary file + rename).
