@@ -74,11 +74,32 @@ def rootfs_tarball() -> Path:
     return tarball
 
 
+def _lab_node(
+    base: Path, template: Path, build: Callable[..., Path], *, v1: bool = False
+) -> tuple[Cluster, Node]:
+    cluster = make_test_cluster(base, template, names=(NODE,), cgroup="v1" if v1 else "v2")
+    lab_node = cluster.node(NODE)
+    if v1:  # a PVE 6 host: cgroup v1, no devN entries
+        build("pve-b", lab_node.root, node=NODE, cgroup=1, pve_version="6.4-1", pve_release="6.4")
+    else:
+        build("pve-b", lab_node.root, node=NODE)
+    return cluster, lab_node
+
+
 @pytest.fixture
 def node(tmp_path: Path, rootfs_tarball: Path, host_builder: Callable[..., Path]) -> Iterator[Node]:
-    cluster: Cluster = make_test_cluster(tmp_path, rootfs_tarball, names=(NODE,), cgroup="v2")
-    lab_node = cluster.node(NODE)
-    host_builder("pve-b", lab_node.root, node=NODE)
+    cluster, lab_node = _lab_node(tmp_path, rootfs_tarball, host_builder)
+    try:
+        yield lab_node
+    finally:
+        stop_lab_containers(cluster)
+
+
+@pytest.fixture
+def node_v1(
+    tmp_path: Path, rootfs_tarball: Path, host_builder: Callable[..., Path]
+) -> Iterator[Node]:
+    cluster, lab_node = _lab_node(tmp_path, rootfs_tarball, host_builder, v1=True)
     try:
         yield lab_node
     finally:
@@ -109,7 +130,7 @@ def _mknod_in_ct(node: Node, vmid: int, path: str, major: int, minor: int) -> No
     assert proc.returncode == 0, proc.stderr.decode()
 
 
-def _run_role(node: Node, tmp: Path, **role_vars: Any) -> dict[str, Any]:
+def _run_role(node: Node, tmp: Path, *options: str, **role_vars: Any) -> dict[str, Any]:
     """ansible-playbook with the role on the lab node; returns the json callback's output."""
     inventory = {
         "all": {
@@ -147,6 +168,7 @@ def _run_role(node: Node, tmp: Path, **role_vars: Any) -> dict[str, Any]:
             str(tmp / "play.yml"),
             "-e",
             json.dumps(role_vars),
+            *options,
         ],
         cwd=REPO,
         env=env,
@@ -226,11 +248,23 @@ def test_migrated_raw_conf_corrected_enxio_eperm(node: Node, tmp_path: Path) -> 
     conf = _create(node, vmid, OLD_HOST_LINES + SNAPSHOT)
     snapshot = conf.read_text().split("[before-move]", 1)[1]
     pct.ct_start(node, vmid)
+    pid = _init_pid(node, vmid)
     role_vars = {
         "lxc_gpu_passthrough_vmid": vmid,
         "lxc_gpu_passthrough_gpus": ["0000:41:00.0", "0000:61:00.0"],
         "lxc_gpu_passthrough_method": "raw",
     }
+
+    # Check mode with diff: reports the change, writes nothing, restarts nothing.
+    before = conf.read_text()
+    checked = _run_role(node, tmp_path, "--check", "--diff", **role_vars)
+    planned = _task(checked, "Ensure the container's GPU lines")
+    assert planned["changed"] is True
+    assert planned["diff"]["before"] == before
+    assert "lxc.cgroup2.devices.allow: c 511:0 rwm\n" in planned["diff"]["after"]
+    assert _task(checked, "Reboot the container").get("skipped") is True
+    assert conf.read_text() == before
+    assert _init_pid(node, vmid) == pid
 
     out = _run_role(node, tmp_path, **role_vars)
     config = _task(out, "Ensure the container's GPU lines")
@@ -283,3 +317,22 @@ def test_stopped_container_is_not_started_and_check_mode_writes_nothing(
     assert _task(out, "Reboot the container").get("skipped") is True
     assert pct.ct_status(node, vmid).status == "stopped"
     assert conf.read_text() != before
+
+
+def test_raw_v1_lines_on_a_cgroup_v1_host(node_v1: Node, tmp_path: Path) -> None:
+    """PVE 6 (cgroup v1): auto picks raw lines with the v1 key; ENXIO/EPERM as on v2."""
+    vmid = 954
+    conf = _create(node_v1, vmid, OLD_HOST_LINES)
+    pct.ct_start(node_v1, vmid)
+    out = _run_role(
+        node_v1, tmp_path, lxc_gpu_passthrough_vmid=vmid, lxc_gpu_passthrough_gpus=["21:00.0"]
+    )
+    assert _task(out, "Ensure the container's GPU lines")["method"] == "raw"
+    main = conf.read_text()
+    assert "lxc.cgroup.devices.allow: c 195:1 rwm\n" in main
+    assert "lxc.cgroup.devices.allow: c 511:0 rwm\n" in main
+    assert "lxc.cgroup2." not in main  # the old host's v2 lines are replaced
+    seen = _open_in_ct(node_v1, vmid, "/dev/nvidia1", "/dev/nvidia-uvm")
+    assert seen == {"/dev/nvidia1": "ENXIO", "/dev/nvidia-uvm": "ENXIO"}
+    _mknod_in_ct(node_v1, vmid, "/dev/nvidia2", 195, 2)
+    assert _open_in_ct(node_v1, vmid, "/dev/nvidia2") == {"/dev/nvidia2": "EPERM"}
