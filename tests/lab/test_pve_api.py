@@ -160,6 +160,8 @@ def test_container_lifecycle_and_migration(prox: ProxmoxAPI, api_cluster: Cluste
 
     # Running CT: migration needs restart mode, as on PVE.
     _wait(prox, "pvetest-a", a.lxc(300).status.start.post())
+    err = _error(a.lxc(300).status.start.post)
+    assert (err.status_code, err.content) == (500, "CT 300 already running")
     with pytest.raises(ResourceException) as exc:
         a.lxc(300).migrate.post(target="pvetest-b")
     assert "can't migrate running container without --online or --restart" in str(exc.value)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specops.lab.pve.layout import Cluster
-from specops.lab.pve.testing import TEMPLATE_NAME
+from specops.lab.pve.testing import TEMPLATE_NAME, make_test_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,8 +53,8 @@ def test_cluster_init_cli(tmp_path: Path) -> None:
     assert (tmp_path / "c-root" / "etc/pve/storage.cfg").read_text().startswith("dir: local\n")
 
 
-def test_qm_flag_and_config(lab_cluster: Cluster) -> None:
-    node = lab_cluster.node("pvetest-a")
+def test_qm_flag_and_config(tmp_path: Path) -> None:
+    node = make_test_cluster(tmp_path, None).node("pvetest-a")
     node.vm_conf(200).write_text("hostpci0: host=0000:41:00.0\nmemory: 4096\nname: gpu-vm\n")
     assert _run("qm", node.root, "status", "200").stdout == "status: stopped\n"
     assert _run("qm", node.root, "start", "200").returncode == 0
@@ -84,6 +84,9 @@ def test_pct_wrapper_lifecycle(lab_cluster: Cluster, tmp_path: Path) -> None:
     assert "swap:" not in config
     assert _run("pct", node.root, "start", "110").returncode == 0
     assert _run("pct", node.root, "status", "110").stdout == "status: running\n"
+    listing = _run("pct", node.root, "list").stdout.splitlines()
+    assert listing[0].split() == ["VMID", "Status", "Lock", "Name"]
+    assert listing[1].split() == ["110", "running", "wrap"]
     src = tmp_path / "hello.txt"
     src.write_text("hello from the host\n")
     pushed = _run("pct", node.root, "push", "110", str(src), "/root/hello.txt", "--perms", "0600")

@@ -607,24 +607,34 @@ class LabApi:
             lambda log: pct.ct_destroy(node, vmid, log, force=force),
         )
 
-    def _check_ct(self, node: Node, vmid: int) -> None:
+    def _check_ct(
+        self, node: Node, vmid: int, *, running: bool | None = None, noun: str = "CT"
+    ) -> None:
+        """PVE's synchronous checks before a status task is forked."""
         pct.load_ct_conf(node, vmid)
+        if running is None:
+            return
+        is_running = pct.ct_status(node, vmid).status == "running"
+        if running and not is_running:
+            raise pct.PveError(f"{noun} {vmid} not running")
+        if not running and is_running:
+            raise pct.PveError(f"CT {vmid} already running")
 
     def lxc_start(self, p: dict[str, Any], user: str) -> Any:
         node, vmid = self.node(p), int(p["vmid"])
-        self._check_ct(node, vmid)
+        self._check_ct(node, vmid, running=False)
         return self._task(
             node, "vzstart", str(vmid), user, lambda log: pct.ct_start(node, vmid, log)
         )
 
     def lxc_stop(self, p: dict[str, Any], user: str) -> Any:
         node, vmid = self.node(p), int(p["vmid"])
-        self._check_ct(node, vmid)
+        self._check_ct(node, vmid, running=True)
         return self._task(node, "vzstop", str(vmid), user, lambda log: pct.ct_stop(node, vmid, log))
 
     def lxc_shutdown(self, p: dict[str, Any], user: str) -> Any:
         node, vmid = self.node(p), int(p["vmid"])
-        self._check_ct(node, vmid)
+        self._check_ct(node, vmid, running=True)
         timeout, force = int(p.get("timeout", 60)), bool(p.get("forceStop"))
         return self._task(
             node,
@@ -636,7 +646,7 @@ class LabApi:
 
     def lxc_reboot(self, p: dict[str, Any], user: str) -> Any:
         node, vmid = self.node(p), int(p["vmid"])
-        self._check_ct(node, vmid)
+        self._check_ct(node, vmid, running=True, noun="VM")
         timeout = int(p.get("timeout", 60))
         return self._task(
             node,
@@ -762,8 +772,11 @@ class LabApi:
 
 
 def _conf_value(value: Any) -> str:
+    """A typed API value as PVE writes it into the conf (``1`` not ``True``/``1.0``)."""
     if isinstance(value, bool):
         return "1" if value else "0"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
     return str(value)
 
 

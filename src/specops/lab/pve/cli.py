@@ -65,6 +65,13 @@ def _pct(args: argparse.Namespace) -> int:  # noqa: PLR0912  (one branch per sub
         pct.ct_shutdown(node, vmid, _print, timeout=args.timeout, force_stop=args.forceStop)
     elif cmd == "reboot":
         pct.ct_reboot(node, vmid, _print, timeout=args.timeout)
+    elif cmd == "list":
+        _print(f"{'VMID':<10} {'Status':<10} {'Lock':<12} Name")
+        for ct in pct.list_cts(node):
+            parsed, _ = pct.load_ct_conf(node, ct)
+            status = pct.ct_status(node, ct).status
+            lock = parsed.get("lock") or ""
+            _print(f"{ct:<10} {status:<10} {lock:<12} {parsed.get('hostname') or ''}")
     elif cmd == "status":
         _print(f"status: {pct.ct_status(node, vmid).status}")
     elif cmd == "config":
@@ -265,6 +272,9 @@ def register(lab: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: 
         if name == "set":
             sp.add_argument("--delete")
             sp.add_argument("options", nargs=argparse.REMAINDER)
+
+    sl = sub.add_parser("list")
+    sl.set_defaults(func=_pct, vmid=0)
 
     q = lab.add_parser("qm", help="qm stand-in: lab VMs are a conf plus a running flag")
     q.add_argument("--node-root")
