@@ -59,11 +59,20 @@ def register_driver(root: str | os.PathLike[str], driver: str) -> None:
 class PciStandin:
     """Applies pending writes under ``root/sys`` to the tree (one :meth:`step` per poll)."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], log_file: str | os.PathLike[str] | None = None
+    ) -> None:
         self.root = Path(root)
         self.sys = self.root / "sys"
         self.pci = self.sys / "bus" / "pci"
         self.log: list[str] = []
+        self.log_file = Path(log_file) if log_file else None
+
+    def _record(self, line: str) -> None:
+        self.log.append(line)
+        if self.log_file is not None:
+            with self.log_file.open("a", encoding="utf-8") as fh:
+                fh.write(f"{time.time():.3f} {line}\n")
 
     # helpers ------------------------------------------------------------
     def _dev(self, address: str) -> Path:
@@ -123,7 +132,7 @@ class PciStandin:
         if not drv_dir.is_dir():
             return False
         if driver == "nvidia" and self._fails(address):
-            self.log.append(f"probe {address} nvidia: fails (fault injected)")
+            self._record(f"probe {address} nvidia: fails (fault injected)")
             return False
         ddir = self._device_dir(address)
         (ddir / "driver").symlink_to(os.path.relpath(drv_dir, ddir))
@@ -132,7 +141,7 @@ class PciStandin:
             link.symlink_to(os.path.relpath(ddir, drv_dir))
         if driver == "nvidia" and self._class(address) in _DISPLAY:
             self._nvidia_information(address)
-        self.log.append(f"bind {address} {driver}")
+        self._record(f"bind {address} {driver}")
         return True
 
     def _detach(self, address: str, driver: str) -> None:
@@ -147,7 +156,7 @@ class PciStandin:
                 for child in info.iterdir():
                     child.unlink()
                 info.rmdir()
-        self.log.append(f"unbind {address} {driver}")
+        self._record(f"unbind {address} {driver}")
 
     def _nvidia_information(self, address: str) -> None:
         gpus = self.root / "proc" / "driver" / "nvidia" / "gpus"
@@ -216,8 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="register this PCI driver first, as loading its module would (repeatable)",
     )
+    parser.add_argument("--log", help="append each applied change to this file")
     args = parser.parse_args(argv)
-    standin = PciStandin(args.root)
+    standin = PciStandin(args.root, args.log)
     if not (standin.pci / "devices").is_dir():
         print(f"pci_standin: {standin.pci}/devices does not exist (build the host tree first)")
         return 2

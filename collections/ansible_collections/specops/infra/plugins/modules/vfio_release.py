@@ -91,6 +91,10 @@ boot_config:
   description: Files to write (path -> content), files to remove, and boot tools to run (initramfs, grub, proxmox-boot-tool).
   returned: always
   type: dict
+boot_loader:
+  description: The node's boot loader (grub or systemd-boot), from the GPU facts.
+  returned: always
+  type: str
 """
 
 import glob  # noqa: E402
@@ -169,6 +173,7 @@ def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         "released": released,
         "plan": plan.to_dict(),
         "boot_config": boot.to_dict(),
+        "boot_loader": facts.boot.loader,
         "warnings_text": list(plan.warnings) + list(facts.warnings),
     }
 
