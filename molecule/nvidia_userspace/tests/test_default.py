@@ -1,6 +1,6 @@
 """nvidia_userspace: the container's userspace is exactly its host module's version.
 
-After converge (570.172.08 -> 580.126.09), idempotence, and the side effect (stale facts
+After converge (570.172.08 from packages -> 580.126.09 by .run), idempotence, and the side effect (stale facts
 refused; then the host's module is 575.64.05 and the role reinstalls), the container must
 hold 575.64.05 only, installed without a kernel module, and NVML must answer.
 """
@@ -40,3 +40,9 @@ def test_installed_without_kernel_module(host: Any) -> None:
     # The host's (simulated) module was not touched by the container's installs.
     module = host.file("/var/lib/specops/lab/ctgpu-node/sys/module/nvidia/version")
     assert module.content_string.strip() == HOST_VERSION
+
+
+def test_old_packages_purged(host: Any) -> None:
+    """The first install replaced the packaged 570.172.08 (apt purge, no meta-package)."""
+    assert not host.package("libnvidia-ml1").is_installed
+    assert not host.file(f"{LIB}/libnvidia-ml.so.570.172.08").exists
