@@ -1,8 +1,9 @@
 """nvidia_userspace: the container's userspace is exactly its host module's version.
 
-After converge (570.172.08 from packages -> 580.126.09 by .run), idempotence, and the side effect (stale facts
-refused; then the host's module is 575.64.05 and the role reinstalls), the container must
-hold 575.64.05 only, installed without a kernel module, and NVML must answer.
+After converge (570.172.08 from packages -> 580.126.09 by .run), idempotence, and the
+side effect (stale facts refused; then the host's module is 575.64.05 and the role
+reinstalls), the container must hold 575.64.05 only, installed without a kernel module,
+and NVML must answer.
 """
 
 from __future__ import annotations
