@@ -340,6 +340,8 @@ def test_configure_refuses_before_writing(
         configure(_params(pve_b_facts, root, vmid=903), check_mode=False)
     with pytest.raises(LxcGpuError, match=r"^gpus: 0000:09:00.0"):
         configure(_params(pve_b_facts, root, gpus=["09:00.0"]), check_mode=False)
+    with pytest.raises(LxcGpuError, match=r"^dev_mode: must be an octal mode like 0666"):
+        configure(_params(pve_b_facts, root, dev_mode="rw"), check_mode=False)
     assert conf.read_text() == MIGRATED
 
 

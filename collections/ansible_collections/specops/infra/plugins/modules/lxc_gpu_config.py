@@ -154,6 +154,7 @@ warnings_kept:
 import contextlib  # noqa: E402
 import fcntl  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from typing import Any  # noqa: E402
@@ -280,6 +281,11 @@ def configure(params: dict[str, Any], *, check_mode: bool) -> dict[str, Any]:
             f"container {vmid} does not exist on {facts.get('node') or 'this node'} (no "
             f"/etc/pve/lxc/{vmid}.conf; that directory holds this node's containers only)",
         )
+    dev_mode = params["dev_mode"] or ""
+    if dev_mode and not re.fullmatch(r"0?[0-7]{3}", dev_mode):
+        raise LxcGpuError("dev_mode", f"must be an octal mode like 0666 (got {dev_mode!r})")
+    if params.get("dev_gid") is not None and params["dev_gid"] < 0:
+        raise LxcGpuError("dev_gid", f"must be a group id >= 0 (got {params['dev_gid']})")
     method = choose_method(facts, params["method"])
     present = params["state"] == "present"
     cgroup_key = choose_cgroup_key(facts, params["cgroup"]) if method == "raw" else ""
