@@ -48,7 +48,7 @@ phase() {
 }
 
 run_setup() {
-  if ! "$ROOT/scripts/setup.sh" packages docker image venv; then
+  if ! "$ROOT/scripts/setup.sh" packages docker image venv vllm; then
     ko "setup"
     return 1
   fi
@@ -71,6 +71,7 @@ run_lint() {
   check ruff-format ruff format --check .
   check mypy mypy
   check argument-specs python3 scripts/check-argument-specs.py
+  check "README profile table" specops profile table --check README.md
 }
 
 run_pytest() {

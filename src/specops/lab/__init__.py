@@ -1,5 +1,5 @@
-"""The lab: stand-ins for what this machine cannot run (Proxmox VE) over real parts (LXC)."""
+"""The lab: stand-ins for what this machine cannot run (Proxmox VE) over real parts
+(LXC, systemd), and a real vLLM CPU server with a tiny local model.
 
-from __future__ import annotations
-
-__all__: list[str] = []
+Each sub-area adds its commands to ``specops lab`` through ``specops.lab.cli``.
+"""

@@ -11,7 +11,12 @@ import importlib
 
 __all__ = ["LAB_COMMAND_MODULES", "register"]
 
-LAB_COMMAND_MODULES: tuple[str, ...] = ("specops.lab.hosttree", "specops.lab.pve.cli")
+LAB_COMMAND_MODULES: tuple[str, ...] = (
+    "specops.lab.pve.cli",
+    "specops.lab.hosttree",
+    "specops.lab.vllm_cli",
+    "specops.lab.up",
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

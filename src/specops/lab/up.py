@@ -1,0 +1,338 @@
+"""Bring the whole lab up (or down) in one idempotent step.
+
+``specops lab up`` composes the lab's parts into what ``inventory/lab`` expects:
+
+1. a lab PVE cluster with one node per hardware description in
+   ``inventory/lab/hardware/<node>.yml`` (node roots under the lab dir);
+2. each node's simulated host tree (sysfs, procfs, /dev, VM confs), built once: a
+   re-run keeps the tree, because roles change it (driver loaded, cards released) and a
+   rebuild would undo their work. ``--reset`` rebuilds it from the description;
+3. the container template (the debootstrapped rootfs that ``scripts/setup.sh image``
+   caches) in each node's ``local:vztmpl`` storage;
+4. an API token (random, mode 0600, never printed) and the PVE REST API stand-in on
+   127.0.0.1, started detached unless one already answers with that token.
+
+Every step says what it did; a second run changes nothing and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import ssl
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from specops.errors import SpecopsError, ValidationError
+from specops.lab.hosttree import build_tree, load_spec
+from specops.lab.pve.layout import Cluster, Node, init_cluster
+from specops.lab.pve.testing import stop_lab_containers
+
+__all__ = ["LabPaths", "down", "register", "up"]
+
+DEFAULT_LAB_DIR = Path(os.environ.get("SPECOPS_LAB_DIR", "/var/lib/specops/lab"))
+DEFAULT_CACHE = Path(os.environ.get("SPECOPS_CACHE", "/var/cache/specops"))
+REPO_ROOT = Path(__file__).resolve().parents[3]
+TEMPLATE_NAME = "debian-bookworm-rootfs.tar"
+TOKEN_USER = "root@pam"  # noqa: S105  (a PVE user name, not a secret)
+TOKEN_ID = "specops"  # noqa: S105  (the token's name, not its secret)
+
+
+@dataclass(frozen=True)
+class LabPaths:
+    """Where the lab keeps its state; the lab inventory reads the same paths."""
+
+    lab_dir: Path
+
+    @property
+    def cluster_dir(self) -> Path:
+        return self.lab_dir / "cluster"
+
+    @property
+    def secrets_dir(self) -> Path:
+        return self.lab_dir / "secrets"
+
+    @property
+    def tokens_file(self) -> Path:
+        """``USER@REALM!TOKENID=SECRET`` lines, read by the API stand-in."""
+        return self.secrets_dir / "pve-api-tokens"
+
+    @property
+    def token_secret_file(self) -> Path:
+        """The secret alone, for the inventory's ``lookup('file', ...)`` (no_log)."""
+        return self.secrets_dir / "pve-api-token-secret"
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.cluster_dir / "pki"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.lab_dir / "api.pid"
+
+    @property
+    def api_log(self) -> Path:
+        return self.lab_dir / "api.log"
+
+    def node_root(self, node: str) -> Path:
+        return self.lab_dir / node
+
+    def tree_stamp(self, node: str) -> Path:
+        return self.node_root(node) / "etc" / "specops-lab-hardware.sha256"
+
+
+def _say(msg: str) -> None:
+    print(f"lab: {msg}", flush=True)
+
+
+def _hardware_specs(hardware_dir: Path) -> dict[str, Path]:
+    specs = {p.stem: p for p in sorted(hardware_dir.glob("*.yml"))}
+    if not specs:
+        raise ValidationError("--hardware", f"no <node>.yml host descriptions in {hardware_dir}")
+    return specs
+
+
+def _ensure_cluster(paths: LabPaths, nodes: list[str], cgroup: str) -> Cluster:
+    wanted = [Node(name=n, root=paths.node_root(n), cgroup=cgroup) for n in nodes]
+    if (paths.cluster_dir / "cluster.json").exists():
+        cluster = Cluster.load(paths.cluster_dir)
+        if sorted(cluster.nodes) == sorted(nodes):
+            _say(f"cluster {cluster.name}: nodes {', '.join(sorted(nodes))} present")
+            return cluster
+        _say(f"cluster: nodes changed to {', '.join(nodes)}, rewriting cluster.json")
+    cluster = init_cluster(paths.cluster_dir, wanted, name="lab")
+    _say(f"cluster lab: initialised nodes {', '.join(nodes)} under {paths.lab_dir}")
+    return cluster
+
+
+def _ensure_tree(paths: LabPaths, node: str, spec_file: Path, *, reset: bool) -> None:
+    digest = hashlib.sha256(spec_file.read_bytes()).hexdigest()
+    stamp = paths.tree_stamp(node)
+    if not reset and stamp.exists() and stamp.read_text().strip() == digest:
+        _say(f"{node}: host tree present (from {spec_file.name}; --reset rebuilds it)")
+        return
+    build_tree(load_spec(spec_file), paths.node_root(node), replace_existing=True)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(digest + "\n")
+    _say(f"{node}: built host tree from {spec_file}")
+
+
+def _ensure_template(node: Node, template: Path) -> None:
+    target = node.host_path("/var/lib/vz/template/cache") / TEMPLATE_NAME
+    if target.exists() and target.stat().st_size == template.stat().st_size:
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".part")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    try:
+        os.link(template, tmp)
+    except OSError:
+        shutil.copyfile(template, tmp)
+    tmp.replace(target)
+    _say(f"{node.name}: template local:vztmpl/{TEMPLATE_NAME}")
+
+
+def _ensure_token(paths: LabPaths) -> str:
+    paths.secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if paths.token_secret_file.exists() and paths.tokens_file.exists():
+        return paths.token_secret_file.read_text().strip()
+    secret = secrets.token_hex(16)
+    old_umask = os.umask(0o077)
+    try:
+        paths.token_secret_file.write_text(secret + "\n")
+        paths.tokens_file.write_text(f"{TOKEN_USER}!{TOKEN_ID}={secret}\n")
+    finally:
+        os.umask(old_umask)
+    _say(f"API token {TOKEN_USER}!{TOKEN_ID} created (secret in {paths.token_secret_file})")
+    return secret
+
+
+def _api_answers(port: int, secret: str, cert: Path) -> bool:
+    if not cert.exists():
+        return False
+    ctx = ssl.create_default_context(cafile=str(cert))
+    ctx.check_hostname = False  # the stand-in's self-signed cert names the node, not 127.0.0.1
+    try:
+        resp = httpx.get(
+            f"https://127.0.0.1:{port}/api2/json/version",
+            headers={"Authorization": f"PVEAPIToken={TOKEN_USER}!{TOKEN_ID}={secret}"},
+            verify=ctx,
+            timeout=3,
+        )
+    except (httpx.HTTPError, OSError, ssl.SSLError):
+        return False
+    return resp.status_code == 200
+
+
+def _ensure_api(paths: LabPaths, port: int, secret: str) -> None:
+    cert = paths.pki_dir / "pve-ssl.pem"
+    if _api_answers(port, secret, cert):
+        _say(f"API stand-in answers on https://127.0.0.1:{port}")
+        return
+    _stop_api(paths)
+    cmd = [
+        sys.executable,
+        "-m",
+        "specops.cli",
+        "lab",
+        "api",
+        "serve",
+        "--cluster",
+        str(paths.cluster_dir),
+        "--port",
+        str(port),
+        "--tokens-file",
+        str(paths.tokens_file),
+        "--cert-dir",
+        str(paths.pki_dir),
+        "--quiet",
+    ]
+    # A daemon that outlives this command, by design: spawned in its own session with
+    # no Popen object to reap it, its output appended to the lab's api.log.
+    log_fd = os.open(paths.api_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        pid = os.posix_spawn(
+            cmd[0],
+            cmd,
+            dict(os.environ),
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, log_fd, 1),
+                (os.POSIX_SPAWN_DUP2, log_fd, 2),
+            ],
+            setsid=True,
+        )
+    finally:
+        os.close(log_fd)
+    paths.pidfile.write_text(f"{pid}\n")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if os.waitpid(pid, os.WNOHANG) != (0, 0):
+            break  # it exited: the log says why
+        if _api_answers(port, secret, cert):
+            _say(f"API stand-in started on https://127.0.0.1:{port} (pid {pid})")
+            return
+        time.sleep(0.3)
+    tail = paths.api_log.read_text(errors="replace").splitlines()[-20:]
+    raise SpecopsError(
+        f"the API stand-in did not answer on 127.0.0.1:{port} within 30 s; "
+        f"log {paths.api_log}:\n" + "\n".join(tail)
+    )
+
+
+def _stop_api(paths: LabPaths) -> bool:
+    if not paths.pidfile.exists():
+        return False
+    pid = int(paths.pidfile.read_text().strip() or 0)
+    paths.pidfile.unlink()
+    if pid <= 0:
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except FileNotFoundError:
+        return False
+    # Only the process this module started: a recycled pid is left alone.
+    if b"serve" not in cmdline or str(paths.cluster_dir).encode() not in cmdline:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(100):
+        with contextlib.suppress(ChildProcessError):  # reap it if this process started it
+            os.waitpid(pid, os.WNOHANG)
+        if not Path(f"/proc/{pid}").exists():
+            break
+        time.sleep(0.1)
+    return True
+
+
+def up(
+    paths: LabPaths,
+    *,
+    hardware_dir: Path,
+    template: Path,
+    port: int = 8006,
+    cgroup: str = "v2",
+    reset: bool = False,
+) -> dict[str, Any]:
+    """Bring the lab to its described state; returns what the inventory needs."""
+    if os.geteuid() != 0:
+        raise SpecopsError("specops lab up needs root (mknod, LXC)")
+    if not template.is_file():
+        raise ValidationError(
+            "--template", f"{template} does not exist (run scripts/setup.sh image first)"
+        )
+    specs = _hardware_specs(hardware_dir)
+    cluster = _ensure_cluster(paths, list(specs), cgroup)
+    for name, spec_file in specs.items():
+        _ensure_tree(paths, name, spec_file, reset=reset)
+        _ensure_template(cluster.node(name), template)
+    secret = _ensure_token(paths)
+    _ensure_api(paths, port, secret)
+    return {
+        "api": f"https://127.0.0.1:{port}/api2/json",
+        "cert": str(paths.pki_dir / "pve-ssl.pem"),
+        "token": f"{TOKEN_USER}!{TOKEN_ID}",
+        "token_secret_file": str(paths.token_secret_file),
+        "nodes": {n: str(paths.node_root(n)) for n in specs},
+    }
+
+
+def down(paths: LabPaths) -> None:
+    """Stop the API stand-in and every lab container (their files stay)."""
+    if _stop_api(paths):
+        _say("API stand-in stopped")
+    if (paths.cluster_dir / "cluster.json").exists():
+        stop_lab_containers(Cluster.load(paths.cluster_dir), remove_rootfs=False)
+        _say("lab containers stopped")
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    info = up(
+        LabPaths(Path(args.lab_dir)),
+        hardware_dir=Path(args.hardware),
+        template=Path(args.template),
+        port=args.port,
+        reset=args.reset,
+    )
+    if args.json:
+        print(json.dumps(info, indent=2))
+    return 0
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    down(LabPaths(Path(args.lab_dir)))
+    return 0
+
+
+def register(lab_subparsers: Any) -> None:
+    """``specops lab up`` / ``specops lab down``."""
+    p_up = lab_subparsers.add_parser("up", help="bring the whole lab up (idempotent)")
+    p_up.add_argument("--lab-dir", default=str(DEFAULT_LAB_DIR), help="lab state directory")
+    p_up.add_argument(
+        "--hardware",
+        default=str(REPO_ROOT / "inventory" / "lab" / "hardware"),
+        help="directory of <node>.yml host descriptions",
+    )
+    p_up.add_argument(
+        "--template",
+        default=str(DEFAULT_CACHE / TEMPLATE_NAME),
+        help="container template tarball (scripts/setup.sh image makes it)",
+    )
+    p_up.add_argument("--port", type=int, default=8006, help="API stand-in port on 127.0.0.1")
+    p_up.add_argument("--reset", action="store_true", help="rebuild the simulated host trees")
+    p_up.add_argument("--json", action="store_true", help="print what the inventory needs")
+    p_up.set_defaults(func=_cmd_up)
+    p_down = lab_subparsers.add_parser("down", help="stop the API stand-in and lab containers")
+    p_down.add_argument("--lab-dir", default=str(DEFAULT_LAB_DIR), help="lab state directory")
+    p_down.set_defaults(func=_cmd_down)

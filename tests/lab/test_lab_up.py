@@ -1,0 +1,86 @@
+"""`specops lab up` brings the lab to its described state once and keeps it."""
+
+from __future__ import annotations
+
+import json
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specops.errors import ValidationError
+from specops.lab.pve.testing import free_port
+from specops.lab.up import LabPaths, down, up
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[tuple[LabPaths, int, Path]]:
+    template = tmp_path / "template.tar"
+    template.write_bytes(b"not a real rootfs: lab up only places it in storage")
+    paths = LabPaths(tmp_path / "lab")
+    port = free_port()
+    yield paths, port, template
+    down(paths)
+
+
+def _get(url: str, cert: str, auth: str | None) -> int:
+    ctx = ssl.create_default_context(cafile=cert)
+    ctx.check_hostname = False
+    headers = {"Authorization": auth} if auth else {}
+    return httpx.get(url, headers=headers, verify=ctx, timeout=5).status_code
+
+
+def test_up_is_idempotent_and_keeps_role_changes(
+    lab: tuple[LabPaths, int, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths, port, template = lab
+    hardware = REPO / "inventory" / "lab" / "hardware"
+    info = up(paths, hardware_dir=hardware, template=template, port=port)
+    assert sorted(info["nodes"]) == ["pve-a", "pve-b"]
+    secret = Path(info["token_secret_file"]).read_text().strip()
+    assert secret not in capsys.readouterr().out, "the token secret is never printed"
+    assert (Path(info["token_secret_file"]).stat().st_mode & 0o777) == 0o600
+
+    version = f"{info['api']}/version"
+    assert _get(version, info["cert"], f"PVEAPIToken={info['token']}={secret}") == 200
+    assert _get(version, info["cert"], None) == 401
+
+    # A role changed the simulated host (say, loaded the driver): a re-run keeps it.
+    marker = paths.node_root("pve-a") / "sys" / "module" / "specops-test-marker"
+    marker.write_text("changed by a role\n")
+    again = up(paths, hardware_dir=hardware, template=template, port=port)
+    assert again == info
+    out = capsys.readouterr().out
+    assert "pve-a: host tree present" in out
+    assert "API stand-in answers" in out
+    assert marker.exists()
+
+    up(paths, hardware_dir=hardware, template=template, port=port, reset=True)
+    assert not marker.exists(), "--reset rebuilds the tree from its description"
+
+    pve_a = json.loads((paths.node_root("pve-a") / "etc" / "specops-lab-node.json").read_text())
+    assert pve_a["name"] == "pve-a"
+    stored = paths.node_root("pve-b") / "var/lib/vz/template/cache/debian-bookworm-rootfs.tar"
+    assert stored.read_bytes() == template.read_bytes()
+
+
+def test_down_stops_the_api(lab: tuple[LabPaths, int, Path]) -> None:
+    paths, port, template = lab
+    info = up(paths, hardware_dir=REPO / "inventory/lab/hardware", template=template, port=port)
+    down(paths)
+    with pytest.raises(httpx.ConnectError):
+        _get(f"{info['api']}/version", info["cert"], None)
+
+
+def test_missing_template_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match=r"--template: .* scripts/setup\.sh image"):
+        up(
+            LabPaths(tmp_path / "lab"),
+            hardware_dir=REPO / "inventory/lab/hardware",
+            template=tmp_path / "absent.tar",
+            port=free_port(),
+        )
