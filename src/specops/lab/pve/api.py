@@ -210,6 +210,7 @@ class LabApi:
             ("DELETE", "/nodes/{node}/lxc/{vmid}"): self.lxc_destroy,
             ("GET", "/nodes/{node}/lxc/{vmid}/config"): self.lxc_config,
             ("PUT", "/nodes/{node}/lxc/{vmid}/config"): self.lxc_config_put,
+            ("PUT", "/nodes/{node}/lxc/{vmid}/resize"): self.lxc_resize,
             ("GET", "/nodes/{node}/lxc/{vmid}/status/current"): self.lxc_current,
             ("POST", "/nodes/{node}/lxc/{vmid}/status/start"): self.lxc_start,
             ("POST", "/nodes/{node}/lxc/{vmid}/status/stop"): self.lxc_stop,
@@ -593,6 +594,14 @@ class LabApi:
         delete = [d for d in str(p.get("delete", "")).replace(";", ",").split(",") if d.strip()]
         pct.ct_update_config(node, vmid, changes, [d.strip() for d in delete], p.get("digest"))
         return None
+
+    def lxc_resize(self, p: dict[str, Any], user: str) -> Any:
+        node, vmid = self.node(p), int(p["vmid"])
+        pct.load_ct_conf(node, vmid)
+        disk, size = str(p["disk"]), str(p["size"])
+        return self._task(
+            node, "resize", str(vmid), user, lambda log: pct.ct_resize(node, vmid, disk, size, log)
+        )
 
     def lxc_create(self, p: dict[str, Any], user: str) -> Any:
         cluster = self.cluster()
