@@ -253,6 +253,7 @@ COMMUNITY_PROXMOX_CALLS: list[tuple[str, str, list[str]]] = [
             "net0",
             "storage",
             "force",
+            "ssh-public-keys",
         ],
     ),
     ("GET", "/nodes/{node}/lxc/{vmid}/status/current", []),
