@@ -21,11 +21,17 @@ from specops.lab.pve.testing import TEMPLATE_NAME, ApiHandle
 REPO = Path(__file__).resolve().parents[2]
 NODE = "lifecycle-a"
 TEMPLATE = f"local:vztmpl/{TEMPLATE_NAME}"
+FAST = "lifecycle-fast"
+FAST_PATH = "/var/lib/vz-fast"
 
 
 def make_cluster(base: Path, template: Path) -> Cluster:
     node = Node(name=NODE, root=base / NODE, cgroup="v2", lxcpath=DEFAULT_LXCPATH)
     cluster = init_cluster(base / "cluster", [node], name="lifecycle")
+    # A second dir storage, for the rootfs storage move (backup and restore onto it).
+    node.host_path(FAST_PATH).mkdir(parents=True, exist_ok=True)
+    with node.storage_cfg.open("a") as fh:
+        fh.write(f"\ndir: {FAST}\n\tpath {FAST_PATH}\n\tcontent rootdir,images\n\tshared 0\n")
     target = node.host_path("/var/lib/vz/template/cache") / TEMPLATE_NAME
     try:
         os.link(template, target)

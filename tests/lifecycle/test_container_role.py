@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from ansible_collections.specops.infra.plugins.modules import pve_container as module
 from lifecycle_lab import (
+    FAST,
+    FAST_PATH,
     NODE,
     PlayResult,
     container_vars,
@@ -187,7 +189,14 @@ def test_04_second_run_changes_nothing(lab: tuple[Cluster, ApiHandle, Path]) -> 
 def test_05_cores_and_memory_change_online(lab: tuple[Cluster, ApiHandle, Path]) -> None:
     cluster, api, base = lab
     state, pid = lxc_state()
-    offset = log_size(cluster)
+    before, offset = ct_conf(cluster), log_size(cluster)
+    plan = play(
+        cluster, api, base, "--check", "--diff", pve_container_cores=2, pve_container_memory=768
+    )
+    assert plan.rc == 0, plan.output
+    assert '+    "cores": 2,' in plan.output
+    assert ct_conf(cluster) == before
+    assert [r for r in requests_since(cluster, offset) if r[0] != "GET"] == []
     result = play(cluster, api, base, "--diff", pve_container_cores=2, pve_container_memory=768)
     assert result.rc == 0, result.output
     assert result.count(HOST, "changed") >= 1
@@ -269,7 +278,38 @@ def test_08_disruptive_change_is_reported_not_applied(lab: tuple[Cluster, ApiHan
     assert new_pid != pid
 
 
-def test_09_every_request_was_a_declared_schema_valid_call(
+def test_09_rootfs_storage_move_needs_the_flag(lab: tuple[Cluster, ApiHandle, Path]) -> None:
+    cluster, api, base = lab
+    common = {
+        "pve_container_cores": 2,
+        "pve_container_memory": 768,
+        "pve_container_rootfs_size": 6,
+        "pve_container_hostname": "lifecycle-renamed",
+        "pve_container_rootfs_storage": FAST,
+    }
+    before = ct_conf(cluster)
+    result = play(cluster, api, base, **common)
+    assert result.rc == 0, result.output
+    assert result.count(HOST, "changed") == 0
+    assert "needs a rebuild" in result.output
+    assert ct_conf(cluster) == before
+    result = play(cluster, api, base, pve_container_allow_disruptive=True, **common)
+    assert result.rc == 0, result.output
+    conf = ct_conf(cluster)
+    assert re.search(rf"^rootfs: {FAST}:801/subvol-801-disk-0\.subvol,size=6G$", conf, re.M), conf
+    assert "hostname: lifecycle-renamed" in conf.splitlines()
+    node = cluster.node(NODE)
+    assert (
+        node.host_path(FAST_PATH) / "images/801/subvol-801-disk-0.subvol/etc/hostname"
+    ).is_file()
+    assert not (node.host_path("/var/lib/vz") / "images/801").exists()
+    assert list(node.host_path("/var/lib/vz/dump").glob("vzdump-lxc-801-*.tar.zst"))  # kept
+    assert lxc_state()[0] == "RUNNING"
+    again = play(cluster, api, base, **common)
+    assert again.count(HOST, "changed") == 0, again.output
+
+
+def test_99_every_request_was_a_declared_schema_valid_call(
     lab: tuple[Cluster, ApiHandle, Path],
 ) -> None:
     cluster, _, _ = lab
