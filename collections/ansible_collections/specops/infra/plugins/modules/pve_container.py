@@ -225,7 +225,7 @@ class Api:
                 exit_status = str(status.get("exitstatus", ""))
                 if exit_status == "OK" or exit_status.startswith("WARN"):
                     return
-                log = self.get(f"/nodes/{node}/tasks/{upid}/log", start=0, limit=0)
+                log = self.get(f"/nodes/{node}/tasks/{upid}/log", start=0, limit=500)
                 tail = "; ".join(str(line.get("t", "")) for line in log[-5:])
                 raise RuntimeError(f"{what} failed: {exit_status} ({tail})")
             if time.monotonic() > deadline:
