@@ -57,6 +57,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Api
         node = cluster.node(NODE)
         for d in node.lxcpath.glob(f"{NODE}-8*"):
             shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree(node.root, ignore_errors=True)  # rootfs copies and backups (GBs)
 
 
 def requests_since(cluster: Cluster, offset: int) -> list[tuple[str, str, int]]:

@@ -15,6 +15,8 @@ from ansible_collections.specops.infra.plugins.module_utils.pve_container import
     wanted_config,
 )
 from ansible_collections.specops.infra.plugins.modules import pve_container as module
+from hypothesis import given
+from hypothesis import strategies as st
 
 from specops.pve_schema import calls_in, check_call
 
@@ -266,3 +268,60 @@ COMMUNITY_PROXMOX_CALLS: list[tuple[str, str, list[str]]] = [
 def test_every_api_call_is_in_the_pve_schema() -> None:
     assert calls_in(module.API_CALLS) == []
     assert calls_in(COMMUNITY_PROXMOX_CALLS) == []
+
+
+_names = st.from_regex(r"[a-z][a-z0-9]{0,10}", fullmatch=True)
+_paths = st.lists(_names, min_size=1, max_size=3).map(lambda parts: "/" + "/".join(parts))
+
+
+@st.composite
+def _descriptions(draw: st.DrawFn) -> dict[str, Any]:
+    mounts = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"host_path": _paths, "mountpoint": _paths},
+                optional={"shared": st.booleans(), "backup": st.booleans(), "ro": st.booleans()},
+            ),
+            max_size=3,
+            unique_by=lambda m: m["mountpoint"],
+        )
+    )
+    nets = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {"name": st.sampled_from(["eth0", "eth1"])},
+                optional={"bridge": st.sampled_from(["vmbr0", "vmbr1"]), "ip": st.just("dhcp")},
+            ),
+            max_size=2,
+        )
+    )
+    return {
+        **BASE,
+        "cores": draw(st.integers(1, 16)),
+        "memory": draw(st.integers(16, 65536)),
+        "swap": draw(st.integers(0, 8192)),
+        "rootfs_size": draw(st.integers(1, 500)),
+        "unprivileged": draw(st.booleans()),
+        "onboot": draw(st.booleans()),
+        "features": draw(
+            st.dictionaries(st.sampled_from(["nesting", "fuse", "keyctl"]), st.booleans())
+        ),
+        "tags": draw(st.lists(_names, max_size=4)),
+        "mounts": mounts,
+        "net": nets,
+    }
+
+
+@given(_descriptions())
+def test_a_config_written_from_the_description_plans_nothing(data: dict[str, Any]) -> None:
+    """Round trip: what the role writes (create + PUT), read back as PVE answers it, is
+    no difference; each value also passes the PVE 9.1 schema."""
+    s = parse_spec(data)
+    written = wanted_config(s)
+    check_call("PUT", "/nodes/pve-a/lxc/801/config", written)
+    live = {
+        **{k: v for k, v in written.items() if v != ""},
+        "rootfs": f"{s.rootfs_storage}:subvol-801-disk-0,size={s.rootfs_size}G",
+        "digest": "0" * 40,
+    }
+    assert plan_changes(s, live) == []
