@@ -158,6 +158,16 @@ def test_container_lifecycle_and_migration(prox: ProxmoxAPI, api_cluster: Cluste
     assert a.lxc(300).config.get(snapshot="snap1")["memory"] == 256
     assert conf_path.read_text().split("[snap1]")[1] == snapshot
 
+    # Resize grows the recorded size (absolute or +N) and refuses to shrink, as PVE does.
+    for size, want in (("+2G", "size=2G"), ("3G", "size=3G")):
+        upid = a.lxc(300).resize.put(disk="rootfs", size=size)
+        assert _wait(prox, "pvetest-a", upid)["exitstatus"] == "OK"
+        assert a.lxc(300).config.get()["rootfs"].endswith(want)
+    upid = a.lxc(300).resize.put(disk="rootfs", size="1G")
+    assert _wait(prox, "pvetest-a", upid)["exitstatus"] == "unable to shrink disk size"
+    assert a.lxc(300).config.get()["rootfs"].endswith("size=3G")
+    assert conf_path.read_text().split("[snap1]")[1] == snapshot
+
     for action, want in (
         ("start", "running"),
         ("reboot", "running"),
