@@ -150,3 +150,40 @@ def run_playbook(inventory: Path, api: ApiHandle, *args: str, timeout: float = 6
         if m:
             recap[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
     return PlayResult(proc.returncode, output, recap)
+
+
+# What community.proxmox.proxmox 1.4.0 sends for create (state=present, update=false) and
+# start (state=started), read from its source (plugins/modules/proxmox.py and
+# module_utils/proxmox.py): version checks, the VM list, the template check, the probe of
+# an existing rootfs, the create with the arguments the role passes, status and tasks.
+COMMUNITY_PROXMOX_CALLS: list[tuple[str, str, list[str]]] = [
+    ("GET", "/version", []),
+    ("GET", "/cluster/resources", ["type"]),
+    ("GET", "/nodes/{node}/storage/{storage}/content", []),
+    ("GET", "/nodes/{node}/lxc/{vmid}/config", []),
+    (
+        "POST",
+        "/nodes/{node}/lxc",
+        [
+            "vmid",
+            "ostemplate",
+            "hostname",
+            "cores",
+            "memory",
+            "swap",
+            "unprivileged",
+            "onboot",
+            "features",
+            "rootfs",
+            "mp0",
+            "net0",
+            "storage",
+            "force",
+            "ssh-public-keys",
+        ],
+    ),
+    ("GET", "/nodes/{node}/lxc/{vmid}/status/current", []),
+    ("POST", "/nodes/{node}/lxc/{vmid}/status/start", []),
+    ("GET", "/nodes/{node}/tasks/{upid}/status", []),
+    ("GET", "/nodes/{node}/tasks/{upid}/log", []),
+]

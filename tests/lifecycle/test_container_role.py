@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from ansible_collections.specops.infra.plugins.modules import pve_container as module
 from lifecycle_lab import (
+    COMMUNITY_PROXMOX_CALLS,
     FAST,
     FAST_PATH,
     NODE,
@@ -28,7 +29,6 @@ from lifecycle_lab import (
     run_playbook,
     write_inventory,
 )
-from test_pve_container_spec import COMMUNITY_PROXMOX_CALLS
 
 from specops.lab.pve.layout import Cluster
 from specops.lab.pve.testing import TEMPLATE_NAME, ApiHandle, running_api, stop_lab_containers

@@ -17,6 +17,7 @@ from ansible_collections.specops.infra.plugins.module_utils.pve_container import
 from ansible_collections.specops.infra.plugins.modules import pve_container as module
 from hypothesis import given
 from hypothesis import strategies as st
+from lifecycle_lab import COMMUNITY_PROXMOX_CALLS
 
 from specops.pve_schema import calls_in, check_call
 
@@ -226,43 +227,6 @@ def test_mount_and_net_changes_need_a_restart() -> None:
     # the live hwaddr is kept when the bridge changes
     assert "hwaddr=BC:24:11:00:00:01" in by_key["net0"].value
     assert "bridge=vmbr1" in by_key["net0"].value
-
-
-# What community.proxmox.proxmox 1.4.0 sends for create (state=present, update=false) and
-# start (state=started), read from its source (plugins/modules/proxmox.py and
-# module_utils/proxmox.py): version checks, the VM list, the template check, the probe of
-# an existing rootfs, the create with the arguments the role passes, status and tasks.
-COMMUNITY_PROXMOX_CALLS: list[tuple[str, str, list[str]]] = [
-    ("GET", "/version", []),
-    ("GET", "/cluster/resources", ["type"]),
-    ("GET", "/nodes/{node}/storage/{storage}/content", []),
-    ("GET", "/nodes/{node}/lxc/{vmid}/config", []),
-    (
-        "POST",
-        "/nodes/{node}/lxc",
-        [
-            "vmid",
-            "ostemplate",
-            "hostname",
-            "cores",
-            "memory",
-            "swap",
-            "unprivileged",
-            "onboot",
-            "features",
-            "rootfs",
-            "mp0",
-            "net0",
-            "storage",
-            "force",
-            "ssh-public-keys",
-        ],
-    ),
-    ("GET", "/nodes/{node}/lxc/{vmid}/status/current", []),
-    ("POST", "/nodes/{node}/lxc/{vmid}/status/start", []),
-    ("GET", "/nodes/{node}/tasks/{upid}/status", []),
-    ("GET", "/nodes/{node}/tasks/{upid}/log", []),
-]
 
 
 def test_every_api_call_is_in_the_pve_schema() -> None:
