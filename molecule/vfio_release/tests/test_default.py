@@ -115,6 +115,7 @@ def test_card_of_a_running_vm_is_refused_and_nothing_written(host: Any) -> None:
     before = host.run(STATE).stdout
     result = play(
         vfio_release_model="",
+        vfio_release_count=0,
         vfio_release_addresses=["41:00"],
         vfio_release_allow_stopped_vm_cards=True,
     )
