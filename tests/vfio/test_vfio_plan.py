@@ -75,6 +75,10 @@ def test_card_of_running_vm_is_refused_naming_the_vm(host_tree: HostTree) -> Non
     msg = str(err.value)
     assert "held by running VM 201" in msg
     assert "never unbound while its VM runs" in msg
+    assert (
+        "0000:41:00.0 shares IOMMU group 30 with 0000:42:00.0, 0000:42:00.1, "
+        "held by running VM 202" in msg
+    )
     # The listing says which card each VM holds.
     assert "0000:42:00.0 NVIDIA GeForce RTX 3090 [vfio-pci] held by VM 202 (running" in msg
     assert "0000:01:00.0 NVIDIA RTX A6000 [vfio-pci] held by no VM" in msg

@@ -146,6 +146,10 @@ def test_check_mode_plans_an_upgrade_and_changes_nothing(host: Any) -> None:
         ({"nvidia_driver_module_flavour": "proprietary"}, "Blackwell needs open"),
         ({"nvidia_driver_headers_package": "proxmox-headers-6.8.99-1-pve"}, "cannot be installed"),
         ({"nvidia_driver_runfile_checksum": "md5:0"}, "sha256:<64 hex digits>"),
+        (
+            {"nvidia_driver_host_root": "/var/lib/specops/lab/pve-nd-unknown/"},
+            "cannot be chosen for GPU generations unknown",
+        ),
     ],
 )
 def test_preflight_refuses_before_changing_anything(

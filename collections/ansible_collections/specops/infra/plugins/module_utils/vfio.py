@@ -251,13 +251,19 @@ def _blockers(
         )
     # The rest of the card's IOMMU group stays as it is; a running VM using it would lose
     # its group's isolation, so that is refused as well.
-    for member in card.iommu_group_foreign:
-        for other in facts.gpus:
-            if member in {f.address for f in other.functions} and other.held_by_running_vm:
-                problems.append(
-                    f"{card.address} shares IOMMU group {card.iommu_group} with {member}, "
-                    f"which running VM {other.held_by_running_vm} holds"
-                )
+    shared = sorted(
+        (member, other.held_by_running_vm)
+        for member in card.iommu_group_foreign
+        for other in facts.gpus
+        if other.held_by_running_vm and member in {f.address for f in other.functions}
+    )
+    if shared:
+        members = ", ".join(m for m, _ in shared)
+        vms = ", ".join(sorted({str(v) for _, v in shared}))
+        problems.append(
+            f"{card.address} shares IOMMU group {card.iommu_group} with {members}, "
+            f"held by running VM {vms}"
+        )
     return problems, stopped
 
 
