@@ -1,0 +1,208 @@
+#!/usr/bin/python
+"""Ansible module vfio_release: give NVIDIA cards held by vfio-pci back to the host."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vfio_release
+short_description: Release NVIDIA cards from vfio-pci to the host's nvidia driver
+description:
+  - Reads the host's GPU facts (the same code as M(specops.infra.gpu_facts)), decides
+    which cards and which of their PCI functions to move, and refuses before writing
+    anything when the request cannot be met; the message lists every card and the VM
+    that holds it.
+  - A card whose holder VM runs is never unbound. A card assigned to a stopped VM is
+    taken only with O(allow_stopped_vm_cards).
+  - Per card, every function of the card (and nothing else of its IOMMU group) is
+    unbound from vfio-pci, its C(driver_override) set (C(nvidia) for the GPU, the
+    companion's host driver or none for the audio/USB functions), probed, and the new
+    binding verified. On any failure every function touched in the run is restored to
+    its previous binding and the module fails.
+  - Also computes the boot-time configuration (returned as C(boot_config); the role
+    writes it) that keeps the cards VMs still use on vfio-pci by address and removes the
+    released cards' IDs from C(options vfio-pci ids=) lines and C(vfio-pci.ids=).
+  - Check mode reports the plan and writes nothing.
+version_added: "0.1.0"
+author: specops
+options:
+  addresses:
+    description: Cards to release, by PCI address (C(0000:01:00.0), C(0000:01:00) or C(01:00)).
+    type: list
+    elements: str
+    default: []
+  model:
+    description: Release cards of this model (PCI ID C(10de:2230) or part of the name, C(A6000)) until O(count) are the host's.
+    type: str
+  count:
+    description: How many cards of O(model) the host should have.
+    type: int
+  allow_stopped_vm_cards:
+    description: Take cards assigned (C(hostpciN)) to VMs that are stopped.
+    type: bool
+    default: false
+  root:
+    description: File system root of the host whose sysfs, procfs, /etc/pve and /run are read and written (a simulated tree in tests).
+    type: path
+    default: /
+  modprobe_dir:
+    description: Directory of modprobe configuration files to clean of the released IDs.
+    type: path
+    default: /etc/modprobe.d
+  grub_file:
+    description: GRUB defaults file.
+    type: path
+    default: /etc/default/grub
+  kernel_cmdline_file:
+    description: systemd-boot kernel command line (proxmox-boot-tool).
+    type: path
+    default: /etc/kernel/cmdline
+  timeout:
+    description: Seconds to wait for each unbind and probe to take effect.
+    type: float
+    default: 10
+notes:
+  - Writes only sysfs. The boot configuration is returned, not written.
+"""
+
+EXAMPLES = r"""
+- name: Give the two A6000s at 01:00 and 02:00 to the host.
+  specops.infra.vfio_release:
+    addresses: ["0000:01:00.0", "0000:02:00.0"]
+
+- name: Make sure the host has two RTX A6000.
+  specops.infra.vfio_release:
+    model: A6000
+    count: 2
+"""
+
+RETURN = r"""
+released:
+  description: One entry per function moved (or, in check mode, to be moved).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{address: "0000:01:00.0", card: "0000:01:00.0", kind: gpu, from_driver: vfio-pci, to_driver: nvidia, driver_override: nvidia}]
+plan:
+  description: The decision (cards to release with their steps, cards already on the host, functions kept on vfio-pci, released IDs, one line per card on the host, warnings).
+  returned: always
+  type: dict
+boot_config:
+  description: Files to write (path -> content), files to remove, and boot tools to run (initramfs, grub, proxmox-boot-tool).
+  returned: always
+  type: dict
+boot_loader:
+  description: The node's boot loader (grub or systemd-boot), from the GPU facts.
+  returned: always
+  type: str
+"""
+
+import glob  # noqa: E402
+import os  # noqa: E402
+from typing import Any  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.specops.infra.plugins.module_utils.gpu import (  # noqa: E402
+    GpuFactsError,
+    HostRoots,
+    gather_facts,
+)
+from ansible_collections.specops.infra.plugins.module_utils.vfio import (  # noqa: E402
+    OVERRIDE_SCRIPT,
+    FileSysfs,
+    VfioReleaseError,
+    apply_plan,
+    available_pci_drivers,
+    boot_config,
+    parse_request,
+    plan_release,
+)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
+    request = parse_request(
+        addresses=params["addresses"],
+        model=params["model"],
+        count=params["count"],
+        allow_stopped_vm_cards=params["allow_stopped_vm_cards"],
+    )
+    roots = HostRoots.under(params["root"])
+    facts = gather_facts(roots)
+    plan = plan_release(facts, request, available_pci_drivers(roots.sys))
+
+    conf_file = os.path.join(params["modprobe_dir"], "specops-vfio.conf")
+    modprobe_files = sorted(glob.glob(os.path.join(params["modprobe_dir"], "*.conf")))
+    paths = [*modprobe_files, conf_file, OVERRIDE_SCRIPT, params["grub_file"]]
+    paths.append(params["kernel_cmdline_file"])
+    current = {p: _read(p) for p in paths}
+    boot = boot_config(
+        plan,
+        current=current,
+        loader=facts.boot.loader,
+        modprobe_files=modprobe_files,
+        grub_file=params["grub_file"],
+        kernel_cmdline_file=params["kernel_cmdline_file"],
+        conf_file=conf_file,
+    )
+
+    if check_mode:
+        released = [
+            {
+                "address": s.address,
+                "card": c.address,
+                "kind": s.kind,
+                "from_driver": s.current_driver,
+                "to_driver": s.expect_driver,
+                "driver_override": s.new_override,
+            }
+            for c in plan.release
+            for s in c.steps
+        ]
+    else:
+        released = apply_plan(plan, FileSysfs(roots.sys), timeout=params["timeout"])
+    return {
+        "changed": bool(plan.release),
+        "released": released,
+        "plan": plan.to_dict(),
+        "boot_config": boot.to_dict(),
+        "boot_loader": facts.boot.loader,
+        "warnings_text": list(plan.warnings) + list(facts.warnings),
+    }
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "addresses": {"type": "list", "elements": "str", "default": []},
+            "model": {"type": "str"},
+            "count": {"type": "int"},
+            "allow_stopped_vm_cards": {"type": "bool", "default": False},
+            "root": {"type": "path", "default": "/"},
+            "modprobe_dir": {"type": "path", "default": "/etc/modprobe.d"},
+            "grub_file": {"type": "path", "default": "/etc/default/grub"},
+            "kernel_cmdline_file": {"type": "path", "default": "/etc/kernel/cmdline"},
+            "timeout": {"type": "float", "default": 10.0},
+        },
+        mutually_exclusive=[("addresses", "model")],
+        required_together=[("model", "count")],
+        supports_check_mode=True,
+    )
+    try:
+        result = run(module.params, module.check_mode)
+    except (VfioReleaseError, GpuFactsError) as exc:
+        module.fail_json(msg=str(exc))
+    for warning in result.pop("warnings_text"):
+        module.warn(warning)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""vfio_release's sysfs writes on a simulated tree with the PCI kernel stand-in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible_collections.specops.infra.plugins.module_utils import vfio
+from ansible_collections.specops.infra.plugins.module_utils.gpu import HostGpuFacts
+from ansible_collections.specops.infra.plugins.modules import vfio_release as module
+
+from specops.lab.pci_standin import PciStandin
+
+HostTree = Callable[..., Path]
+
+
+def params(root: Path, etc: Path, **over: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "addresses": [],
+        "model": None,
+        "count": None,
+        "allow_stopped_vm_cards": False,
+        "root": str(root),
+        "modprobe_dir": str(etc / "modprobe.d"),
+        "grub_file": str(etc / "default" / "grub"),
+        "kernel_cmdline_file": str(etc / "kernel" / "cmdline"),
+        "timeout": 3.0,
+    }
+    base.update(over)
+    return base
+
+
+def drivers(facts: HostGpuFacts, slot: str) -> dict[str, str | None]:
+    card = next(c for c in facts.gpus if c.slot == slot)
+    return {f.address: f.driver for f in card.functions}
+
+
+def test_release_binds_the_card_to_nvidia_and_is_idempotent(
+    host_tree: HostTree,
+    standin: Callable[[Path], PciStandin],
+    facts_of: Callable[[Path], HostGpuFacts],
+    tmp_path: Path,
+) -> None:
+    root = host_tree("a6000-3090", nvidia=True, drivers=("snd_hda_intel",))
+    standin(root)
+    result = module.run(params(root, tmp_path / "etc", addresses=["01:00"]), check_mode=False)
+    assert result["changed"] is True
+    assert [(r["address"], r["to_driver"]) for r in result["released"]] == [
+        ("0000:01:00.0", "nvidia"),
+        ("0000:01:00.1", "snd_hda_intel"),
+    ]
+    facts = facts_of(root)
+    assert drivers(facts, "0000:01:00") == {
+        "0000:01:00.0": "nvidia",
+        "0000:01:00.1": "snd_hda_intel",
+    }
+    card = next(c for c in facts.gpus if c.slot == "0000:01:00")
+    assert card.driver_override == "nvidia"
+    assert card.nvidia is not None
+    assert card.nvidia.minor == 0
+    # Untouched: the VMs' cards.
+    assert drivers(facts, "0000:41:00")["0000:41:00.0"] == "vfio-pci"
+    again = module.run(params(root, tmp_path / "etc", addresses=["01:00"]), check_mode=False)
+    assert again["changed"] is False
+    assert list(again["plan"]["already_on_host"]) == ["0000:01:00.0"]
+
+
+def test_running_vm_card_writes_nothing(
+    host_tree: HostTree,
+    standin: Callable[[Path], PciStandin],
+    snapshot: Callable[[Path], dict[str, str]],
+    tmp_path: Path,
+) -> None:
+    root = host_tree("a6000-3090", nvidia=True, drivers=("snd_hda_intel",))
+    s = standin(root)
+    before = snapshot(root)
+    with pytest.raises(vfio.VfioReleaseError, match="held by running VM 202"):
+        module.run(
+            params(
+                root, tmp_path / "etc", addresses=["01:00", "42:00"], allow_stopped_vm_cards=True
+            ),
+            check_mode=False,
+        )
+    assert snapshot(root) == before
+    assert s.log == []
+
+
+def test_check_mode_reports_and_writes_nothing(
+    host_tree: HostTree,
+    standin: Callable[[Path], PciStandin],
+    snapshot: Callable[[Path], dict[str, str]],
+    tmp_path: Path,
+) -> None:
+    root = host_tree("a6000-3090", nvidia=True)
+    s = standin(root)
+    before = snapshot(root)
+    result = module.run(params(root, tmp_path / "etc", model="A6000", count=1), check_mode=True)
+    assert result["changed"] is True
+    assert result["released"][0] == {
+        "address": "0000:01:00.0",
+        "card": "0000:01:00.0",
+        "kind": "gpu",
+        "from_driver": "vfio-pci",
+        "to_driver": "nvidia",
+        "driver_override": "nvidia",
+    }
+    assert snapshot(root) == before
+    assert s.log == []
+
+
+def test_failed_probe_restores_every_function_touched(
+    host_tree: HostTree,
+    standin: Callable[[Path], PciStandin],
+    facts_of: Callable[[Path], HostGpuFacts],
+    tmp_path: Path,
+) -> None:
+    root = host_tree("a6000-3090", nvidia=True, drivers=("snd_hda_intel",))
+    s = standin(root)
+    (root / ".standin").mkdir()
+    # The first card goes over, the second card's GPU fails its nvidia probe.
+    (root / ".standin" / "fail-probe").write_text("0000:02:00.0\n")
+    before = facts_of(root)
+    with pytest.raises(vfio.VfioReleaseError) as err:
+        module.run(
+            params(
+                root,
+                tmp_path / "etc",
+                addresses=["01:00", "02:00"],
+                allow_stopped_vm_cards=True,
+                timeout=0.5,
+            ),
+            check_mode=False,
+        )
+    msg = str(err.value)
+    assert "0000:02:00.0: bound to nothing 0.5s after drivers_probe, expected nvidia" in msg
+    assert "every function touched was restored to its previous binding" in msg
+    after = facts_of(root)
+    for slot in ("0000:01:00", "0000:02:00"):
+        assert drivers(after, slot) == drivers(before, slot)
+        b = next(c for c in before.gpus if c.slot == slot)
+        a = next(c for c in after.gpus if c.slot == slot)
+        assert [f.driver_override for f in a.functions] == [f.driver_override for f in b.functions]
+    assert "probe 0000:02:00.0 nvidia: fails (fault injected)" in s.log
+    assert "bind 0000:01:00.0 nvidia" in s.log  # it had really moved, then came back
+
+
+def test_boot_config_returned_for_the_role(
+    host_tree: HostTree, standin: Callable[[Path], PciStandin], tmp_path: Path
+) -> None:
+    root = host_tree("a6000-3090", nvidia=True)
+    standin(root)
+    etc = tmp_path / "etc"
+    (etc / "modprobe.d").mkdir(parents=True)
+    (etc / "modprobe.d" / "vfio.conf").write_text("options vfio-pci ids=10de:2230,10de:1aef\n")
+    result = module.run(params(root, etc, addresses=["01:00"]), check_mode=True)
+    files = result["boot_config"]["files"]
+    assert files[str(etc / "modprobe.d" / "vfio.conf")].startswith("# specops vfio_release")
+    assert str(etc / "modprobe.d" / "specops-vfio.conf") in files
+    assert list(result["boot_config"]["refresh"]) == ["initramfs"]
+    assert not (etc / "modprobe.d" / "specops-vfio.conf").exists()
