@@ -1,0 +1,125 @@
+"""``specops profile``: render a speculative profile, print the table, check a drafter.
+
+specops profile render --engine sglang --version 0.5.11 --profile FILE.yml
+specops profile table [--check README.md | --write README.md]
+specops profile check-drafter --target DIR --drafter DIR [--window 2048]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specops.errors import SpecopsError, ValidationError
+from specops.speculative.drafter import check_drafter_dirs
+from specops.speculative.engines import ENGINE_NAMES, Engine
+from specops.speculative.profile import SpeculativeProfile
+from specops.speculative.table import check_file, render_table, write_file
+from specops.speculative.translate import to_argv, to_env
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("profile", help="speculative decoding profiles")
+    sub = parser.add_subparsers(dest="profile_command", metavar="SUBCOMMAND", required=True)
+
+    render = sub.add_parser("render", help="print the engine flags for a profile")
+    render.add_argument("--engine", required=True, choices=ENGINE_NAMES)
+    render.add_argument("--version", required=True, help="engine version, e.g. 0.5.11")
+    render.add_argument(
+        "--capability", action="append", default=[], help="branch-build capability (ddtree)"
+    )
+    render.add_argument(
+        "--profile",
+        required=True,
+        type=Path,
+        help="YAML/JSON file: the profile mapping, or a mapping with a 'speculative' key",
+    )
+    render.add_argument(
+        "--format", choices=("shell", "json"), default="shell", help="shell line or JSON list"
+    )
+    render.set_defaults(func=_render)
+
+    table = sub.add_parser("table", help="print the method x engine -> flags table")
+    mode = table.add_mutually_exclusive_group()
+    mode.add_argument("--check", type=Path, metavar="FILE", help="fail if FILE's copy is stale")
+    mode.add_argument("--write", type=Path, metavar="FILE", help="update FILE's copy in place")
+    table.set_defaults(func=_table)
+
+    drafter = sub.add_parser("check-drafter", help="check a DFlash drafter's config.json")
+    drafter.add_argument("--target", required=True, type=Path, help="target model directory")
+    drafter.add_argument("--drafter", required=True, type=Path, help="drafter model directory")
+    drafter.add_argument("--window", type=int, help="expected draft window, e.g. 2048")
+    drafter.add_argument("--num-draft-tokens", type=int, help="the profile's block size")
+    drafter.add_argument("--json", action="store_true", help="print findings as JSON")
+    drafter.set_defaults(func=_check_drafter)
+
+
+def _load_profile(path: Path) -> SpeculativeProfile:
+    try:
+        data: Any = yaml.safe_load(path.read_text("utf-8"))
+    except OSError as exc:
+        raise ValidationError("--profile", f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ValidationError("--profile", f"{path} is not valid YAML: {exc}") from None
+    if isinstance(data, dict) and set(data) == {"speculative"}:
+        data = data["speculative"]
+    return SpeculativeProfile.from_mapping(data)
+
+
+def _render(args: argparse.Namespace) -> int:
+    engine = Engine.parse(args.engine, args.version, args.capability)
+    profile = _load_profile(args.profile)
+    argv = to_argv(profile, engine)
+    env = to_env(profile, engine)
+    if args.format == "json":
+        print(json.dumps({"argv": argv, "env": env}))
+    else:
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        print((prefix + " " if prefix else "") + shlex.join(argv))
+    return 0
+
+
+def _table(args: argparse.Namespace) -> int:
+    if args.check is not None:
+        if check_file(args.check):
+            return 0
+        print(
+            f"specops: {args.check}: the profile table is stale; run"
+            f" `specops profile table --write {args.check}`",
+            file=sys.stderr,
+        )
+        return 1
+    if args.write is not None:
+        changed = write_file(args.write)
+        print(f"{args.write}: {'updated' if changed else 'already current'}")
+        return 0
+    sys.stdout.write(render_table())
+    return 0
+
+
+def _check_drafter(args: argparse.Namespace) -> int:
+    for name in ("target", "drafter"):
+        if not getattr(args, name).is_dir():
+            raise SpecopsError(f"--{name}: {getattr(args, name)} is not a directory")
+    findings = check_drafter_dirs(
+        str(args.target),
+        str(args.drafter),
+        window=args.window,
+        num_draft_tokens=args.num_draft_tokens,
+    )
+    if args.json:
+        print(json.dumps([f.as_dict() for f in findings], indent=1))
+    else:
+        for finding in findings:
+            print(finding.message)
+        if not findings:
+            print(f"{args.drafter}/config.json fits {args.target}/config.json")
+    return 1 if findings else 0

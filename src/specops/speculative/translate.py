@@ -1,0 +1,296 @@
+"""The one translator: a :class:`SpeculativeProfile` to one engine's command-line flags.
+
+``to_argv(profile, engine)`` returns the speculative part of the engine's argv (the
+unit template appends it after the model arguments); ``to_env`` returns environment
+variables a method needs (only DDTree's top-k today). Everything the engine version
+cannot do is rejected with a :class:`~specops.errors.ValidationError` naming the
+profile field and the valid values, before anything is deployed.
+
+``from_argv`` reads such an argv back (the property tests render, re-read and
+re-render).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from specops.errors import ValidationError
+from specops.speculative.engines import Engine
+from specops.speculative.profile import CHAIN_METHODS, SpeculativeProfile
+
+__all__ = ["SGLANG_ALGORITHM", "from_argv", "to_argv", "to_env", "vllm_speculative_config"]
+
+# profile method -> SGLang --speculative-algorithm (server_args.py, 0.5.11).
+# mtp is NEXTN with no draft path: SGLang rewrites NEXTN to EAGLE and serves the
+# model's own MTP head.
+SGLANG_ALGORITHM: Final[Mapping[str, str]] = {
+    "mtp": "NEXTN",
+    "eagle": "EAGLE",
+    "eagle3": "EAGLE3",
+    "dflash": "DFLASH",
+    "ddtree": "DDTREE",
+    "ngram": "NGRAM",
+    "draft_model": "STANDALONE",
+}
+_SGLANG_METHOD: Final = {v: k for k, v in SGLANG_ALGORITHM.items()}
+
+# Flags the profile owns; extra_args may not set them behind its back.
+_SGLANG_OWNED: Final = {
+    "--speculative-algorithm": "method",
+    "--speculative-draft-model-path": "draft_model",
+    "--speculative-draft-model": "draft_model",
+    "--speculative-draft-model-revision": "draft_model_revision",
+    "--speculative-num-steps": "num_steps",
+    "--speculative-eagle-topk": "topk",
+    "--speculative-num-draft-tokens": "num_draft_tokens",
+    "--speculative-dflash-block-size": "num_draft_tokens",
+    "--speculative-dflash-draft-window-size": "draft_window",
+    "--speculative-ddtree-budget": "tree_budget",
+}
+_VLLM_OWNED: Final = {
+    "--speculative-config": "method",
+    "--spec-method": "method",
+    "--spec-model": "draft_model",
+    "--spec-tokens": "num_steps",
+}
+DDTREE_TOPK_ENV: Final = "SGLANG_DDTREE_MAX_TOPK"
+
+
+def to_argv(profile: SpeculativeProfile, engine: Engine) -> list[str]:
+    """The engine flags for ``profile`` (empty for method ``none`` without extra_args)."""
+    if engine.family == "sglang":
+        argv = _sglang(profile, engine)
+        owned = _SGLANG_OWNED
+    else:
+        argv = _vllm(profile, engine)
+        owned = _VLLM_OWNED
+    _check_extra(profile, engine, owned)
+    rendered = argv + list(profile.extra_args)
+    engine.flags.check_args(argv, "speculative")  # our own output, against the real list
+    return rendered
+
+
+def to_env(profile: SpeculativeProfile, engine: Engine) -> dict[str, str]:
+    """Environment variables the profile needs on this engine (after ``to_argv``'s checks)."""
+    to_argv(profile, engine)
+    if profile.method == "ddtree" and profile.topk is not None:
+        return {DDTREE_TOPK_ENV: str(profile.topk)}
+    return {}
+
+
+def _check_extra(profile: SpeculativeProfile, engine: Engine, owned: Mapping[str, str]) -> None:
+    engine.flags.check_args(profile.extra_args, "speculative.extra_args")
+    for index, arg in enumerate(profile.extra_args):
+        name = arg.partition("=")[0]
+        if name in owned:
+            raise ValidationError(
+                f"speculative.extra_args[{index}]",
+                f"{name} is rendered from the profile; set speculative.{owned[name]} instead",
+            )
+
+
+def _unsupported(engine: Engine, name: str, value: object, why: str) -> ValidationError:
+    return ValidationError(f"speculative.{name}", f"{engine.label} {why} (got {value!r})")
+
+
+def _sglang(p: SpeculativeProfile, engine: Engine) -> list[str]:
+    if p.method == "none":
+        return []
+    algorithm = SGLANG_ALGORITHM[p.method]
+    valid = engine.flags.values("algorithms")
+    if algorithm not in valid:
+        methods = [_SGLANG_METHOD[a] for a in valid if a in _SGLANG_METHOD]
+        hint = " (an SGLang build from PR #29907 declares capability 'ddtree')" * (
+            p.method == "ddtree"
+        )
+        raise ValidationError(
+            "speculative.method",
+            f"{engine.label} cannot do {p.method!r}{hint}; valid: none, {', '.join(methods)}",
+        )
+    if p.method == "ngram":
+        for name in ("prompt_lookup_min", "prompt_lookup_max"):
+            if getattr(p, name) is not None:
+                raise _unsupported(
+                    engine,
+                    name,
+                    getattr(p, name),
+                    "NGRAM has no prompt-lookup bounds (vLLM only); its knobs are the"
+                    " --speculative-ngram-* flags, which extra_args may carry",
+                )
+    if p.model_mtp_method is not None:
+        raise _unsupported(
+            engine, "model_mtp_method", p.model_mtp_method, "takes no *_mtp name (vLLM only)"
+        )
+    argv = ["--speculative-algorithm", algorithm]
+    if p.draft_model is not None:
+        argv += ["--speculative-draft-model-path", p.draft_model]
+    if p.draft_model_revision is not None:
+        argv += ["--speculative-draft-model-revision", p.draft_model_revision]
+    if p.method in CHAIN_METHODS:
+        # SGLang needs all three once num_steps is set (it compares topk with ints),
+        # and rewrites num_draft_tokens to num_steps + 1 when topk is 1.
+        argv += [
+            "--speculative-num-steps",
+            str(p.num_steps),
+            "--speculative-eagle-topk",
+            str(p.topk or 1),
+            "--speculative-num-draft-tokens",
+            str(p.effective_num_draft_tokens),
+        ]
+    elif p.num_draft_tokens is not None:
+        argv += ["--speculative-num-draft-tokens", str(p.num_draft_tokens)]
+    if p.draft_window is not None:
+        argv += ["--speculative-dflash-draft-window-size", str(p.draft_window)]
+    if p.tree_budget is not None:
+        argv += ["--speculative-ddtree-budget", str(p.tree_budget)]
+    return argv
+
+
+def _vllm_method(p: SpeculativeProfile, engine: Engine) -> str:
+    flags = engine.flags
+    method = p.method
+    if method == "mtp" and p.model_mtp_method is not None:
+        method = p.model_mtp_method
+        mtp = flags.values("mtp_methods")
+        if method not in mtp:
+            raise _unsupported(
+                engine, "model_mtp_method", method, f"knows these MTP methods: {', '.join(mtp)}"
+            )
+    valid = flags.values("methods")
+    if method not in valid:
+        ours = [
+            m for m in ("mtp", "eagle", "eagle3", "dflash", "ngram", "draft_model") if m in valid
+        ]
+        raise ValidationError(
+            "speculative.method",
+            f"{engine.label} cannot do {p.method!r}; valid: none, {', '.join(ours)}",
+        )
+    if p.topk is not None and p.topk != 1:
+        raise _unsupported(engine, "topk", p.topk, "drafts chains only: topk must be 1 or unset")
+    if p.draft_window is not None:
+        raise _unsupported(
+            engine,
+            "draft_window",
+            p.draft_window,
+            "has no draft KV window; the drafter's sliding window comes from its"
+            " config.json layer_types (check it with `specops profile check-drafter`)",
+        )
+    return method
+
+
+def vllm_speculative_config(p: SpeculativeProfile, engine: Engine) -> dict[str, Any] | None:
+    """The ``--speculative-config`` object for vLLM, or None for method ``none``."""
+    if p.method == "none":
+        return None
+    config: dict[str, Any] = {"method": _vllm_method(p, engine)}
+    if p.draft_model is not None:
+        config["model"] = p.draft_model
+    if p.draft_model_revision is not None:
+        config["revision"] = p.draft_model_revision
+    if p.method in CHAIN_METHODS:
+        config["num_speculative_tokens"] = p.num_steps
+    elif p.num_draft_tokens is None:
+        raise ValidationError(
+            "speculative.num_draft_tokens",
+            f"is required for {p.method!r} on {engine.label}: vLLM needs"
+            " num_speculative_tokens = num_draft_tokens - 1 (e.g. 16 for a"
+            " DFlash block of 16)",
+        )
+    else:
+        config["num_speculative_tokens"] = p.num_draft_tokens - 1
+    if p.prompt_lookup_min is not None:
+        config["prompt_lookup_min"] = p.prompt_lookup_min
+    if p.prompt_lookup_max is not None:
+        config["prompt_lookup_max"] = p.prompt_lookup_max
+    fields = engine.flags.values("config_fields")
+    unknown = [key for key in config if fields and key not in fields]
+    if unknown:  # guards a flag-list update that drops a field
+        raise ValidationError(
+            "speculative", f"{engine.label} SpeculativeConfig has no field(s) {unknown}"
+        )
+    return config
+
+
+def _vllm(p: SpeculativeProfile, engine: Engine) -> list[str]:
+    config = vllm_speculative_config(p, engine)
+    if config is None:
+        return []
+    return ["--speculative-config", json.dumps(config, separators=(",", ":"))]
+
+
+def from_argv(argv: Sequence[str], engine: Engine) -> SpeculativeProfile:
+    """Read the speculative flags that :func:`to_argv` renders back into a profile.
+
+    Flags the translator does not own become ``extra_args``, in order.
+    """
+    engine.flags.check_args(argv, "argv")
+    if engine.family == "sglang":
+        return _from_sglang(list(argv))
+    return _from_vllm(list(argv))
+
+
+_SGLANG_INT: Final = {
+    "--speculative-num-steps": "num_steps",
+    "--speculative-eagle-topk": "topk",
+    "--speculative-num-draft-tokens": "num_draft_tokens",
+    "--speculative-dflash-draft-window-size": "draft_window",
+    "--speculative-ddtree-budget": "tree_budget",
+}
+
+
+def _from_sglang(argv: list[str]) -> SpeculativeProfile:
+    values: dict[str, Any] = {}
+    extra: list[str] = []
+    index = 0
+    while index < len(argv):
+        name = argv[index]
+        value = argv[index + 1] if index + 1 < len(argv) else ""
+        if name == "--speculative-algorithm":
+            values["method"] = _SGLANG_METHOD[value]
+        elif name in ("--speculative-draft-model-path", "--speculative-draft-model"):
+            values["draft_model"] = value
+        elif name == "--speculative-draft-model-revision":
+            values["draft_model_revision"] = value
+        elif name in _SGLANG_INT:
+            values[_SGLANG_INT[name]] = int(value)
+        else:
+            extra.append(name)
+            index += 1
+            while index < len(argv) and not argv[index].startswith("--"):
+                extra.append(argv[index])
+                index += 1
+            continue
+        index += 2
+    values["extra_args"] = extra
+    return SpeculativeProfile.from_mapping(values)
+
+
+def _from_vllm(argv: list[str]) -> SpeculativeProfile:
+    values: dict[str, Any] = {}
+    extra: list[str] = []
+    index = 0
+    while index < len(argv):
+        if argv[index] == "--speculative-config":
+            config = json.loads(argv[index + 1])
+            method = str(config.pop("method"))
+            if method.endswith("_mtp"):
+                values["model_mtp_method"] = method
+                method = "mtp"
+            values["method"] = method
+            tokens = config.pop("num_speculative_tokens", None)
+            if tokens is not None:
+                if method in CHAIN_METHODS:
+                    values["num_steps"] = tokens
+                else:
+                    values["num_draft_tokens"] = tokens + 1
+            rename = {"model": "draft_model", "revision": "draft_model_revision"}
+            for key, value in config.items():
+                values[rename.get(key, key)] = value
+            index += 2
+        else:
+            extra.append(argv[index])
+            index += 1
+    values["extra_args"] = extra
+    return SpeculativeProfile.from_mapping(values)

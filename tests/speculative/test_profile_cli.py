@@ -1,0 +1,112 @@
+"""`specops profile ...` commands and the Ansible filters, through their real entry points."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.specops.infra.plugins.filter.speculative import FilterModule
+
+from specops import cli
+from specops.speculative import table
+
+README = Path(__file__).resolve().parents[2] / "src" / "specops" / "speculative" / "README.md"
+
+
+def test_render_prints_the_argv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = tmp_path / "p.yml"
+    profile.write_text(
+        "speculative:\n  method: dflash\n  draft_model: /srv/d\n  num_draft_tokens: 16\n"
+        "  draft_window: 2048\n"
+    )
+    assert cli.main(["profile", "render", "--engine", "sglang", "--version", "0.5.11",
+                     "--profile", str(profile)]) == 0  # fmt: skip
+    assert capsys.readouterr().out == (
+        "--speculative-algorithm DFLASH --speculative-draft-model-path /srv/d"
+        " --speculative-num-draft-tokens 16 --speculative-dflash-draft-window-size 2048\n"
+    )
+    profile.write_text("method: ngram\nnum_draft_tokens: 5\nprompt_lookup_max: 4\n")
+    assert cli.main(["profile", "render", "--engine", "vllm-cpu", "--version", "0.32",
+                     "--profile", str(profile), "--format", "json"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out) == {
+        "argv": ["--speculative-config",
+                 '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4}'],
+        "env": {},
+    }  # fmt: skip
+
+
+def test_render_rejects_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = tmp_path / "p.yml"
+    profile.write_text("method: ddtree\ndraft_model: /d\ntree_budget: 8\n")
+    assert cli.main(["profile", "render", "--engine", "vllm", "--version", "0.32.0",
+                     "--profile", str(profile)]) == 2  # fmt: skip
+    assert capsys.readouterr().err == (
+        "specops: error: speculative.method: vllm 0.32.0 cannot do 'ddtree'; valid: none, mtp,"
+        " eagle, eagle3, dflash, ngram, draft_model\n"
+    )
+    assert cli.main(["profile", "render", "--engine", "sglang", "--version", "0.5.11",
+                     "--capability", "ddtree", "--profile", str(profile)]) == 0  # fmt: skip
+
+
+def test_table_check_and_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = tmp_path / "README.md"
+    doc.write_text(f"# x\n\n{table.START}\nold\n{table.END}\n\nafter\n")
+    assert cli.main(["profile", "table", "--check", str(doc)]) == 1
+    assert "the profile table is stale" in capsys.readouterr().err
+    assert cli.main(["profile", "table", "--write", str(doc)]) == 0
+    assert cli.main(["profile", "table", "--check", str(doc)]) == 0
+    text = doc.read_text()
+    assert text.startswith("# x\n\n")
+    assert text.endswith("\n\nafter\n")
+    assert "| `method: mtp, num_steps: 3` | `--speculative-algorithm NEXTN" in text
+    doc.write_text("no markers\n")
+    assert cli.main(["profile", "table", "--check", str(doc)]) == 2
+
+
+def test_speculative_readme_table_is_current() -> None:
+    assert table.check_file(README), "run: specops profile table --write " + str(README)
+
+
+def test_check_drafter_command(drafter_fixtures: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = str(drafter_fixtures / "qwen3_6-27b-target")
+    args = ["profile", "check-drafter", "--target", target, "--window", "2048"]
+    assert cli.main([*args, "--drafter", str(drafter_fixtures / "qwen3_6-27b-dflash")]) == 0
+    capsys.readouterr()
+    bad = str(drafter_fixtures / "qwen3_6-27b-dflash-corrupted")
+    assert cli.main([*args, "--drafter", bad, "--json"]) == 1
+    fields = [f["field"] for f in json.loads(capsys.readouterr().out)]
+    assert fields == [
+        "drafter.dflash_config.mask_token_id",
+        "drafter.dflash_config.target_layer_ids[4]",
+        "drafter.layer_types",
+    ]
+
+
+FILTERS = FilterModule().filters()
+
+
+def test_filters_render_and_validate() -> None:
+    profile = {"method": "mtp", "num_steps": 2}
+    assert FILTERS["speculative_argv"](profile, "vllm", "0.32.0") == [
+        "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}'
+    ]  # fmt: skip
+    assert FILTERS["speculative_validate"](profile) == {"method": "mtp", "num_steps": 2}
+    assert FILTERS["speculative_env"](
+        {"method": "ddtree", "draft_model": "/d", "tree_budget": 4, "topk": 2},
+        "sglang", "0.5.11", ["ddtree"],
+    ) == {"SGLANG_DDTREE_MAX_TOPK": "2"}  # fmt: skip
+
+
+def test_filters_fail_with_the_field() -> None:
+    with pytest.raises(AnsibleFilterError, match=r"^speculative_argv: svc_spec\.topk: vllm"):
+        FILTERS["speculative_argv"](
+            {"method": "mtp", "num_steps": 2, "topk": 2, "num_draft_tokens": 4},
+            "vllm", "0.32.0", name="svc_spec",
+        )  # fmt: skip
+    with pytest.raises(AnsibleFilterError, match=r"^speculative_validate: speculative\.draft_w"):
+        FILTERS["speculative_validate"](
+            {"method": "dflash", "draft_model": "/d", "num_draft_tokens": 16, "draft_window": 2048},
+            "vllm", "0.32.0",
+        )  # fmt: skip
