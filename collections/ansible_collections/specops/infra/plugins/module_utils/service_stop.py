@@ -112,7 +112,11 @@ def alive(pids: Iterable[int], proc_root: Path = Path("/proc")) -> list[int]:
 
 def parse_compute_apps(text: str) -> list[int]:
     """PIDs from ``nvidia-smi --query-compute-apps=pid --format=csv,noheader``."""
-    return [int(line.split(",")[0]) for line in text.splitlines() if line.strip().split(",")[0].strip().isdigit()]
+    return [
+        int(line.split(",")[0])
+        for line in text.splitlines()
+        if line.strip().split(",")[0].strip().isdigit()
+    ]
 
 
 def gpu_pids(nvidia_smi: str) -> list[int]:
@@ -154,7 +158,9 @@ def stop_unit(
         return StopResult(True, pids, 0.0, False, [])
     proc = subprocess.run(["systemctl", "stop", unit], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        raise RuntimeError(f"systemctl stop {unit} failed ({proc.returncode}): {proc.stderr.strip()}")
+        raise RuntimeError(
+            f"systemctl stop {unit} failed ({proc.returncode}): {proc.stderr.strip()}"
+        )
     smi = nvidia_smi or shutil.which("nvidia-smi")
     if smi is not None and not os.access(smi, os.X_OK):
         smi = None

@@ -74,7 +74,10 @@ def run_module() -> None:
     p: dict[str, Any] = module.params
     try:
         result = stop_unit(
-            p["unit"], timeout=p["timeout"], check_mode=module.check_mode, nvidia_smi=p["nvidia_smi"]
+            p["unit"],
+            timeout=p["timeout"],
+            check_mode=module.check_mode,
+            nvidia_smi=p["nvidia_smi"],
         )
     except RuntimeError as exc:
         module.fail_json(msg=str(exc))
