@@ -272,6 +272,19 @@ def test_rerun_with_the_same_profile_changes_nothing(host: Any) -> None:
     assert _show(host)["InvocationID"] == before["InvocationID"]
 
 
+def test_check_mode_changes_nothing(host: Any) -> None:
+    unit_before = host.check_output(f"sha256sum {UNIT_PATH}")
+    before = _show(host)
+    same = _converge("--check", "-e", "specops_lab_profile=draft_model")
+    assert same.returncode == 0, same.stdout[-4000:]
+    assert _recap_changed(same.stdout) == 0, same.stdout[-4000:]
+    other = _converge("--check", "-e", "specops_lab_profile=ngram")
+    assert other.returncode == 0, other.stdout[-4000:]
+    assert _recap_changed(other.stdout) > 0, "a check run reports the profile change"
+    assert host.check_output(f"sha256sum {UNIT_PATH}") == unit_before
+    assert _show(host)["InvocationID"] == before["InvocationID"]
+
+
 def test_invalid_profile_fails_before_the_unit_is_touched(host: Any) -> None:
     unit_before = host.check_output(f"sha256sum {UNIT_PATH}; stat -c %Y {UNIT_PATH}")
     before = _show(host)
