@@ -20,7 +20,7 @@ __all__ = ["main"]
 # Modules that contribute subcommands, in help order. Each has
 # ``register(subparsers: argparse._SubParsersAction) -> None`` and sets
 # ``func`` on its parsers.
-COMMAND_MODULES: tuple[str, ...] = ("specops.speculative.cli",)
+COMMAND_MODULES: tuple[str, ...] = ("specops.speculative.cli", "specops.lab.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

