@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from specops.cli import main
 from specops.errors import SpecopsError
 from specops.lab import wheelhouse
 
@@ -38,3 +39,14 @@ def test_a_complete_wheelhouse_is_not_downloaded_again(tmp_path: Path) -> None:
 def test_a_missing_interpreter_is_named(tmp_path: Path) -> None:
     with pytest.raises(SpecopsError, match=r"python: '/nonexistent/python3\.11' not found"):
         wheelhouse.build_wheelhouse(tmp_path, python="/nonexistent/python3.11")
+
+
+def test_cli_reports_a_complete_wheelhouse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "wheels"
+    target.mkdir()
+    stamp = {"recipe": 1, "requirements": list(wheelhouse.REQUIREMENTS)}
+    (target / wheelhouse.STAMP_NAME).write_text(json.dumps(stamp))
+    assert main(["lab", "vllm", "wheelhouse", "--cache", str(tmp_path)]) == 0
+    assert "0 wheels, already complete" in capsys.readouterr().out
