@@ -95,6 +95,21 @@ def test_cluster_and_node_reads(prox: ProxmoxAPI) -> None:
     assert "rootdir" in storage[0]["content"]
 
 
+def test_storage_content_lists_templates(prox: ProxmoxAPI) -> None:
+    """What community.proxmox's template check reads before it creates a container."""
+    path = "/nodes/pvetest-a/storage/local/content"
+    content = _checked("GET", path, prox.nodes("pvetest-a").storage("local").content.get())
+    templates = [c for c in content if c["content"] == "vztmpl"]
+    assert [(t["volid"], t["format"]) for t in templates] == [
+        (f"local:vztmpl/{TEMPLATE_NAME}", "tar")
+    ]
+    assert templates[0]["size"] > 1_000_000
+    only = prox.nodes("pvetest-a").storage("local").content.get(content="backup")
+    assert all(c["content"] == "backup" for c in _checked("GET", path, only))
+    err = _error(prox.nodes("pvetest-a").storage("nope").content.get)
+    assert "storage 'nope' does not exist" in str(err.content)
+
+
 def test_vms_holding_pci_devices(prox: ProxmoxAPI) -> None:
     vms = _checked("GET", "/nodes/pvetest-a/qemu", prox.nodes("pvetest-a").qemu.get())
     assert [(v["vmid"], v["status"]) for v in vms] == [(200, "stopped")]
@@ -141,6 +156,16 @@ def test_container_lifecycle_and_migration(prox: ProxmoxAPI, api_cluster: Cluste
     assert "swap" not in config
     assert config["lxc"] == [["lxc.cgroup2.devices.allow", "c 195:* rwm"]]
     assert a.lxc(300).config.get(snapshot="snap1")["memory"] == 256
+    assert conf_path.read_text().split("[snap1]")[1] == snapshot
+
+    # Resize grows the recorded size (absolute or +N) and refuses to shrink, as PVE does.
+    for size, want in (("+2G", "size=2G"), ("3G", "size=3G")):
+        upid = a.lxc(300).resize.put(disk="rootfs", size=size)
+        assert _wait(prox, "pvetest-a", upid)["exitstatus"] == "OK"
+        assert a.lxc(300).config.get()["rootfs"].endswith(want)
+    upid = a.lxc(300).resize.put(disk="rootfs", size="1G")
+    assert _wait(prox, "pvetest-a", upid)["exitstatus"] == "unable to shrink disk size"
+    assert a.lxc(300).config.get()["rootfs"].endswith("size=3G")
     assert conf_path.read_text().split("[snap1]")[1] == snapshot
 
     for action, want in (

@@ -26,6 +26,8 @@ def _run(tool: str, root: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cluster_init_cli(tmp_path: Path) -> None:
+    template = tmp_path / "tiny-rootfs.tar"
+    template.write_bytes(b"\0" * 10240)
     proc = subprocess.run(
         [
             sys.executable,
@@ -40,6 +42,8 @@ def test_cluster_init_cli(tmp_path: Path) -> None:
             f"pvetest-c={tmp_path / 'c-root'}",
             "--cgroup",
             "v1",
+            "--template",
+            str(template),
         ],
         capture_output=True,
         text=True,
@@ -51,6 +55,9 @@ def test_cluster_init_cli(tmp_path: Path) -> None:
     cluster = Cluster.load(tmp_path / "c")
     assert cluster.node("pvetest-c").cgroup == "v1"
     assert (tmp_path / "c-root" / "etc/pve/storage.cfg").read_text().startswith("dir: local\n")
+    placed = tmp_path / "c-root" / "var/lib/vz/template/cache" / template.name
+    assert placed.read_bytes() == template.read_bytes()
+    assert "template local:vztmpl/tiny-rootfs.tar" in proc.stdout
 
 
 def test_qm_flag_and_config(tmp_path: Path) -> None:

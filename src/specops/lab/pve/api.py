@@ -204,11 +204,13 @@ class LabApi:
             ("GET", "/cluster/status"): self.cluster_status,
             ("GET", "/cluster/mapping/pci"): self.mapping_pci,
             ("GET", "/nodes/{node}/storage"): self.storage,
+            ("GET", "/nodes/{node}/storage/{storage}/content"): self.storage_content,
             ("GET", "/nodes/{node}/lxc"): self.lxc_list,
             ("POST", "/nodes/{node}/lxc"): self.lxc_create,
             ("DELETE", "/nodes/{node}/lxc/{vmid}"): self.lxc_destroy,
             ("GET", "/nodes/{node}/lxc/{vmid}/config"): self.lxc_config,
             ("PUT", "/nodes/{node}/lxc/{vmid}/config"): self.lxc_config_put,
+            ("PUT", "/nodes/{node}/lxc/{vmid}/resize"): self.lxc_resize,
             ("GET", "/nodes/{node}/lxc/{vmid}/status/current"): self.lxc_current,
             ("POST", "/nodes/{node}/lxc/{vmid}/status/start"): self.lxc_start,
             ("POST", "/nodes/{node}/lxc/{vmid}/status/stop"): self.lxc_stop,
@@ -476,6 +478,56 @@ class LabApi:
             )
         return out
 
+    def storage_content(self, p: dict[str, Any], _u: str) -> Any:
+        """Volumes of a ``dir`` storage: templates, backups, ISOs and guest volumes."""
+        node = self.node(p)
+        sid = str(p["storage"])
+        st = node.storage(sid)
+        if st.type != "dir":
+            raise ApiError(501, f"storage type '{st.type}' is not emulated by the lab stand-in")
+        base = node.host_path(st.path)
+        found: list[tuple[str, str, Path]] = []  # (content, volname, path)
+        for content, sub, prefix in (
+            ("vztmpl", base / "template" / "cache", "vztmpl/"),
+            ("iso", base / "template" / "iso", "iso/"),
+            ("backup", base / "dump", "backup/"),
+        ):
+            if content in st.content and sub.is_dir():
+                found += [
+                    (content, prefix + f.name, f) for f in sorted(sub.iterdir()) if f.is_file()
+                ]
+        images = base / "images"
+        if images.is_dir():
+            for vmdir in sorted(d for d in images.iterdir() if d.name.isdigit()):
+                for vol in sorted(vmdir.iterdir()):
+                    kind = "rootdir" if vol.name.endswith(".subvol") else "images"
+                    if kind in st.content:
+                        found.append((kind, f"{vmdir.name}/{vol.name}", vol))
+        wanted = set(str(p["content"]).split(",")) if p.get("content") else None
+        out: list[dict[str, Any]] = []
+        for content, volname, path in found:
+            if wanted is not None and content not in wanted:
+                continue
+            owner = volname.split("/", 1)[0]
+            vmid = int(owner) if owner.isdigit() else None
+            if vmid is None and content == "backup":
+                m = re.match(r"vzdump-(?:lxc|qemu)-(\d+)-", path.name)
+                vmid = int(m.group(1)) if m else None
+            if p.get("vmid") is not None and vmid != int(p["vmid"]):
+                continue
+            fmt = "subvol" if path.is_dir() else _volume_format(path.name)
+            entry: dict[str, Any] = {
+                "volid": f"{sid}:{volname}",
+                "content": content,
+                "format": fmt,
+                "size": 0 if path.is_dir() else path.stat().st_size,
+                "ctime": int(path.stat().st_mtime),
+            }
+            if vmid is not None:
+                entry["vmid"] = vmid
+            out.append(entry)
+        return out
+
     # -- containers --------------------------------------------------------------------
     def _ct_summary(self, node: Node, vmid: int) -> dict[str, Any]:
         conf, _ = pct.load_ct_conf(node, vmid)
@@ -542,6 +594,14 @@ class LabApi:
         delete = [d for d in str(p.get("delete", "")).replace(";", ",").split(",") if d.strip()]
         pct.ct_update_config(node, vmid, changes, [d.strip() for d in delete], p.get("digest"))
         return None
+
+    def lxc_resize(self, p: dict[str, Any], user: str) -> Any:
+        node, vmid = self.node(p), int(p["vmid"])
+        pct.load_ct_conf(node, vmid)
+        disk, size = str(p["disk"]), str(p["size"])
+        return self._task(
+            node, "resize", str(vmid), user, lambda log: pct.ct_resize(node, vmid, disk, size, log)
+        )
 
     def lxc_create(self, p: dict[str, Any], user: str) -> Any:
         cluster = self.cluster()
@@ -769,6 +829,21 @@ class LabApi:
         out["qmpstatus"] = out["status"]
         out["ha"] = {"managed": 0}
         return out
+
+
+def _volume_format(name: str) -> str:
+    """PVE's format of a file volume: ``tzst``/``tgz``/``tar`` archives, ``iso``, ``raw``."""
+    for suffix, fmt in (
+        (".tar.zst", "tzst"),
+        (".tar.gz", "tgz"),
+        (".tar.xz", "txz"),
+        (".tar", "tar"),
+        (".iso", "iso"),
+        (".qcow2", "qcow2"),
+    ):
+        if name.endswith(suffix):
+            return fmt
+    return "raw"
 
 
 def _conf_value(value: Any) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -47,9 +48,24 @@ def _cluster_init(args: argparse.Namespace) -> int:
                 lxcpath=Path(args.lxcpath),
             )
         )
+    templates = [Path(t).resolve() for t in args.template or []]
+    for template in templates:
+        if not template.is_file():
+            raise ValidationError("--template", f"{template} is not a file (a rootfs tarball)")
     cluster = init_cluster(Path(args.cluster).resolve(), nodes, name=args.name)
     for node in cluster.nodes.values():
         _print(f"{node.name}: {node.root} (cgroup {node.cgroup}, lxcpath {node.lxcpath})")
+        cache = node.host_path("/var/lib/vz/template/cache")
+        for template in templates:
+            target = cache / template.name
+            if target.exists() and target.stat().st_size == template.stat().st_size:
+                continue
+            target.unlink(missing_ok=True)
+            try:
+                os.link(template, target)
+            except OSError:
+                shutil.copy(template, target)
+            _print(f"{node.name}: template local:vztmpl/{template.name}")
     return 0
 
 
@@ -223,6 +239,13 @@ def register(lab: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: 
         help="cgroup version of the emulated PVE hosts (v2: PVE 7+)",
     )
     init.add_argument("--lxcpath", default=str(DEFAULT_LXCPATH))
+    init.add_argument(
+        "--template",
+        action="append",
+        metavar="TARBALL",
+        help="a rootfs tarball to put in every node's local storage as local:vztmpl/NAME "
+        "(hard link, else copy); e.g. $SPECOPS_CACHE/debian-bookworm-rootfs.tar",
+    )
     init.set_defaults(func=_cluster_init)
 
     p = lab.add_parser("pct", help="pct stand-in for one lab node")

@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -36,6 +37,7 @@ __all__ = [
     "ct_migrate",
     "ct_push",
     "ct_reboot",
+    "ct_resize",
     "ct_restore",
     "ct_shutdown",
     "ct_start",
@@ -366,6 +368,34 @@ def ct_update_config(
             else:
                 conf.delete(key)
         _write_conf(node, vmid, conf.render())
+
+
+def _gib(size: str) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", size.strip())
+    if not m:
+        raise PveError(f"unable to parse size '{size}'", 400)
+    factor = {"K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0, "": 1 / 1024**3}[m.group(2)]
+    return float(m.group(1)) * factor
+
+
+def ct_resize(node: Node, vmid: int, disk: str, size: str, log: Log = _nolog) -> None:
+    """``pct resize``: grow a volume (``size`` absolute or ``+N``); shrinking is refused as
+    on PVE. A lab ``subvol`` directory has no real size, so only ``size=`` in the conf moves."""
+    with ct_lock(node, vmid):
+        conf, _ = load_ct_conf(node, vmid)
+        value = conf.get(disk)
+        if value is None:
+            raise PveError(f"no such disk '{disk}'", 400)
+        props = parse_property_string(value, default_key="volume")
+        old = _gib(props.get("size", "0"))
+        new = old + _gib(size[1:]) if size.startswith("+") else _gib(size)
+        if new < old:
+            raise PveError("unable to shrink disk size")
+        props["size"] = f"{new:g}G"
+        volume = props.pop("volume")
+        conf.set(disk, ",".join([volume, *(f"{k}={v}" for k, v in props.items())]))
+        _write_conf(node, vmid, conf.render())
+        log(f"resized {disk} of CT {vmid} from {old:g}G to {new:g}G")
 
 
 def list_cts(node: Node) -> list[int]:
