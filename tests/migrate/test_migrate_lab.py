@@ -268,6 +268,7 @@ def test_interrupted_after_move_rerun_finishes(
     second = _playbook(inv, "--skip-tags", "migrate_userspace,migrate_service,migrate_benchmark")
     assert second.returncode == 0, second.stdout[-4000:]
     assert "CT 701 is already on pve-a" in second.stdout
+    assert "Move: CT 701 moved pve-b -> pve-a" in second.stdout  # the report keeps the move
     text = conf.read_text()
     assert "511:" not in text
     assert "/dev/nvidia2" not in text

@@ -137,6 +137,32 @@ def _cmd_move(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_start(args: argparse.Namespace) -> int:
+    """Start the CT on the target when it is stopped (after a move whose start failed)."""
+    spec, _state = _load(args)
+    client, tclient = _clients(spec)
+    api = tclient or client
+    where = api.where_is(spec.vmid)
+    if where is None or where[0] != spec.target:
+        print(f"start: CT {spec.vmid} is not on {spec.target} ({where})", file=sys.stderr)
+        return 1
+    changed = where[1] != "running"
+    if changed:
+        path = {"node": spec.target, "vmid": spec.vmid}
+        upid = str(api.call("POST", "/nodes/{node}/lxc/{vmid}/status/start", path))
+        res = api.wait_task(spec.target, upid, timeout=spec.task_timeout)
+        if not res.ok:
+            log = "\n".join(f"  {line}" for line in res.log[-40:])
+            print(
+                f"start of CT {spec.vmid} on {spec.target} failed: {res.exitstatus}\n{log}",
+                file=sys.stderr,
+            )
+            return 1
+    out = {"changed": changed, "message": f"CT {spec.vmid} runs on {spec.target}"}
+    print(json.dumps(out) if args.json else out["message"])
+    return 0
+
+
 def _cmd_record(args: argparse.Namespace) -> int:
     _spec, state = _load(args)
     info = json.loads(args.info) if args.info else {}
@@ -202,6 +228,9 @@ def register(subparsers: Any) -> None:
     p = sub.add_parser("move", help="migrate (restart mode) or vzdump + restore; resumable")
     common(p)
     p.set_defaults(func=_run(_cmd_move))
+    p = sub.add_parser("start", help="start the CT on the target when it is stopped")
+    common(p)
+    p.set_defaults(func=_run(_cmd_start))
     p = sub.add_parser("record", help="record a phase run elsewhere (seconds, info JSON)")
     common(p)
     p.add_argument("--phase", required=True)

@@ -290,6 +290,7 @@ def move(
     *,
     target_client: PveClient | None = None,
 ) -> MoveOutcome:
+    earlier = dict(state.phase("move"))
     with state.timed("move") as entry:
         if spec.mode == "migrate":
             outcome = _migrate(spec, client, state, pre)
@@ -301,4 +302,10 @@ def move(
             notes=outcome.notes,
             target_start_failed=outcome.target_start_failed,
         )
+    if outcome.action == "skipped" and earlier.get("action") in ("migrated", "restored"):
+        # A re-run after the move: the report keeps the run that moved the CT.
+        keep = ("seconds", "action", "message", "upid", "target_start_failed")
+        entry.update({k: earlier[k] for k in keep if k in earlier})
+        entry["notes"] = [*earlier.get("notes", []), f"re-run: {outcome.message}"]
+        state.save()
     return outcome

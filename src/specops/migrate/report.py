@@ -62,6 +62,7 @@ def summarize(
     src_nodes = {
         d["path"]: (int(d["major"]), int(d["minor"])) for d in src_facts.get("device_nodes", [])
     }
+    names = {str(g["address"]): str(g.get("name")) for g in (target_facts or {}).get("gpus", [])}
     before = device_numbers(pre.get("source_gpu_lines", []), src_nodes)
     after = device_numbers(after_lines, tgt_nodes)
     timings = {
@@ -75,7 +76,10 @@ def summarize(
         "source": pre.get("source"),
         "target": pre.get("target"),
         "move": {k: state.phase("move").get(k) for k in ("action", "message", "notes", "upid")},
-        "cards": {"before": state.data.get("source_cards", []), "after": pre.get("gpus", [])},
+        "cards": {
+            "before": state.data.get("source_cards", []),
+            "after": [f"{a} {names[a]}" if a in names else a for a in pre.get("gpus", [])],
+        },
         "driver": {
             "before": (src_facts.get("nvidia_module") or {}).get("version"),
             "after": ((target_facts or {}).get("nvidia_module") or {}).get("version"),

@@ -29,7 +29,7 @@ class ApiEndpoint:
     user: str = "root@pam"
     token_name: str = "specops"  # noqa: S105  (the token's name, not its secret)
     token_secret_file: str = ""
-    token_secret_env: str = "SPECOPS_PVE_TOKEN_SECRET"  # noqa: S105  (a variable name)
+    token_secret_env: str = "PROXMOX_TOKEN_SECRET"  # noqa: S105  (a variable name)
     verify: str | bool = True
     timeout: int = 30
 
@@ -111,7 +111,7 @@ def _api(data: Any, where: str) -> ApiEndpoint:
         user=str(data.get("user", "root@pam")),
         token_name=str(data.get("token_name", "specops")),
         token_secret_file=str(data.get("token_secret_file", "")),
-        token_secret_env=str(data.get("token_secret_env", "SPECOPS_PVE_TOKEN_SECRET")),
+        token_secret_env=str(data.get("token_secret_env", "PROXMOX_TOKEN_SECRET")),
         verify=verify,
         timeout=_int(data, "timeout", 30, 1, 3600),
     )
