@@ -19,7 +19,33 @@ from requests.exceptions import RequestException
 from specops.errors import SpecopsError
 from specops.migrate.spec import ApiEndpoint
 
-__all__ = ["ApiCallError", "PveClient", "TaskResult"]
+__all__ = ["API_CALLS", "ApiCallError", "PveClient", "TaskResult"]
+
+# Every call this package makes: (METHOD, path template, parameter names). Calls whose
+# parameters are built at run time (the migrate options, re-added mount points) list
+# every name they can carry; tests/migrate/test_api_calls.py checks each against the
+# PVE 9.1 schema and that the code makes no call missing here.
+API_CALLS: list[tuple[str, str, list[str]]] = [
+    ("GET", "/nodes", []),
+    ("GET", "/nodes/{node}/status", []),
+    ("GET", "/cluster/resources", ["type"]),
+    ("GET", "/nodes/{node}/lxc", []),
+    ("GET", "/nodes/{node}/lxc/{vmid}/config", []),
+    ("PUT", "/nodes/{node}/lxc/{vmid}/config", ["delete", "mp0", "mp255"]),
+    ("GET", "/nodes/{node}/qemu", []),
+    ("GET", "/nodes/{node}/storage", []),
+    (
+        "POST",
+        "/nodes/{node}/lxc/{vmid}/migrate",
+        ["target", "restart", "timeout", "target-storage"],
+    ),
+    ("POST", "/nodes/{node}/lxc/{vmid}/status/start", []),
+    ("POST", "/nodes/{node}/lxc/{vmid}/status/shutdown", ["timeout", "forceStop"]),
+    ("POST", "/nodes/{node}/vzdump", ["vmid", "storage", "mode", "compress"]),
+    ("POST", "/nodes/{node}/lxc", ["vmid", "ostemplate", "restore", "storage"]),
+    ("GET", "/nodes/{node}/tasks/{upid}/status", []),
+    ("GET", "/nodes/{node}/tasks/{upid}/log", ["start", "limit"]),
+]
 
 
 class ApiCallError(SpecopsError):
