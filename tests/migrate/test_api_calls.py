@@ -122,11 +122,18 @@ _SEG = re.compile(r"\.(\w+)(\([^()]*\))?")
 
 
 def _chains(text: str) -> list[tuple[str, str, list[str]]]:
+    # community.proxmox's proxmox module reaches containers as getattr(node, VZ_TYPE).
+    text = re.sub(r"getattr\((proxmox_node|self\.proxmox_api), self\.VZ_TYPE\)", r"\1.lxc", text)
     out = []
     for m in _CHAIN.finditer(text):
         path = "/nodes/{x}" if m.group(1) == "proxmox_node" else ""
         for seg in _SEG.finditer(m.group(2)):
             path += f"/{seg.group(1)}" + ("/{x}" if seg.group(2) and seg.group(2) != "()" else "")
+        first = m.group(4).split(",")[0].strip()
+        if first[:1] in "\"'" and first:
+            path += "/" + first.strip("\"'")  # proxmoxer: .get("config") is GET .../config
+        elif first and "=" not in first and not first.startswith("*"):
+            path += "/{x}"  # proxmoxer: .delete(vmid) is DELETE .../{vmid}
         names = re.findall(r"\b([a-zA-Z][\w]*)=", m.group(4))
         out.append((m.group(3).upper(), path, names))
     return out
@@ -142,7 +149,12 @@ def test_community_proxmox_module_calls_exist_in_schema() -> None:
         calls += _chains(path.read_text())
     assert len(calls) >= 10
     problems = calls_in(calls)
-    assert problems == [], problems
+    # Found by this test: community.proxmox's state=umount posts .../status/unmount,
+    # which the PVE 9.1 schema does not have; role pve_container never uses that state.
+    umount = "Method 'POST /nodes/{x}/lxc/{x}/status/unmount' not implemented"
+    assert umount in problems
+    assert "umount" not in "".join(p.read_text() for p in (REPO / "roles").rglob("*.yml"))
+    assert [p for p in problems if p != umount] == [], problems
 
 
 # community.proxmox.proxmox option -> the PVE API parameter it becomes (its module's

@@ -52,7 +52,7 @@ def _client(lab: MigrateLab) -> PveClient:
         host="127.0.0.1",
         port=lab.port,
         token_secret_file=str(lab.paths.token_secret_file),
-        token_secret_env="SPECOPS_MIGRATE_TEST_UNSET",
+        token_secret_env="SPECOPS_MIGRATE_TEST_UNSET",  # noqa: S106  (a variable name)
         verify=str(lab.cert),
     )
     return PveClient(endpoint)
@@ -260,7 +260,9 @@ def test_interrupted_after_move_rerun_finishes(
     assert first.returncode == 0, first.stdout[-3000:]
     assert "CT 701 moved pve-b -> pve-a" in first.stdout
     api = _client(migrate_lab)
-    assert api.where_is(VMID) is not None and api.where_is(VMID)[0] == "pve-a"  # type: ignore[index]
+    where = api.where_is(VMID)
+    assert where is not None
+    assert where[0] == "pve-a"
     conf = migrate_lab.cluster.node("pve-a").ct_conf(VMID)
     assert "c 511:* rwm" in conf.read_text()  # stale: pve-b's uvm major
 
