@@ -28,7 +28,7 @@ options:
     type: int
     required: true
   lines:
-    description: The container's GPU lines on the old host (C(key: value) text).
+    description: "The container's GPU lines on the old host (C(key: value) text)."
     type: list
     elements: str
     required: true
