@@ -324,6 +324,11 @@ def preflight(  # noqa: PLR0912  (one branch per check, in the issue's order)
             )
         )
 
+    if not next(c.ok for c in result.checks if c.name == "target_node"):  # its checks cannot run
+        result.checks.append(
+            Check("target_checks", False, f"storage and cards of {spec.target} not checked")
+        )
+        return result
     if not on_target:
         storage_check, result.rootfs = _check_storage(spec, tclient, config)
         result.checks.append(storage_check)
