@@ -122,6 +122,8 @@ step_vllm() {
   say "vllm: lab vLLM CPU venv and tiny model (cached under $SPECOPS_CACHE)"
   "$VENV/bin/specops" lab vllm install
   "$VENV/bin/specops" lab vllm build-model
+  # Offline wheelhouse for serving containers without a network (molecule/inference).
+  "$VENV/bin/specops" lab vllm wheelhouse
 }
 
 main() {
