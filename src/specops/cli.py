@@ -23,6 +23,7 @@ __all__ = ["main"]
 COMMAND_MODULES: tuple[str, ...] = (
     "specops.lab.cli",
     "specops.speculative.cli",
+    "specops.bench.cli",
 )
 
 

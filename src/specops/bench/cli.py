@@ -1,0 +1,205 @@
+"""``specops bench``: run a plan, write a report, compare two runs.
+
+``run`` exits 0 when every cell is ``ok``, 1 when a cell failed or was partial (the
+results are still written), 2 on bad input or an unreachable server (one line naming
+the field or URL). ``--json`` prints one JSON line (results path, report path, failed
+cells) and nothing else, for playbooks. ``compare`` exits 1 on a regression.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from specops.bench.compare import Thresholds, compare
+from specops.bench.plan import load_plan, plan_from_mapping
+from specops.bench.report import fmt, write_report
+from specops.bench.results import Results, load_results
+from specops.bench.runner import RunState, run_plan
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    bench = subparsers.add_parser("bench", help="benchmark an LLM server (matrix, report)")
+    sub = bench.add_subparsers(dest="bench_command", metavar="ACTION", required=True)
+
+    run = sub.add_parser("run", help="run a benchmark plan against a server")
+    run.add_argument("--plan", help="plan file (YAML or JSON); flags override its fields")
+    run.add_argument("--base-url", help="server URL, e.g. http://127.0.0.1:8000")
+    run.add_argument("--api", choices=["completions", "chat", "sglang-generate"])
+    run.add_argument("--model")
+    run.add_argument("--concurrency", help="comma list, e.g. 1,2,4,8")
+    run.add_argument("--context-lengths", help="comma list, e.g. 1K,8K,30K")
+    run.add_argument("--output-len", type=int)
+    run.add_argument("--requests-per-cell", type=int)
+    run.add_argument("--warmup-per-cell", type=int)
+    run.add_argument("--prompt-set", choices=["mixed", "chat", "coding"])
+    run.add_argument("--prompt-file")
+    run.add_argument("--seed", type=int)
+    run.add_argument(
+        "--temperature",
+        type=float,
+        help="opt-in; default sends none (server default). 0 inflates acceptance",
+    )
+    run.add_argument(
+        "--ignore-eos", action="store_true", default=None, help="opt-in; inflates numbers"
+    )
+    run.add_argument("--tokenizer-path", help="tokenizer.json when the server has no /tokenize")
+    run.add_argument("--humaneval", action="store_true", help="also run HumanEval pass@1")
+    run.add_argument("--humaneval-limit", type=int)
+    run.add_argument("--out", default="results", help="results root (default ./results)")
+    run.add_argument("--json", action="store_true", help="quiet; print one JSON line")
+    run.add_argument("--fail-fast", action="store_true", help="stop after a failing cell")
+    run.add_argument("--no-report", action="store_true", help="write only results.json")
+    run.set_defaults(func=_cmd_run)
+
+    rep = sub.add_parser("report", help="write report.md, CSV and PNGs from results JSON")
+    rep.add_argument("results", help="results.json")
+    rep.add_argument("--out", help="directory (default: next to the results)")
+    rep.add_argument("--gpu-bandwidth-gbs", type=float)
+    rep.add_argument("--model-bytes-per-token", type=float)
+    rep.set_defaults(func=_cmd_report)
+
+    cmp_ = sub.add_parser("compare", help="compare candidate B with baseline A (gate)")
+    cmp_.add_argument("baseline")
+    cmp_.add_argument("candidate")
+    cmp_.add_argument("--throughput-drop", type=float, default=Thresholds.throughput_drop)
+    cmp_.add_argument("--latency-rise", type=float, default=Thresholds.latency_rise)
+    cmp_.add_argument("--acceptance-drop", type=float, default=Thresholds.acceptance_drop)
+    cmp_.add_argument("--max-pass-drop", type=int, default=Thresholds.max_pass_drop)
+    cmp_.add_argument("--json", action="store_true")
+    cmp_.set_defaults(func=_cmd_compare)
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "base_url": args.base_url,
+        "api": args.api,
+        "model": args.model,
+        "concurrency": args.concurrency,
+        "context_lengths": args.context_lengths,
+        "output_len": args.output_len,
+        "requests_per_cell": args.requests_per_cell,
+        "warmup_per_cell": args.warmup_per_cell,
+        "prompt_set": args.prompt_set,
+        "prompt_file": args.prompt_file,
+        "seed": args.seed,
+        "temperature": args.temperature,
+        "ignore_eos": args.ignore_eos,
+        "tokenizer_path": args.tokenizer_path,
+    }
+    if args.humaneval or args.humaneval_limit:
+        values["humaneval"] = {"enabled": True}
+        if args.humaneval_limit:
+            values["humaneval"]["limit"] = args.humaneval_limit
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _run_with_progress(plan: Any, fail_fast: bool) -> Results:
+    from rich.progress import (  # noqa: PLC0415
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("cells | in flight {task.fields[in_flight]:>3} | {task.fields[tok_s]:>8} tok/s"),
+        TextColumn("| failed {task.fields[failed]}"),
+        TimeElapsedColumn(),
+        transient=False,
+    ) as progress:
+        task = progress.add_task("bench", total=None, in_flight=0, tok_s="-", failed=0)
+
+        def observe(state: RunState) -> None:
+            progress.update(
+                task,
+                total=state.cells_total,
+                completed=state.cells_done,
+                description=state.cell_label or "bench",
+                in_flight=state.in_flight,
+                tok_s=fmt(state.live_tok_s),
+                failed=state.failures,
+            )
+
+        return asyncio.run(run_plan(plan, observe, fail_fast))
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    overrides = _overrides(args)
+    plan = load_plan(args.plan, overrides) if args.plan else plan_from_mapping(overrides)
+    if args.json:
+        results = asyncio.run(run_plan(plan, None, args.fail_fast))
+    else:
+        results = _run_with_progress(plan, args.fail_fast)
+    out_dir = Path(args.out) / results.run_id
+    path = results.save(out_dir / "results.json")
+    report = None
+    if not args.no_report:
+        report = write_report(load_results(path), out_dir)
+    failed = [f"c{c.concurrency}-ctx{c.context_tokens}" for c in results.failed_cells]
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "results": str(path),
+                    "report": str(report) if report else None,
+                    "run_id": results.run_id,
+                    "cells": len(results.cells),
+                    "failed_cells": failed,
+                }
+            )
+        )
+    else:
+        print(f"results: {path}")
+        if report:
+            print(f"report:  {report}")
+        if failed:
+            print(f"cells with failures: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    results = load_results(args.results)
+    out = Path(args.out) if args.out else Path(args.results).parent
+    print(write_report(results, out, args.gpu_bandwidth_gbs, args.model_bytes_per_token))
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    findings = compare(
+        load_results(args.baseline),
+        load_results(args.candidate),
+        Thresholds(
+            throughput_drop=args.throughput_drop,
+            latency_rise=args.latency_rise,
+            acceptance_drop=args.acceptance_drop,
+            max_pass_drop=args.max_pass_drop,
+        ),
+    )
+    regressions = [f for f in findings if f.regression]
+    if args.json:
+        print(
+            json.dumps(
+                {"regressions": len(regressions), "findings": [f.__dict__ for f in findings]}
+            )
+        )
+    else:
+        for f in findings:
+            change = "-" if f.change is None else f"{f.change:+.3f}"
+            mark = "REGRESSION" if f.regression else "ok"
+            print(
+                f"{mark:10} {f.where:18} {f.metric:24} {fmt(f.baseline, 3):>10} -> "
+                f"{fmt(f.candidate, 3):>10} ({change}) {f.note}"
+            )
+        print(f"{len(regressions)} regression(s)")
+    return 1 if regressions else 0

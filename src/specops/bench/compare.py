@@ -1,0 +1,109 @@
+"""Compare a candidate's results with a baseline's; findings decide a gate.
+
+Cells are matched by (concurrency, context length). A regression is a relative change
+past a threshold in the bad direction: output tok/s down, TTFT p50 or TPOT p50 up,
+mean acceptance length down, any new failures, or HumanEval passing fewer problems
+than the baseline by more than ``max_pass_drop``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specops.bench.results import Cell, Results
+
+__all__ = ["Finding", "Thresholds", "compare"]
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    throughput_drop: float = 0.05  # relative
+    latency_rise: float = 0.10  # relative, TTFT p50 and TPOT p50
+    acceptance_drop: float = 0.05  # relative
+    max_pass_drop: int = 2  # HumanEval problems
+
+
+@dataclass(frozen=True)
+class Finding:
+    where: str  # "c8-ctx1024" or "humaneval"
+    metric: str
+    baseline: float | None
+    candidate: float | None
+    change: float | None  # relative (0.1 = +10 %), or absolute for counts
+    regression: bool
+    note: str = ""
+
+
+def _rel(base: float | None, cand: float | None) -> float | None:
+    if base is None or cand is None or base == 0:
+        return None
+    return (cand - base) / base
+
+
+def _cell_findings(label: str, a: Cell, b: Cell, t: Thresholds) -> list[Finding]:
+    out: list[Finding] = []
+    pairs = [
+        ("output_tok_s", a.stats.output_tok_s, b.stats.output_tok_s, -t.throughput_drop),
+        ("ttft_ms_p50", a.stats.ttft_ms.p50, b.stats.ttft_ms.p50, t.latency_rise),
+        ("tpot_ms_p50", a.stats.tpot_ms.p50, b.stats.tpot_ms.p50, t.latency_rise),
+        (
+            "mean_acceptance_length",
+            a.acceptance.mean_acceptance_length,
+            b.acceptance.mean_acceptance_length,
+            -t.acceptance_drop,
+        ),
+    ]
+    for metric, base, cand, limit in pairs:
+        change = _rel(base, cand)
+        bad = change is not None and (change < limit if limit < 0 else change > limit)
+        out.append(Finding(label, metric, base, cand, change, bad))
+    new_fail = b.stats.failed - a.stats.failed
+    out.append(
+        Finding(
+            label,
+            "failed_requests",
+            float(a.stats.failed),
+            float(b.stats.failed),
+            float(new_fail),
+            new_fail > 0,
+        )
+    )
+    return out
+
+
+def compare(baseline: Results, candidate: Results, t: Thresholds | None = None) -> list[Finding]:
+    t = t or Thresholds()
+    findings: list[Finding] = []
+    base_cells = {(c.concurrency, c.context_tokens): c for c in baseline.cells}
+    for cell in candidate.cells:
+        key = (cell.concurrency, cell.context_tokens)
+        label = f"c{key[0]}-ctx{key[1]}"
+        if key not in base_cells:
+            findings.append(Finding(label, "cell", None, None, None, False, "not in the baseline"))
+            continue
+        findings.extend(_cell_findings(label, base_cells[key], cell, t))
+    for key in base_cells.keys() - {(c.concurrency, c.context_tokens) for c in candidate.cells}:
+        findings.append(
+            Finding(
+                f"c{key[0]}-ctx{key[1]}", "cell", None, None, None, True, "missing in candidate"
+            )
+        )
+    a, b = baseline.correctness, candidate.correctness
+    if a and b:
+        drop = int(a["passed"]) - int(b["passed"])
+        findings.append(
+            Finding(
+                "humaneval",
+                "passed",
+                float(a["passed"]),
+                float(b["passed"]),
+                float(-drop),
+                drop > t.max_pass_drop,
+                f"pass@1 {a['pass_at_1']:.3f} -> {b['pass_at_1']:.3f}",
+            )
+        )
+    elif a and not b:
+        findings.append(
+            Finding("humaneval", "passed", float(a["passed"]), None, None, True, "not run")
+        )
+    return findings

@@ -1,0 +1,394 @@
+"""The benchmark plan: what to measure, typed and validated before anything is sent.
+
+A plan comes from a YAML/JSON mapping (``load_plan``) or from CLI flags
+(``plan_from_mapping`` on the parsed values). Every problem raises
+:class:`~specops.errors.ValidationError` naming the field, for example
+``concurrency[2]: must be an integer >= 1 (got 0)``.
+
+Defaults follow the issue: concurrency 1, 2, 4, 8, 16, 32, 64, 100 and input context
+lengths 1K, 8K, 30K, 60K, 120K (K = 1024 tokens), clipped to the server's
+``max_model_len`` at run time (:func:`clip_context_lengths`).
+
+Sampling: by default the plan sends no ``temperature`` (the server's model default
+applies) and no ``ignore_eos``. Greedy decoding and ``ignore_eos`` make output
+degenerate and repetitive, which inflates speculative acceptance and throughput; they
+are explicit opt-ins (``temperature: 0``, ``ignore_eos: true``) and the results record
+that they were used.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, cast
+from urllib.parse import urlparse
+
+import yaml
+
+from specops.errors import ValidationError
+
+__all__ = [
+    "API_KINDS",
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_CONTEXT_LENGTHS",
+    "ApiKind",
+    "HumanEvalPlan",
+    "Plan",
+    "Roofline",
+    "Slo",
+    "Timeouts",
+    "clip_context_lengths",
+    "load_plan",
+    "parse_token_count",
+    "plan_from_mapping",
+]
+
+ApiKind = Literal["completions", "chat", "sglang-generate"]
+API_KINDS: tuple[ApiKind, ...] = ("completions", "chat", "sglang-generate")
+PROMPT_SETS = ("mixed", "chat", "coding")
+DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 100)
+DEFAULT_CONTEXT_LENGTHS: tuple[int, ...] = tuple(k * 1024 for k in (1, 8, 30, 60, 120))
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Service-level objectives; a request meets them when every set bound holds."""
+
+    ttft_ms: float | None = None  # time to first token, per request
+    tpot_ms: float | None = None  # time per output token after the first, per request
+    e2e_ms: float | None = None  # end-to-end latency, per request
+
+    def is_empty(self) -> bool:
+        return self.ttft_ms is None and self.tpot_ms is None and self.e2e_ms is None
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Client timeouts in seconds (httpx.Timeout parts plus a whole-request bound)."""
+
+    connect_s: float = 5.0  # TCP connect; an unreachable server fails within this
+    read_s: float = 300.0  # longest silence between two bytes of a stream
+    request_s: float = 1800.0  # whole request, first byte sent to last byte read
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Inputs of the bandwidth roofline line in the report."""
+
+    bandwidth_gb_s: float  # GPU memory bandwidth (inventory), GB/s (1e9 bytes)
+    bytes_per_token: float  # model bytes read per decoded token (active weights)
+
+
+@dataclass(frozen=True)
+class HumanEvalPlan:
+    """Optional coding-correctness pass run after the matrix."""
+
+    enabled: bool = False
+    limit: int = 164  # first N problems
+    max_tokens: int = 512
+    timeout_s: float = 10.0  # wall time per problem's test run
+    memory_mb: int = 1024  # address-space limit of the test process
+    workers: int = 2
+    temperature: float = 0.0  # greedy: lossless speculation must match the baseline
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A benchmark matrix against one endpoint."""
+
+    base_url: str  # e.g. http://127.0.0.1:8000 (no /v1)
+    api: ApiKind = "completions"
+    model: str | None = None  # None: the first model the server lists in /v1/models
+    concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
+    context_lengths: tuple[int, ...] = DEFAULT_CONTEXT_LENGTHS  # input tokens per request
+    output_len: int = 256  # max_tokens per request
+    requests_per_cell: int = 32  # measured requests per (concurrency, context) cell
+    warmup_per_cell: int = 2  # requests sent before each cell's measured phase
+    prompt_set: str = "mixed"  # built-in corpus: mixed, chat or coding
+    prompt_file: str | None = None  # own UTF-8 text corpus instead of the built-in one
+    seed: int = 0  # prompt selection is deterministic in (seed, cell, request index)
+    temperature: float | None = None  # None: server default; 0 only as an explicit opt-in
+    ignore_eos: bool = False  # opt-in only: inflates acceptance and throughput
+    continuous_usage: bool = True  # ask vLLM/SGLang for usage in every chunk
+    tokenizer_path: str | None = None  # local tokenizer.json when the server has no /tokenize
+    api_key_env: str | None = None  # name of an env var holding a bearer token
+    slo: Slo = field(default_factory=Slo)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    roofline: Roofline | None = None
+    humaneval: HumanEvalPlan = field(default_factory=HumanEvalPlan)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["concurrency"] = list(self.concurrency)
+        data["context_lengths"] = list(self.context_lengths)
+        return data
+
+
+def parse_token_count(value: object, where: str) -> int:
+    """``1024``, ``"1K"`` (1024), ``"8k"`` or ``"2M"`` -> tokens; else ValidationError."""
+    if isinstance(value, bool):
+        raise ValidationError(where, f"must be a token count like 1024 or 8K (got {value!r})")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str):
+        text = value.strip().upper()
+        scale = 1
+        if text.endswith("K"):
+            scale, text = 1024, text[:-1]
+        elif text.endswith("M"):
+            scale, text = 1024 * 1024, text[:-1]
+        try:
+            number = int(text) * scale
+        except ValueError:
+            raise ValidationError(
+                where, f"must be a token count like 1024 or 8K (got {value!r})"
+            ) from None
+    else:
+        raise ValidationError(where, f"must be a token count like 1024 or 8K (got {value!r})")
+    if number < 1:
+        raise ValidationError(where, f"must be >= 1 token (got {value!r})")
+    return number
+
+
+def _int(data: dict[str, Any], key: str, default: int, minimum: int, where: str = "") -> int:
+    name = f"{where}{key}"
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValidationError(name, f"must be an integer >= {minimum} (got {value!r})")
+    return value
+
+
+def _float(
+    data: dict[str, Any], key: str, default: float | None, where: str = "", positive: bool = True
+) -> float | None:
+    name = f"{where}{key}"
+    value = data.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(name, f"must be a number (got {value!r})")
+    if positive and value <= 0:
+        raise ValidationError(name, f"must be > 0 (got {value!r})")
+    if not positive and value < 0:
+        raise ValidationError(name, f"must be >= 0 (got {value!r})")
+    return float(value)
+
+
+def _bool(data: dict[str, Any], key: str, default: bool, where: str = "") -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise ValidationError(f"{where}{key}", f"must be true or false (got {value!r})")
+    return value
+
+
+def _opt_str(data: dict[str, Any], key: str, where: str = "") -> str | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValidationError(f"{where}{key}", f"must be a non-empty string (got {value!r})")
+    return value
+
+
+def _section(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise ValidationError(key, f"must be a mapping (got {type(value).__name__})")
+    return cast(dict[str, Any], value)
+
+
+def _check_keys(data: dict[str, Any], allowed: set[str], where: str) -> None:
+    for key in data:
+        if key not in allowed:
+            valid = ", ".join(sorted(allowed))
+            raise ValidationError(f"{where}{key}", f"unknown field; valid fields: {valid}")
+
+
+def _list(data: dict[str, Any], key: str) -> list[object] | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [part for part in value.split(",") if part.strip()]
+    if not isinstance(value, list | tuple) or not value:
+        raise ValidationError(key, f"must be a non-empty list (got {value!r})")
+    return list(value)
+
+
+def _base_url(value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValidationError("base_url", "must be an http(s) URL like http://127.0.0.1:8000")
+    parsed = urlparse(value)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValidationError(
+            "base_url", f"must be an http(s) URL like http://127.0.0.1:8000 (got {value!r})"
+        )
+    url = value.rstrip("/")
+    if url.endswith("/v1"):
+        url = url[: -len("/v1")]
+    return url
+
+
+def plan_from_mapping(data: dict[str, Any]) -> Plan:
+    """Validate a plan mapping (YAML/JSON/CLI); errors name the field."""
+    plan_fields = set(Plan.__dataclass_fields__)
+    _check_keys(data, plan_fields, "")
+    if "base_url" not in data:
+        raise ValidationError("base_url", "is required (e.g. http://127.0.0.1:8000)")
+    base_url = _base_url(data["base_url"])
+    api = data.get("api", "completions")
+    if api not in API_KINDS:
+        raise ValidationError("api", f"must be one of {', '.join(API_KINDS)} (got {api!r})")
+
+    concurrency = DEFAULT_CONCURRENCY
+    raw_conc = _list(data, "concurrency")
+    if raw_conc is not None:
+        levels: list[int] = []
+        for i, item in enumerate(raw_conc):
+            try:
+                level = int(str(item).strip()) if not isinstance(item, bool) else 0
+            except ValueError:
+                level = 0
+            if level < 1:
+                raise ValidationError(
+                    f"concurrency[{i}]", f"must be an integer >= 1 (got {item!r})"
+                )
+            levels.append(level)
+        concurrency = tuple(sorted(set(levels)))
+
+    contexts = DEFAULT_CONTEXT_LENGTHS
+    raw_ctx = _list(data, "context_lengths")
+    if raw_ctx is not None:
+        contexts = tuple(
+            sorted(
+                {
+                    parse_token_count(
+                        item.strip() if isinstance(item, str) else item, f"context_lengths[{i}]"
+                    )
+                    for i, item in enumerate(raw_ctx)
+                }
+            )
+        )
+
+    slo_data = _section(data, "slo")
+    _check_keys(slo_data, set(Slo.__dataclass_fields__), "slo.")
+    slo = Slo(
+        ttft_ms=_float(slo_data, "ttft_ms", None, "slo."),
+        tpot_ms=_float(slo_data, "tpot_ms", None, "slo."),
+        e2e_ms=_float(slo_data, "e2e_ms", None, "slo."),
+    )
+    t_data = _section(data, "timeouts")
+    _check_keys(t_data, set(Timeouts.__dataclass_fields__), "timeouts.")
+    defaults = Timeouts()
+    timeouts = Timeouts(
+        connect_s=cast(float, _float(t_data, "connect_s", defaults.connect_s, "timeouts.")),
+        read_s=cast(float, _float(t_data, "read_s", defaults.read_s, "timeouts.")),
+        request_s=cast(float, _float(t_data, "request_s", defaults.request_s, "timeouts.")),
+    )
+    roofline = None
+    r_data = _section(data, "roofline")
+    if r_data:
+        _check_keys(r_data, set(Roofline.__dataclass_fields__), "roofline.")
+        for key in ("bandwidth_gb_s", "bytes_per_token"):
+            if key not in r_data:
+                raise ValidationError(f"roofline.{key}", "is required when roofline is given")
+        roofline = Roofline(
+            bandwidth_gb_s=cast(float, _float(r_data, "bandwidth_gb_s", None, "roofline.")),
+            bytes_per_token=cast(float, _float(r_data, "bytes_per_token", None, "roofline.")),
+        )
+    h_data = _section(data, "humaneval")
+    _check_keys(h_data, set(HumanEvalPlan.__dataclass_fields__), "humaneval.")
+    hdef = HumanEvalPlan()
+    humaneval = HumanEvalPlan(
+        enabled=_bool(h_data, "enabled", hdef.enabled, "humaneval."),
+        limit=_int(h_data, "limit", hdef.limit, 1, "humaneval."),
+        max_tokens=_int(h_data, "max_tokens", hdef.max_tokens, 1, "humaneval."),
+        timeout_s=cast(float, _float(h_data, "timeout_s", hdef.timeout_s, "humaneval.")),
+        memory_mb=_int(h_data, "memory_mb", hdef.memory_mb, 64, "humaneval."),
+        workers=_int(h_data, "workers", hdef.workers, 1, "humaneval."),
+        temperature=cast(
+            float, _float(h_data, "temperature", hdef.temperature, "humaneval.", positive=False)
+        ),
+    )
+    prompt_set = data.get("prompt_set", "mixed")
+    if prompt_set not in PROMPT_SETS:
+        raise ValidationError(
+            "prompt_set", f"must be one of {', '.join(PROMPT_SETS)} (got {prompt_set!r})"
+        )
+    prompt_file = _opt_str(data, "prompt_file")
+    if prompt_file is not None and not Path(prompt_file).is_file():
+        raise ValidationError("prompt_file", f"no such file: {prompt_file}")
+    seed = _int(data, "seed", 0, 0)
+    return Plan(
+        base_url=base_url,
+        api=cast(ApiKind, api),
+        model=_opt_str(data, "model"),
+        concurrency=concurrency,
+        context_lengths=contexts,
+        output_len=_int(data, "output_len", 256, 1),
+        requests_per_cell=_int(data, "requests_per_cell", 32, 1),
+        warmup_per_cell=_int(data, "warmup_per_cell", 2, 0),
+        prompt_set=prompt_set,
+        prompt_file=prompt_file,
+        seed=seed,
+        temperature=_float(data, "temperature", None, positive=False),
+        ignore_eos=_bool(data, "ignore_eos", False),
+        continuous_usage=_bool(data, "continuous_usage", True),
+        tokenizer_path=_opt_str(data, "tokenizer_path"),
+        api_key_env=_opt_str(data, "api_key_env"),
+        slo=slo,
+        timeouts=timeouts,
+        roofline=roofline,
+        humaneval=humaneval,
+    )
+
+
+def load_plan(path: str | Path, overrides: dict[str, Any] | None = None) -> Plan:
+    """Read a YAML (or JSON) plan file; ``overrides`` (from CLI flags) win."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValidationError("plan", f"cannot read {file}: {exc.strerror}") from None
+    try:
+        data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise ValidationError("plan", f"{file} is not valid YAML/JSON: {exc}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ValidationError("plan", f"{file} must hold a mapping of plan fields")
+    merged = dict(cast(dict[str, Any], data))
+    merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return plan_from_mapping(merged)
+
+
+def clip_context_lengths(
+    contexts: tuple[int, ...], output_len: int, max_model_len: int | None
+) -> tuple[tuple[int, ...], list[str]]:
+    """Clip input lengths so input + output fits ``max_model_len``.
+
+    A length that does not fit becomes ``max_model_len - output_len`` (once); returns the
+    lengths to run and one note per change, for the results.
+    """
+    if max_model_len is None:
+        return contexts, []
+    limit = max_model_len - output_len
+    if limit < 1:
+        raise ValidationError(
+            "output_len",
+            f"{output_len} leaves no room for input in the server's max_model_len {max_model_len}",
+        )
+    kept: list[int] = []
+    notes: list[str] = []
+    for ctx in contexts:
+        if ctx <= limit:
+            kept.append(ctx)
+        else:
+            notes.append(
+                f"context {ctx} clipped to {limit} (max_model_len {max_model_len} - "
+                f"output_len {output_len})"
+            )
+            kept.append(limit)
+    return tuple(sorted(set(kept))), notes

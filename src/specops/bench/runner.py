@@ -1,0 +1,382 @@
+"""Runs a plan: preflight, identity, then each (context, concurrency) cell.
+
+Per cell: build every prompt first (tokenizing is never timed), send the warm-up
+requests, snapshot the server's counters, send the measured requests with at most
+``concurrency`` in flight, snapshot again. A cell whose requests fail is marked
+(``partial``/``failed``) with the reasons and the run goes on, unless ``fail_fast``.
+An unreachable server fails the run in about ``timeouts.connect_s`` naming the URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import platform
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+
+from specops.bench import humaneval
+from specops.bench.client import RequestRecord, make_client, send_request
+from specops.bench.metrics import (
+    Acceptance,
+    SpecCounters,
+    acceptance_from_sglang,
+    acceptance_from_vllm,
+    parse_spec_counters,
+)
+from specops.bench.plan import Plan, clip_context_lengths
+from specops.bench.prompts import (
+    LocalTokenizer,
+    PromptBuilder,
+    ServerTokenizer,
+    Tokenizer,
+    load_corpus,
+)
+from specops.bench.results import Cell, Results, ServerIdentity
+from specops.bench.stats import cell_stats
+from specops.errors import SpecopsError, ValidationError
+
+__all__ = ["Observer", "RunState", "run_plan"]
+
+
+@dataclass
+class RunState:
+    """Live counters for a progress display (read-only for observers)."""
+
+    cells_total: int = 0
+    cells_done: int = 0
+    in_flight: int = 0
+    cell_label: str = ""
+    cell_tokens: int = 0
+    cell_started: float = 0.0
+    failures: int = 0
+
+    @property
+    def live_tok_s(self) -> float:
+        elapsed = time.perf_counter() - self.cell_started if self.cell_started else 0.0
+        return self.cell_tokens / elapsed if elapsed > 0 else 0.0
+
+
+Observer = Callable[[RunState], None]
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+async def _get_json(client: httpx.AsyncClient, path: str) -> Any | None:
+    try:
+        response = await client.get(path)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    try:
+        return response.json()
+    except json.JSONDecodeError:
+        return None
+
+
+async def _preflight(client: httpx.AsyncClient, plan: Plan) -> tuple[str, int | None]:
+    url = f"{plan.base_url}/v1/models"
+    try:
+        response = await client.get("/v1/models", timeout=plan.timeouts.connect_s * 2)
+    except httpx.HTTPError as exc:
+        raise SpecopsError(
+            f"cannot reach {url}: {type(exc).__name__}: {exc or 'no answer'}"
+        ) from None
+    if response.status_code != 200:
+        raise SpecopsError(f"{url} answered HTTP {response.status_code}")
+    entries = response.json().get("data") or []
+    if not entries:
+        raise SpecopsError(f"{url} lists no model")
+    chosen = entries[0]
+    if plan.model is not None:
+        matches = [e for e in entries if e.get("id") == plan.model]
+        if not matches:
+            names = ", ".join(str(e.get("id")) for e in entries)
+            raise ValidationError("model", f"{plan.model!r} is not served at {url} ({names})")
+        chosen = matches[0]
+    max_len = chosen.get("max_model_len")
+    return str(chosen["id"]), int(max_len) if isinstance(max_len, int) else None
+
+
+async def _identity(
+    client: httpx.AsyncClient, plan: Plan, model: str, max_len: int | None
+) -> ServerIdentity:
+    sg = await _get_json(client, "/get_server_info")
+    if isinstance(sg, dict) and ("speculative_algorithm" in sg or "tp_size" in sg):
+        spec = {k: v for k, v in sg.items() if k.startswith("speculative_")}
+        return ServerIdentity(
+            base_url=plan.base_url,
+            model=model,
+            engine="sglang",
+            engine_version=str(sg.get("version")) if sg.get("version") else None,
+            max_model_len=max_len,
+            speculative=spec or None,
+            speculative_source="/get_server_info",
+            spec_counters=False,
+        )
+    version = await _get_json(client, "/version")
+    counters = await _snapshot(client)
+    speculative: dict[str, Any] | None = None
+    source = "not exposed by the server (vLLM shows it only with VLLM_SERVER_DEV_MODE=1)"
+    info = await _get_json(client, "/server_info")
+    if isinstance(info, dict):
+        text = json.dumps(info)
+        cfg = info.get("vllm_config")
+        if isinstance(cfg, dict) and cfg.get("speculative_config") is not None:
+            speculative = {"speculative_config": cfg["speculative_config"]}
+        elif "speculative_config" in text:
+            start = text.find("speculative_config")
+            speculative = {"speculative_config_text": text[start : start + 400]}
+        source = "/server_info"
+    engine = "vllm" if isinstance(version, dict) and "version" in version else "unknown"
+    return ServerIdentity(
+        base_url=plan.base_url,
+        model=model,
+        engine=engine,
+        engine_version=str(version["version"]) if isinstance(version, dict) else None,
+        max_model_len=max_len,
+        speculative=speculative,
+        speculative_source=source,
+        spec_counters=counters is not None and counters.present,
+    )
+
+
+async def _snapshot(client: httpx.AsyncClient) -> SpecCounters | None:
+    try:
+        response = await client.get("/metrics")
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    try:
+        return parse_spec_counters(response.text)
+    except ValueError:
+        return None
+
+
+async def _tokenizer(client: httpx.AsyncClient, plan: Plan, model: str) -> Tokenizer:
+    if await ServerTokenizer.available(client, model):
+        return ServerTokenizer(client, model)
+    if plan.tokenizer_path is not None:
+        return LocalTokenizer(plan.tokenizer_path)
+    raise ValidationError(
+        "tokenizer_path",
+        f"{plan.base_url} has no /tokenize; give the model's tokenizer.json to size prompts",
+    )
+
+
+async def _build_prompts(
+    builder: PromptBuilder, keys: list[str], tokens: int, parallel: int = 4
+) -> list[str]:
+    sem = asyncio.Semaphore(parallel)
+
+    async def one(key: str) -> str:
+        async with sem:
+            return (await builder.build(key, tokens)).text
+
+    return list(await asyncio.gather(*(one(k) for k in keys)))
+
+
+async def _run_requests(
+    client: httpx.AsyncClient,
+    *,
+    plan: Plan,
+    model: str,
+    prompts: list[str],
+    context: int,
+    concurrency: int,
+    origin: float,
+    state: RunState,
+    observer: Observer | None,
+    count_tokens: bool,
+) -> list[RequestRecord]:
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(i: int, prompt: str) -> RequestRecord:
+        async with sem:
+            state.in_flight += 1
+            if observer:
+                observer(state)
+            record = RequestRecord(index=i, context_tokens=context)
+            try:
+                await send_request(
+                    client,
+                    plan=plan,
+                    model=model,
+                    prompt=prompt,
+                    record=record,
+                    clock_origin=origin,
+                )
+            finally:
+                state.in_flight -= 1
+            if count_tokens and record.ok:
+                state.cell_tokens += record.output_tokens or 0
+            if record.error:
+                state.failures += 1
+            if observer:
+                observer(state)
+            return record
+
+    return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))
+
+
+async def _run_cell(
+    client: httpx.AsyncClient,
+    *,
+    plan: Plan,
+    model: str,
+    builder: PromptBuilder,
+    identity: ServerIdentity,
+    context: int,
+    concurrency: int,
+    origin: float,
+    state: RunState,
+    observer: Observer | None,
+) -> Cell:
+    label = f"c{concurrency}-ctx{context}"
+    started_at = _now()
+    warm_keys = [f"{label}-w{i}" for i in range(plan.warmup_per_cell)]
+    keys = [f"{label}-r{i}" for i in range(plan.requests_per_cell)]
+    notes: list[str] = []
+    try:
+        warm_prompts = await _build_prompts(builder, warm_keys, context)
+        prompts = await _build_prompts(builder, keys, context)
+    except ValidationError:
+        raise
+    except (httpx.HTTPError, SpecopsError) as exc:
+        reason = f"prompts could not be built: {type(exc).__name__}: {exc}"
+        records = [
+            RequestRecord(index=i, context_tokens=context, error=reason, done_s=0.0)
+            for i in range(plan.requests_per_cell)
+        ]
+        return Cell(
+            concurrency=concurrency,
+            context_tokens=context,
+            status="failed",
+            stats=cell_stats(records, plan.slo),
+            acceptance=Acceptance(source="none", note=reason),
+            warmup_requests=0,
+            warmup_failed=0,
+            started_at=started_at,
+            records=records,
+            notes=[reason],
+        )
+    state.cell_label = label
+    state.cell_tokens = 0
+    common: dict[str, Any] = {
+        "plan": plan,
+        "model": model,
+        "context": context,
+        "concurrency": concurrency,
+        "origin": origin,
+        "state": state,
+        "observer": observer,
+    }
+    warm = await _run_requests(client, prompts=warm_prompts, count_tokens=False, **common)
+    warm_failed = sum(1 for r in warm if r.error)
+    if warm_failed:
+        notes.append(f"{warm_failed} warm-up request(s) failed: {warm[0].error or ''}")
+    before = await _snapshot(client) if identity.engine != "sglang" else None
+    state.cell_started = time.perf_counter()
+    records = await _run_requests(client, prompts=prompts, count_tokens=True, **common)
+    after = await _snapshot(client) if identity.engine != "sglang" else None
+    stats = cell_stats(records, plan.slo)
+    if any(r.spec for r in records):
+        acceptance = acceptance_from_sglang((r.output_tokens, r.spec) for r in records if r.ok)
+    elif before is not None and after is not None:
+        acceptance = acceptance_from_vllm(before, after)
+    else:
+        acceptance = Acceptance(source="none", note="no counters readable before/after the cell")
+    if stats.completed == 0:
+        status = "failed"
+    elif stats.failed:
+        status = "partial"
+    else:
+        status = "ok"
+    return Cell(
+        concurrency=concurrency,
+        context_tokens=context,
+        status=status,
+        stats=stats,
+        acceptance=acceptance,
+        warmup_requests=len(warm),
+        warmup_failed=warm_failed,
+        started_at=started_at,
+        records=records,
+        notes=notes,
+    )
+
+
+async def run_plan(
+    plan: Plan, observer: Observer | None = None, fail_fast: bool = False
+) -> Results:
+    """Run the whole matrix (and HumanEval when the plan asks) and return the results."""
+    created = _now()
+    origin = time.perf_counter()
+    async with make_client(plan, max(plan.concurrency)) as client:
+        model, max_len = await _preflight(client, plan)
+        identity = await _identity(client, plan, model, max_len)
+        contexts, notes = clip_context_lengths(plan.context_lengths, plan.output_len, max_len)
+        effective = replace(plan, model=model, context_lengths=contexts)
+        tokenizer = await _tokenizer(client, plan, model)
+        builder = PromptBuilder(
+            tokenizer, plan.api, load_corpus(plan.prompt_set, plan.prompt_file), plan.seed
+        )
+        state = RunState(cells_total=len(contexts) * len(plan.concurrency))
+        cells: list[Cell] = []
+        stop = False
+        for context in contexts:
+            for concurrency in plan.concurrency:
+                cell = await _run_cell(
+                    client,
+                    plan=effective,
+                    model=model,
+                    builder=builder,
+                    identity=identity,
+                    context=context,
+                    concurrency=concurrency,
+                    origin=origin,
+                    state=state,
+                    observer=observer,
+                )
+                cells.append(cell)
+                state.cells_done += 1
+                if observer:
+                    observer(state)
+                if fail_fast and cell.status != "ok":
+                    notes.append(
+                        f"stopped after cell c{concurrency}-ctx{context} (--fail-fast): "
+                        f"{cell.stats.failed} failed request(s)"
+                    )
+                    stop = True
+                    break
+            if stop:
+                break
+        correctness = None
+        if plan.humaneval.enabled and not stop:
+            correctness = await humaneval.run_humaneval(client, effective, model)
+    return Results(
+        run_id=f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}",
+        created_at=created,
+        finished_at=_now(),
+        host={
+            "hostname": socket.gethostname(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        plan=effective.to_dict(),
+        server=identity,
+        cells=cells,
+        notes=notes,
+        correctness=correctness,
+    )

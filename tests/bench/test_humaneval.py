@@ -1,0 +1,78 @@
+"""The HumanEval sandbox runner: canonical solutions pass, wrong and hanging code fail."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from specops.bench.humaneval import check_program, evaluate, load_problems, program_for
+
+
+def test_dataset_has_164_problems() -> None:
+    problems = load_problems()
+    assert len(problems) == 164
+    assert problems[0].task_id == "HumanEval/0"
+
+
+def test_canonical_solutions_pass_subset() -> None:
+    problems = load_problems(20)
+    verdicts = evaluate(problems, {p.task_id: p.canonical_solution for p in problems})
+    assert [v.result for v in verdicts] == ["passed"] * 20
+
+
+@pytest.mark.slow
+def test_all_canonical_solutions_pass_within_a_minute() -> None:
+    problems = load_problems()
+    started = time.monotonic()
+    verdicts = evaluate(problems, {p.task_id: p.canonical_solution for p in problems})
+    assert sum(v.passed for v in verdicts) == 164, [v for v in verdicts if not v.passed]
+    assert time.monotonic() - started < 60
+
+
+def test_wrong_code_fails_with_the_reason() -> None:
+    problem = load_problems(1)[0]  # has_close_elements
+    verdict = check_program(problem.task_id, program_for(problem, "    return False\n"))
+    assert not verdict.passed
+    assert verdict.result.startswith("failed: AssertionError")
+
+
+def test_syntax_error_fails() -> None:
+    problem = load_problems(1)[0]
+    verdict = check_program(problem.task_id, program_for(problem, "    return (\n"))
+    assert not verdict.passed
+    assert "SyntaxError" in verdict.result
+
+
+def test_hanging_code_is_killed_at_the_limit_and_the_run_goes_on() -> None:
+    problems = load_problems(3)
+    completions = {p.task_id: p.canonical_solution for p in problems}
+    completions[problems[0].task_id] = "    while True:\n        pass\n"  # burns CPU
+    completions[problems[1].task_id] = "    import time\n    time.sleep(3600)\n"  # sleeps
+    started = time.monotonic()
+    verdicts = evaluate(problems, completions, timeout_s=1.0, workers=2)
+    elapsed = time.monotonic() - started
+    assert not verdicts[0].passed
+    assert "CPU limit" in verdicts[0].result or "timed out" in verdicts[0].result
+    assert verdicts[1].result == "timed out after 1 s"
+    assert verdicts[2].passed
+    assert elapsed < 10
+
+
+def test_memory_and_network_are_limited() -> None:
+    mem = check_program("mem", "x = bytearray(3 << 30)\n", memory_mb=256)
+    assert mem.result == "failed: MemoryError"
+    net = check_program("net", "import socket\nsocket.create_connection(('127.0.0.1', 9))\n")
+    assert "network use is disabled" in net.result
+
+
+def test_missing_completion_fails() -> None:
+    problems = load_problems(1)
+    assert evaluate(problems, {})[0].result == "no completion"
+
+
+def test_chat_style_full_function_keeps_prompt_imports() -> None:
+    problem = load_problems(1)[0]
+    full = problem.prompt + problem.canonical_solution
+    verdict = check_program(problem.task_id, program_for(problem, full))
+    assert verdict.passed

@@ -1,0 +1,76 @@
+"""Plan validation: defaults, token counts, errors that name the field, clipping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specops.bench.plan import (
+    DEFAULT_CONCURRENCY,
+    clip_context_lengths,
+    load_plan,
+    parse_token_count,
+    plan_from_mapping,
+)
+from specops.errors import ValidationError
+
+
+def test_defaults() -> None:
+    plan = plan_from_mapping({"base_url": "http://127.0.0.1:8000/v1/"})
+    assert plan.base_url == "http://127.0.0.1:8000"
+    assert plan.concurrency == DEFAULT_CONCURRENCY == (1, 2, 4, 8, 16, 32, 64, 100)
+    assert plan.context_lengths == (1024, 8192, 30720, 61440, 122880)
+    assert plan.temperature is None
+    assert plan.ignore_eos is False
+
+
+def test_token_counts() -> None:
+    assert parse_token_count("8K", "x") == 8192
+    assert parse_token_count("8k", "x") == 8192
+    assert parse_token_count(500, "x") == 500
+    with pytest.raises(ValidationError, match=r"^x: must be a token count"):
+        parse_token_count("lots", "x")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({}, r"^base_url: is required"),
+        ({"base_url": "127.0.0.1:8000"}, r"^base_url: must be an http\(s\) URL"),
+        ({"base_url": "http://h:1", "api": "grpc"}, r"^api: must be one of completions, chat"),
+        ({"base_url": "http://h:1", "concurrency": [1, 0]}, r"^concurrency\[1\]: must be"),
+        ({"base_url": "http://h:1", "context_lengths": "1K,x"}, r"^context_lengths\[1\]: "),
+        ({"base_url": "http://h:1", "output_len": 0}, r"^output_len: must be an integer >= 1"),
+        ({"base_url": "http://h:1", "slo": {"ttft_ms": -1}}, r"^slo\.ttft_ms: must be > 0"),
+        ({"base_url": "http://h:1", "slo": {"ttft": 1}}, r"^slo\.ttft: unknown field"),
+        ({"base_url": "http://h:1", "roofline": {"bandwidth_gb_s": 1}}, r"^roofline\.bytes_per"),
+        ({"base_url": "http://h:1", "concurency": [1]}, r"^concurency: unknown field"),
+        ({"base_url": "http://h:1", "ignore_eos": "yes"}, r"^ignore_eos: must be true or false"),
+        ({"base_url": "http://h:1", "prompt_file": "/nonexistent"}, r"^prompt_file: no such"),
+    ],
+)
+def test_errors_name_the_field(data: dict, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        plan_from_mapping(data)
+
+
+def test_yaml_file_and_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "plan.yml"
+    path.write_text("base_url: http://127.0.0.1:1\nconcurrency: [4, 1]\ncontext_lengths: [1K]\n")
+    plan = load_plan(path, {"output_len": 32, "model": None})
+    assert plan.concurrency == (1, 4)
+    assert plan.context_lengths == (1024,)
+    assert plan.output_len == 32
+    path.write_text("- a list\n")
+    with pytest.raises(ValidationError, match=r"^plan: .* must hold a mapping"):
+        load_plan(path)
+
+
+def test_clip_to_max_model_len() -> None:
+    ctx, notes = clip_context_lengths((1024, 8192, 30720), 256, 4096)
+    assert ctx == (1024, 3840)
+    assert len(notes) == 2
+    assert clip_context_lengths((1024,), 256, None) == ((1024,), [])
+    with pytest.raises(ValidationError, match=r"^output_len: "):
+        clip_context_lengths((1024,), 4096, 4096)

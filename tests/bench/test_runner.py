@@ -1,0 +1,234 @@
+"""The runner against the synthetic SSE server on 127.0.0.1: matrix, faults, CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from bench_consistency import assert_report_consistent
+
+from specops.bench.plan import plan_from_mapping
+from specops.bench.prompts import PromptBuilder, ServerTokenizer, load_corpus
+from specops.bench.report import write_report
+from specops.bench.results import load_results
+from specops.bench.runner import run_plan
+from specops.cli import main
+from specops.errors import SpecopsError
+
+
+def _plan(url: str, **kw: object):
+    data: dict = {
+        "base_url": url,
+        "concurrency": [1, 4],
+        "context_lengths": [64, 300],
+        "output_len": 24,
+        "requests_per_cell": 6,
+        "warmup_per_cell": 1,
+    }
+    data.update(kw)
+    return plan_from_mapping(data)
+
+
+def test_matrix_report_consistent_with_records(synthetic, tmp_path: Path) -> None:
+    server = synthetic(tokens_per_chunk=3, chunk_delay_s=0.002)
+    results = asyncio.run(run_plan(_plan(server.url, slo={"ttft_ms": 1000})))
+    assert [(c.concurrency, c.context_tokens) for c in results.cells] == [
+        (1, 64),
+        (4, 64),
+        (1, 300),
+        (4, 300),
+    ]
+    for cell in results.cells:
+        assert cell.status == "ok"
+        assert cell.warmup_requests == 1
+        assert all(r.prompt_tokens == cell.context_tokens for r in cell.records)
+        assert all(r.output_tokens == 24 for r in cell.records)
+        # 24 tokens in chunks of 3: 7 drafts accepting 2 of 4, acceptance length 3
+        assert cell.acceptance.mean_acceptance_length == pytest.approx(3.0)
+        assert cell.acceptance.drafts == 6 * 8
+    path = results.save(tmp_path / "results.json")
+    report = write_report(load_results(path), tmp_path)
+    assert_report_consistent(path, report)
+    for name in ("throughput.png", "ttft.png", "itl.png", "acceptance.png", "cells.csv"):
+        assert (tmp_path / name).stat().st_size > 0
+
+
+def test_context_clipped_to_max_model_len(synthetic) -> None:
+    server = synthetic(max_model_len=200)
+    results = asyncio.run(run_plan(_plan(server.url, concurrency=[1], context_lengths=[64, 1024])))
+    assert [c.context_tokens for c in results.cells] == [64, 176]
+    assert "clipped to 176" in results.notes[0]
+
+
+def test_server_dying_mid_stream_marks_cell_and_run_goes_on(synthetic) -> None:
+    server = synthetic(die_after_chunks=2)
+    results = asyncio.run(run_plan(_plan(server.url, concurrency=[2], context_lengths=[64, 100])))
+    assert len(results.cells) == 2
+    for cell in results.cells:
+        assert cell.status == "failed"
+        assert cell.stats.failed == 6
+        (reason,) = cell.stats.failure_reasons
+        assert reason.startswith("truncated stream")
+
+
+def test_server_crash_mid_cell(synthetic) -> None:
+    # 1 warm-up + 3 measured requests succeed, then the process "dies"
+    server = synthetic(exit_after_requests=4)
+    results = asyncio.run(run_plan(_plan(server.url, concurrency=[1], context_lengths=[64, 100])))
+    first, second = results.cells
+    assert first.status == "partial"
+    assert first.stats.completed == 3
+    assert second.status == "failed"
+    assert all(r.error and "ConnectError" in r.error for r in second.records)
+    assert all(reason.startswith("connection error: ") for reason in first.stats.failure_reasons)
+
+
+def test_fail_fast_stops_after_the_failing_cell(synthetic) -> None:
+    server = synthetic(status=503)
+    results = asyncio.run(run_plan(_plan(server.url), fail_fast=True))
+    assert len(results.cells) == 1
+    assert results.cells[0].stats.failure_reasons == {
+        'HTTP 503: {"error": {"message": "synthetic fault"}}': 6
+    }
+    assert "--fail-fast" in results.notes[-1]
+
+
+def test_no_usage_is_reported(synthetic) -> None:
+    server = synthetic(no_usage=True)
+    results = asyncio.run(run_plan(_plan(server.url, concurrency=[1], context_lengths=[64])))
+    (cell,) = results.cells
+    assert cell.status == "failed"
+    assert list(cell.stats.failure_reasons) == [
+        "server sent no usage (stream_options.include_usage ignored?)"
+    ]
+    assert cell.stats.total_output_tokens == 0
+
+
+def test_sglang_generate_acceptance_from_meta_info(synthetic) -> None:
+    server = synthetic(tokens_per_chunk=4)
+    plan = _plan(server.url, api="sglang-generate", concurrency=[2], context_lengths=[64])
+    (cell,) = asyncio.run(run_plan(plan)).cells
+    assert cell.status == "ok"
+    # the synthetic /version looks like vLLM, so meta_info wins over counters
+    assert cell.acceptance.source == "sglang-meta_info"
+    assert cell.acceptance.mean_acceptance_length == pytest.approx(4.0)
+    assert cell.acceptance.per_position == pytest.approx([1.0, 1.0, 1.0, 0.0])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_unreachable_server_fails_in_seconds_naming_the_url() -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    started = time.monotonic()
+    with pytest.raises(SpecopsError, match=f"cannot reach {url}/v1/models"):
+        asyncio.run(run_plan(_plan(url)))
+    assert time.monotonic() - started < 5
+
+
+def test_prompts_are_exact_distinct_and_deterministic(synthetic) -> None:
+    server = synthetic()
+
+    async def go() -> list[str]:
+        import httpx  # noqa: PLC0415
+
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            tok = ServerTokenizer(client, "synthetic")
+            out = []
+            for seed in (0, 0, 1):
+                builder = PromptBuilder(tok, "completions", load_corpus("mixed"), seed)
+                for key in ("a", "b"):
+                    p = await builder.build(key, 500)
+                    assert p.tokens == 500
+                    assert len(p.text.encode()) == 500
+                    out.append(p.text)
+            chat = PromptBuilder(tok, "chat", load_corpus("coding"), 0)
+            p = await chat.build("a", 300)
+            assert p.tokens == 300
+            assert len(p.text.encode()) == 290  # 10 template tokens
+            return out
+
+    texts = asyncio.run(go())
+    assert texts[0:2] == texts[2:4]  # same seed, same prompts
+    assert len(set(texts[0:2] + texts[4:6])) == 4
+    assert texts[0][:40] != texts[1][:40]  # distinct from the first tokens: no shared prefix
+
+
+def test_cli_json_mode_report_and_compare(synthetic, tmp_path: Path, capsys) -> None:
+    server = synthetic(tokens_per_chunk=2)
+    args = [
+        "bench",
+        "run",
+        "--base-url",
+        server.url,
+        "--concurrency",
+        "1,2",
+        "--context-lengths",
+        "64",
+        "--output-len",
+        "16",
+        "--requests-per-cell",
+        "4",
+        "--out",
+        str(tmp_path),
+        "--json",
+    ]
+    assert main(args) == 0
+    line = capsys.readouterr().out.strip()
+    info = json.loads(line)
+    assert info["failed_cells"] == []
+    path = Path(info["results"])
+    assert path.is_file()
+    assert_report_consistent(path, Path(info["report"]))
+    assert (
+        main(
+            [
+                "bench",
+                "report",
+                str(path),
+                "--out",
+                str(tmp_path / "r"),
+                "--gpu-bandwidth-gbs",
+                "100",
+                "--model-bytes-per-token",
+                "1e9",
+            ]
+        )
+        == 0
+    )
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert "## Roofline (single stream)" in text
+    capsys.readouterr()
+    assert main(["bench", "compare", str(path), str(path)]) == 0
+    assert "0 regression(s)" in capsys.readouterr().out
+
+    slow = synthetic(tokens_per_chunk=1, chunk_delay_s=0.01)
+    args[3] = slow.url
+    assert main(args) == 0
+    other = Path(json.loads(capsys.readouterr().out.strip())["results"])
+    assert main(["bench", "compare", str(path), str(other)]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION" in out
+    assert "output_tok_s" in out
+
+
+def test_cli_errors_are_one_line(capsys, tmp_path: Path) -> None:
+    assert main(["bench", "run", "--base-url", "ftp://x", "--json"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "specops: error: base_url: must be an http(s) URL like http://127.0.0.1:8000 "
+        "(got 'ftp://x')"
+    )
+    url = f"http://127.0.0.1:{_free_port()}"
+    assert main(["bench", "run", "--base-url", url, "--json"]) == 2
+    assert f"cannot reach {url}/v1/models" in capsys.readouterr().err
+    bad = tmp_path / "r.json"
+    bad.write_text('{"schema_version": 99}')
+    assert main(["bench", "report", str(bad)]) == 2
+    assert "schema_version: results schema 99 is not supported" in capsys.readouterr().err
