@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "specops.lab.cli",
     "specops.speculative.cli",
     "specops.bench.cli",
+    "specops.tune.cli",
 )
 
 
