@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,6 +33,7 @@ __all__ = [
     "ApplyError",
     "ApplyOutcome",
     "ServiceIdentity",
+    "generates",
     "parse_systemctl_show",
     "prove_restart",
 ]
@@ -104,7 +105,19 @@ class Applier(Protocol):
         ...
 
 
-def prove_restart(outcome: ApplyOutcome, base_url: str, served: str, timeout: float = 60) -> None:
+def generates(base_url: str, served: str, timeout: float = 60) -> None:
+    """The server answers /health, lists ``served`` and generates one token (or ApplyError)."""
+    ready = wait_ready(base_url, served, timeout=timeout, interval=1.0)
+    if not ready.ready:
+        raise ApplyError(f"{base_url}: not ready: {ready.last.stage}: {ready.last.detail}")
+
+
+def prove_restart(
+    outcome: ApplyOutcome,
+    base_url: str,
+    served: str,
+    ready: Callable[[str, str], None] = generates,
+) -> None:
     """No races: a restart must show a new process, and the new one must generate."""
     after = outcome.after
     if after.active_state != "active" or not after.invocation_id:
@@ -114,9 +127,7 @@ def prove_restart(outcome: ApplyOutcome, base_url: str, served: str, timeout: fl
             raise ApplyError("restart reported but the InvocationID did not change")
         if after.main_pid == outcome.before.main_pid:
             raise ApplyError(f"restart reported but MainPID is still {after.main_pid}")
-    ready = wait_ready(base_url, served, timeout=timeout, interval=1.0)
-    if not ready.ready:
-        raise ApplyError(f"{base_url}: not ready: {ready.last.stage}: {ready.last.detail}")
+    ready(base_url, served)
 
 
 class AnsibleApplier:

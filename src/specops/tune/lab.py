@@ -5,8 +5,12 @@ libraries vLLM CPU needs (image ``specops/tune-node:latest``, built once from
 ``specops/debian-bookworm-systemd:latest``). The engine is NOT installed per node: the
 lab's one vLLM CPU venv is bind-mounted read-only at ``/opt/specops-lab/vllm`` (with
 the interpreter it was made from, at its own path), and the tiny model directory at
-``/srv/lab-models``. Nodes share the host's network namespace, so node *i* serves on
-``127.0.0.1:<port_base + i>`` and the controller benchmarks it there (loopback only).
+``/srv/lab-models``. vLLM's and inductor's compile caches are one host directory
+(``<cache>/tune-compile-cache``) shared by the nodes, so only the first start of a
+profile compiles. (``--enforce-eager`` would skip compiling, but vLLM 0.32 CPU's worker
+died with SIGILL on the first request in eager mode here.) Nodes share the host's
+network namespace, so node *i* serves on ``127.0.0.1:<port_base + i>`` and the
+controller benchmarks it there (loopback only).
 Containers are named ``specops-tune-node<i>``; :func:`remove_nodes` removes only those.
 """
 
@@ -38,13 +42,14 @@ PREFIX = "specops-tune-node"
 VENV_MOUNT = "/opt/specops-lab/vllm"
 MODELS_MOUNT = "/srv/lab-models"
 # container_base's packages, curl for the unit's health wait, libnuma for vLLM CPU's
-# kernels. /root is made traversable so the service user reaches the venv's
+# kernels, g++ for torch inductor's CPU kernels.
+# /root is made traversable so the service user reaches the venv's
 # interpreter, which lives under /root/.pyenv on this machine.
 _DOCKERFILE = f"""\
 FROM {BASE_IMAGE}
 RUN apt-get update \\
  && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates curl \\
-      sudo acl procps libnuma1 \\
+      sudo acl procps libnuma1 g++ \\
  && rm -rf /var/lib/apt/lists/* \\
  && chmod 0711 /root
 """
@@ -99,6 +104,9 @@ def start_nodes(count: int, port_base: int = 18710) -> list[LabNode]:
     interp = _interpreter_dir(paths.venv)
     build_image()
     remove_nodes(count)
+    compile_cache = paths.root / "tune-compile-cache"
+    for sub in ("vllm", "inductor"):
+        (compile_cache / sub).mkdir(parents=True, exist_ok=True)
     nodes = []
     for name, i in zip(node_names(count), range(1, count + 1), strict=True):
         _docker(
@@ -110,6 +118,8 @@ def start_nodes(count: int, port_base: int = 18710) -> list[LabNode]:
             "-v", f"{paths.venv}:{VENV_MOUNT}:ro",
             "-v", f"{interp}:{interp}:ro",
             "-v", f"{model.parent}:{MODELS_MOUNT}:ro",
+            "-v", f"{compile_cache}/vllm:/var/cache/specops/vllm",
+            "-v", f"{compile_cache}/inductor:/var/cache/specops/inductor",
             "--stop-signal", "SIGRTMIN+3",
             "--label", "specops.area=tune",
             IMAGE, "/sbin/init",
@@ -153,7 +163,6 @@ def write_inventory(
                             "bfloat16",
                             "--seed",
                             "0",
-                            "--enforce-eager",
                             "--disable-uvicorn-access-log",
                         ],
                         "inference_service_limit_nofile": 16384,

@@ -24,7 +24,7 @@ from specops.bench.results import Results
 from specops.bench.runner import run_plan
 from specops.errors import ValidationError
 from specops.speculative import Engine
-from specops.tune.apply import Applier, ApplyError, prove_restart
+from specops.tune.apply import Applier, ApplyError, generates, prove_restart
 from specops.tune.ledger import Ledger
 from specops.tune.objective import CorrectnessGate, measurement_from_results
 from specops.tune.report import write_outputs
@@ -54,8 +54,10 @@ class SweepConfig:
     restore: bool = False
     max_rounds: int = 3
 
-    def bench_plan(self) -> Plan:
-        data = {**self.plan, "base_url": self.base_url, "model": self.served_model_name}
+    def bench_plan(self, base_url: str | None = None) -> Plan:
+        data = {**self.plan, "base_url": base_url or self.base_url}
+        if self.served_model_name:
+            data["model"] = self.served_model_name
         if self.correctness.enabled:
             he = dict(data.get("humaneval") or {})
             he.update({"enabled": True, "limit": self.correctness.limit})
@@ -136,8 +138,10 @@ class SweepEvaluator:
         out: Path,
         *,
         bench: BenchFn = _run_bench,
+        ready: Callable[[str, str], None] = generates,
         log: Callable[[str], None] = print,
     ) -> None:
+        self.ready = ready
         self.cfg = cfg
         self.applier = applier
         self.ledger = ledger
@@ -159,7 +163,7 @@ class SweepEvaluator:
         outcome = self.applier.apply(profile)
         if outcome.restarted:
             self.restarts += 1
-        prove_restart(outcome, self.applier.base_url, self.applier.served_model_name)
+        prove_restart(outcome, self.applier.base_url, self.applier.served_model_name, self.ready)
         self.running = key
         return outcome.to_dict()
 
@@ -182,7 +186,7 @@ class SweepEvaluator:
                 f"{candidate.key}: applied ({'restarted' if restart['restarted'] else 'unchanged'},"
                 f" {restart['seconds']:.1f} s)"
             )
-        results = self.bench(self.cfg.bench_plan())
+        results = self.bench(self.cfg.bench_plan(self.applier.base_url))
         path = results.save(self.out / "runs" / candidate.key.replace(",", "_") / f"r{repeat}.json")
         m = measurement_from_results(results, self.cfg.correctness)
         self._record(candidate, repeat, m, str(path.relative_to(self.out)), restart)
@@ -220,12 +224,13 @@ def run_sweep(
     out: Path,
     *,
     bench: BenchFn = _run_bench,
+    ready: Callable[[str, str], None] = generates,
     log: Callable[[str], None] = print,
 ) -> SweepResult:
     ledger = Ledger(out / "sweep.jsonl", cfg.fingerprint())
     if ledger.resumed:
         log(f"resuming {ledger.path}: {len(ledger.runs)} run(s) recorded")
-    ev = SweepEvaluator(cfg, applier, ledger, out, bench=bench, log=log)
+    ev = SweepEvaluator(cfg, applier, ledger, out, bench=bench, ready=ready, log=log)
     if cfg.mode == "grid":
         outcome = grid(cfg.space, ev, cfg.scoring)
     else:
