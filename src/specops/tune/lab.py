@@ -82,8 +82,8 @@ def build_image(force: bool = False) -> bool:
     return True
 
 
-def node_names(count: int) -> list[str]:
-    return [f"{PREFIX}{i}" for i in range(1, count + 1)]
+def node_names(count: int, first: int = 1) -> list[str]:
+    return [f"{PREFIX}{i}" for i in range(first, first + count)]
 
 
 def _interpreter_dir(venv: Path) -> Path:
@@ -91,10 +91,10 @@ def _interpreter_dir(venv: Path) -> Path:
     return target.parent.parent  # .../versions/3.11.7
 
 
-def start_nodes(count: int, port_base: int = 18710) -> list[LabNode]:
-    """Start ``count`` fresh node containers (existing ones of these names are replaced)."""
-    if not 1 <= count <= 9:
-        raise ValidationError("count", f"must be between 1 and 9 (got {count})")
+def start_nodes(count: int, port_base: int = 18710, first: int = 1) -> list[LabNode]:
+    """Start nodes ``first..first+count-1`` fresh (existing ones of these names are replaced)."""
+    if not 1 <= first <= first + count - 1 <= 9:
+        raise ValidationError("count", f"nodes {first}..{first + count - 1} must lie in 1..9")
     paths = lab_paths()
     if not (paths.venv / "bin" / "python").exists():
         raise ValidationError(
@@ -103,12 +103,12 @@ def start_nodes(count: int, port_base: int = 18710) -> list[LabNode]:
     model = model_dir(paths)
     interp = _interpreter_dir(paths.venv)
     build_image()
-    remove_nodes(count)
+    remove_nodes(count, first)
     compile_cache = paths.root / "tune-compile-cache"
     for sub in ("vllm", "inductor"):
         (compile_cache / sub).mkdir(parents=True, exist_ok=True)
     nodes = []
-    for name, i in zip(node_names(count), range(1, count + 1), strict=True):
+    for name, i in zip(node_names(count, first), range(first, first + count), strict=True):
         _docker(
             "run", "-d", "--name", name, "--network", "host",
             "--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
@@ -128,9 +128,9 @@ def start_nodes(count: int, port_base: int = 18710) -> list[LabNode]:
     return nodes
 
 
-def remove_nodes(count: int = 9) -> None:
+def remove_nodes(count: int = 9, first: int = 1) -> None:
     """Remove the lab node containers this module names (and only those)."""
-    for name in node_names(count):
+    for name in node_names(count, first):
         _docker("rm", "-f", "-v", name, check=False)
 
 
