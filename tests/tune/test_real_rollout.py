@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -98,6 +99,7 @@ def test_rollout_good_change_rerun_and_bad_change(lab, tmp_path: Path) -> None:
     good = playbook(inventory, "playbooks/rollout.yml", "-e", rollout_vars(tmp_path, GOOD))
     assert good.returncode == 0, good.stdout[-8000:]
     recs = records(tmp_path)
+    shutil.copytree(tmp_path / "nodes", tmp_path / "good-rollout")  # P4 reads these
     after_good = {n: identity(n) for n in names}
     for n in names:
         assert recs[n]["outcome"] == "changed", recs[n]
