@@ -6,11 +6,12 @@ libraries vLLM CPU needs (image ``specops/tune-node:latest``, built once from
 lab's one vLLM CPU venv is bind-mounted read-only at ``/opt/specops-lab/vllm`` (with
 the interpreter it was made from, at its own path), and the tiny model directory at
 ``/srv/lab-models``. vLLM's and inductor's compile caches are one host directory
-(``<cache>/tune-compile-cache``) shared by the nodes, so only the first start of a
-profile compiles. (``--enforce-eager`` would skip compiling, but vLLM 0.32 CPU's worker
-died with SIGILL on the first request in eager mode here.) Nodes share the host's
-network namespace, so node *i* serves on ``127.0.0.1:<port_base + i>`` and the
-controller benchmarks it there (loopback only).
+(``<cache>/tune-compile-cache``) shared by the nodes. The nodes serve with
+``--enforce-eager --dtype float32``: no torch.compile at start (with it, three nodes
+starting together on this two-core machine took over 10 minutes), and float32 because
+vLLM 0.32 CPU's worker died with SIGILL on the first request in eager bfloat16 here.
+Nodes share the host's network namespace, so node *i* serves on
+``127.0.0.1:<port_base + i>`` and the controller benchmarks it there (loopback only).
 Containers are named ``specops-tune-node<i>``; :func:`remove_nodes` removes only those.
 """
 
@@ -160,13 +161,14 @@ def write_inventory(
                             "--max-model-len",
                             "512",
                             "--dtype",
-                            "bfloat16",
+                            "float32",
+                            "--enforce-eager",
                             "--seed",
                             "0",
                             "--disable-uvicorn-access-log",
                         ],
                         "inference_service_limit_nofile": 16384,
-                        "inference_service_timeout_start_sec": 600,
+                        "inference_service_timeout_start_sec": 1200,
                         "inference_service_readiness_timeout": 300,
                         "inference_service_gpu_release_timeout": 120,
                         "inference_service_speculative": profile,
