@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,7 +127,24 @@ def start_nodes(count: int, port_base: int = 18710, first: int = 1) -> list[LabN
             IMAGE, "/sbin/init",
         )  # fmt: skip
         nodes.append(LabNode(name, port_base + i))
+    for node in nodes:  # systemd's boot cleans /tmp: nothing may run there before it is up
+        _wait_booted(node.name)
     return nodes
+
+
+def _wait_booted(name: str, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        proc = subprocess.run(
+            ["docker", "exec", name, "systemctl", "is-system-running", "--wait"],
+            capture_output=True, text=True, check=False, timeout=timeout,
+        )  # fmt: skip
+        state = proc.stdout.strip()
+        if state in ("running", "degraded"):
+            return
+        time.sleep(1)
+    raise RuntimeError(f"{name}: systemd did not finish booting ({state or 'no answer'})")
 
 
 def remove_nodes(count: int = 9, first: int = 1) -> None:
