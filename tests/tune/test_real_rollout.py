@@ -27,7 +27,7 @@ import pytest
 from ansible_collections.specops.infra.plugins.module_utils.readiness import wait_ready
 
 from specops.tune.apply import AnsibleApplier, parse_systemctl_show
-from specops.tune.lab import LabNode, remove_nodes, start_nodes, write_inventory
+from specops.tune.lab import LabNode, node_names, remove_nodes, start_nodes, write_inventory
 from specops.tune.sweep import load_config, run_sweep
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.docker]
@@ -63,14 +63,20 @@ def identity(node: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[LabNode]]]:
-    nodes = start_nodes(3)
+    # SPECOPS_TUNE_REUSE_NODES=1 (development): take the running specops-tune-node1..3
+    # as they are (the setup playbook still converges them) and leave them running.
+    reuse = os.environ.get("SPECOPS_TUNE_REUSE_NODES") == "1"
+    nodes = [LabNode(n, 18710 + i) for i, n in enumerate(node_names(3), 1)]
+    if not reuse:
+        nodes = start_nodes(3)
     try:
         inventory = write_inventory(nodes, tmp_path_factory.mktemp("inv") / "hosts.json", OLD)
         run = playbook(inventory, "tests/fixtures/tune/lab-nodes.yml")
         assert run.returncode == 0, run.stdout[-6000:]
         yield inventory, nodes
     finally:
-        remove_nodes(3)
+        if not reuse:
+            remove_nodes(3)
 
 
 def rollout_vars(tmp: Path, profile: dict[str, Any]) -> str:
