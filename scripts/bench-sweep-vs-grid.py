@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "src"), str(REPO / "collections")]
 
 from specops.tune.apply import AnsibleApplier  # noqa: E402
-from specops.tune.lab import remove_nodes, start_nodes, write_inventory  # noqa: E402
+from specops.tune.lab import LabNode, node_names, remove_nodes, start_nodes, write_inventory  # noqa: E402
 from specops.tune.score import Decision, compare  # noqa: E402
 from specops.tune.sweep import SweepResult, load_config, run_sweep  # noqa: E402
 
@@ -51,10 +51,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=REPO / "results" / "p5")
     ap.add_argument("--keep-node", action="store_true", help="leave the node running")
+    ap.add_argument("--reuse-node", action="store_true", help="use a running node 4 as it is")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
-    (node,) = start_nodes(1, first=NODE)
+    if args.reuse_node:
+        node = LabNode(node_names(1, NODE)[0], 18710 + NODE)
+    else:
+        (node,) = start_nodes(1, first=NODE)
     try:
         inventory = write_inventory([node], args.out / "hosts.json", BASE)
         env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
@@ -74,7 +78,7 @@ def main() -> int:
             "served_model_name": "tiny-qwen",
             "base_profile": BASE,
             "space": {"num_draft_tokens": "2..9"},
-            "plan": {"concurrency": [1, 8], "context_lengths": [128], "output_len": 48,
+            "plan": {"concurrency": [4], "context_lengths": [128], "output_len": 48,
                      "requests_per_cell": 8, "warmup_per_cell": 1},
             "objective": {"k": 1.0, "min_gain": 0.03, "tolerance": 0.03,
                           "min_repeats": 2, "max_repeats": 3},

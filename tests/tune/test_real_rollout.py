@@ -37,7 +37,7 @@ UNIT = "specops-tiny-qwen.service"
 OLD = {"method": "ngram", "num_draft_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
 GOOD = {"method": "ngram", "num_draft_tokens": 6, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
 BAD = {**GOOD, "num_draft_tokens": 5, "extra_args": ["--max-num-seqs", "0"]}
-SMOKE = {"concurrency": [1, 2], "context_lengths": [128], "output_len": 32,
+SMOKE = {"concurrency": [2], "context_lengths": [128], "output_len": 32,
          "requests_per_cell": 4, "warmup_per_cell": 1}  # fmt: skip
 
 
