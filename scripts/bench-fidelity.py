@@ -2,7 +2,8 @@
 """P1: fidelity. `vllm bench serve` and `specops bench run` against one real vLLM server.
 
 Both clients send the same prompts (the plan's deterministic, exactly sized prompts,
-written to a JSONL file for `vllm bench serve --dataset-name custom`), the same output
+written as a ShareGPT-layout file for `vllm bench serve --dataset-name sharegpt
+--disable-shuffle`, whose filter caps prompts at 1024 tokens), the same output
 length, concurrency and sampling, to the same lab vLLM CPU server (ngram speculation,
 prefix caching off so the second client gets no cache hits from the first). The order
 of the clients alternates between repeats. Prints, per concurrency, the ratios
@@ -51,8 +52,11 @@ async def _prompts(url: str, model: str, keys: list[str], tokens: int) -> list[s
 
 def _run(argv: list[str], env: dict[str, str]) -> str:
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
-    if proc.returncode not in (0, 1):
-        sys.exit(f"{' '.join(argv[:3])} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    if proc.returncode != 0:
+        sys.exit(
+            f"{' '.join(argv[:4])} failed ({proc.returncode}):\n"
+            f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        )
     return proc.stdout
 
 
@@ -85,8 +89,8 @@ def theirs(
     argv = [
         args.vllm_bin, "bench", "serve", "--backend", "openai", "--base-url", url,
         "--endpoint", "/v1/completions", "--model", model, "--tokenizer", args.tokenizer,
-        "--dataset-name", "custom", "--dataset-path", str(dataset), "--skip-chat-template",
-        "--custom-output-len", str(args.output_len), "--num-prompts", str(args.requests),
+        "--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--disable-shuffle",
+        "--sharegpt-output-len", str(args.output_len), "--num-prompts", str(args.requests),
         "--max-concurrency", str(c), "--request-rate", "inf", "--num-warmups", "1",
         "--temperature", str(args.temperature), "--disable-tqdm", "--save-result",
         "--result-dir", str(work), "--result-filename", name,
@@ -122,8 +126,21 @@ def compare(url: str, model: str, args: argparse.Namespace) -> None:
         for c in args.concurrency:
             keys = [f"c{c}-ctx{args.context}-r{i}" for i in range(args.requests)]
             texts = asyncio.run(_prompts(url, model, keys, args.context))
-            dataset = work / f"prompts-c{c}.jsonl"
-            dataset.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts))
+            # ShareGPT layout: the lab venv lacks pandas, which the custom dataset needs
+            dataset = work / f"prompts-c{c}.json"
+            dataset.write_text(
+                json.dumps(
+                    [
+                        {
+                            "conversations": [
+                                {"from": "human", "value": t},
+                                {"from": "gpt", "value": "-"},
+                            ]
+                        }
+                        for t in texts
+                    ]
+                )
+            )
             a: list[dict[str, float | None]] = []
             b: list[dict[str, float | None]] = []
             for rep in range(args.repeats):
@@ -134,13 +151,21 @@ def compare(url: str, model: str, args: argparse.Namespace) -> None:
                     b.append(theirs(url, c, args, work, dataset=dataset, model=model))
                     a.append(ours(url, c, args, work))
             print(f"\nconcurrency {c}")
-            print(f"  {'metric':22} {'specops':>12} {'vllm bench':>12} {'ours/theirs':>12}")
+            print(
+                f"  {'metric (median)':22} {'specops':>12} {'vllm bench':>12} "
+                f"{'ours/theirs':>12}  per-repeat ratios"
+            )
             for key in ("ttft_p50_ms", "tpot_p50_ms", "output_tok_s", "acceptance_length"):
                 x, y = _median(a, key), _median(b, key)
                 ratio = f"{x / y:.3f}" if x is not None and y else "-"
                 xs = f"{x:.3f}" if x is not None else "-"
                 ys = f"{y:.3f}" if y is not None else "-"
-                print(f"  {key:22} {xs:>12} {ys:>12} {ratio:>12}")
+                pairs = [
+                    f"{ra[key] / rb[key]:.2f}"  # type: ignore[operator]
+                    for ra, rb in zip(a, b, strict=True)
+                    if ra[key] is not None and rb[key]
+                ]
+                print(f"  {key:22} {xs:>12} {ys:>12} {ratio:>12}  {' '.join(pairs)}")
             print(
                 f"  output tokens per run: specops {[int(r['output_tokens'] or 0) for r in a]}, "
                 f"vllm bench {[int(r['output_tokens'] or 0) for r in b]}"
@@ -162,6 +187,8 @@ def main() -> int:
     parser.add_argument("--num-speculative-tokens", type=int, default=3)
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    if args.context > 1024 or args.context + args.output_len > 2048:
+        sys.exit("--context <= 1024 and context + output <= 2048 (vllm bench's ShareGPT filter)")
     if not Path(args.vllm_bin).exists():
         sys.exit(f"no vllm at {args.vllm_bin} (scripts/setup.sh vllm)")
     if args.base_url:

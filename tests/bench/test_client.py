@@ -232,3 +232,19 @@ def test_transport_failures_have_reasons(exc: Exception, expected: str) -> None:
     assert rec.error is not None
     assert rec.error.startswith(expected)
     assert rec.done_s is not None
+
+
+def test_crlf_events_and_comment_lines() -> None:
+    crlf = (_sse(_completion("a", 1)) + _sse(_completion("bc", 3))).replace(b"\n", b"\r\n")
+    pieces = [
+        b": keep-alive ping\n\n",
+        crlf[:7],
+        crlf[7:],
+        b"event: message\ndata: " + json.dumps(_completion("d", 4)).encode() + b"\n\n",
+        _sse({"choices": [], "usage": {"completion_tokens": 4}}),
+        _sse(b"[DONE]"),
+    ]
+    rec, _ = _run(pieces)
+    assert rec.error is None
+    assert rec.chunk_tokens == [1, 2, 1]
+    assert rec.output_tokens == 4

@@ -6,7 +6,13 @@ import time
 
 import pytest
 
-from specops.bench.humaneval import check_program, evaluate, load_problems, program_for
+from specops.bench.humaneval import (
+    check_program,
+    evaluate,
+    load_problems,
+    program_for,
+    truncate_at_stops,
+)
 
 
 def test_dataset_has_164_problems() -> None:
@@ -76,3 +82,9 @@ def test_chat_style_full_function_keeps_prompt_imports() -> None:
     full = problem.prompt + problem.canonical_solution
     verdict = check_program(problem.task_id, program_for(problem, full))
     assert verdict.passed
+
+
+def test_completion_is_cut_at_the_first_stop_sequence() -> None:
+    text = "    return 1\n\n\ndef other():\n    pass\n#x"
+    assert truncate_at_stops(text) == "    return 1\n\n"
+    assert truncate_at_stops("    return 1\n") == "    return 1\n"

@@ -54,9 +54,19 @@ __all__ = [
     "generate",
     "load_problems",
     "run_humaneval",
+    "truncate_at_stops",
 ]
 
-STOP_SEQUENCES = ["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#"]
+# Codex/HumanEval stops. OpenAI-compatible servers accept at most 4 (vLLM 0.32 answers
+# 400 "too_long" to 5), so 4 go to the server and all are applied to the text again.
+STOP_SEQUENCES = ["\ndef ", "\nclass ", "\nif __name__", "\n#", "\nprint("]
+_SERVER_STOPS = STOP_SEQUENCES[:4]
+
+
+def truncate_at_stops(text: str) -> str:
+    cut = min((i for i in (text.find(s) for s in STOP_SEQUENCES) if i >= 0), default=-1)
+    return text if cut < 0 else text[:cut]
+
 
 _HARNESS = r"""
 import ctypes, os, resource, sys
@@ -233,7 +243,8 @@ def _extract_code(text: str) -> str:
 
 async def _complete(
     client: httpx.AsyncClient, plan: Plan, model: str, problem: Problem
-) -> str | None:
+) -> tuple[str | None, str | None]:
+    """(completion, None) or (None, reason)."""
     cfg = plan.humaneval
     if plan.api == "sglang-generate":
         body: dict[str, Any] = {
@@ -241,7 +252,7 @@ async def _complete(
             "sampling_params": {
                 "max_new_tokens": cfg.max_tokens,
                 "temperature": cfg.temperature,
-                "stop": STOP_SEQUENCES,
+                "stop": _SERVER_STOPS,
             },
         }
         path = "/generate"
@@ -265,22 +276,22 @@ async def _complete(
             "prompt": problem.prompt,
             "max_tokens": cfg.max_tokens,
             "temperature": cfg.temperature,
-            "stop": STOP_SEQUENCES,
+            "stop": _SERVER_STOPS,
         }
         path = "/v1/completions"
     try:
         response = await client.post(path, json=body)
-    except httpx.HTTPError:
-        return None
+    except httpx.HTTPError as exc:
+        return None, f"{type(exc).__name__}: {exc}"
     if response.status_code != 200:
-        return None
+        return None, f"HTTP {response.status_code}: {response.text[:200]}"
     data = response.json()
     if plan.api == "sglang-generate":
-        return str(data.get("text", ""))
+        return truncate_at_stops(str(data.get("text", ""))), None
     choice = (data.get("choices") or [{}])[0]
     if plan.api == "chat":
-        return _extract_code(str((choice.get("message") or {}).get("content") or ""))
-    return str(choice.get("text", ""))
+        return _extract_code(str((choice.get("message") or {}).get("content") or "")), None
+    return truncate_at_stops(str(choice.get("text", ""))), None
 
 
 async def generate(
@@ -289,22 +300,26 @@ async def generate(
     model: str,
     problems: Sequence[Problem],
     concurrency: int = 8,
-) -> dict[str, str]:
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Completions by task id, and the reason for each task that got none."""
     sem = asyncio.Semaphore(concurrency)
 
-    async def one(problem: Problem) -> tuple[str, str | None]:
+    async def one(problem: Problem) -> tuple[str, str | None, str | None]:
         async with sem:
-            return problem.task_id, await _complete(client, plan, model, problem)
+            text, error = await _complete(client, plan, model, problem)
+            return problem.task_id, text, error
 
-    pairs = await asyncio.gather(*(one(p) for p in problems))
-    return {task: text for task, text in pairs if text is not None}
+    done = await asyncio.gather(*(one(p) for p in problems))
+    completions = {task: text for task, text, _ in done if text is not None}
+    errors = {task: error for task, _, error in done if error is not None}
+    return completions, errors
 
 
 async def run_humaneval(client: httpx.AsyncClient, plan: Plan, model: str) -> dict[str, Any]:
     """Generate and check; the dict goes into the results' ``correctness``."""
     cfg = plan.humaneval
     problems = load_problems(cfg.limit)
-    completions = await generate(client, plan, model, problems)
+    completions, errors = await generate(client, plan, model, problems)
     verdicts = await asyncio.to_thread(
         evaluate, problems, completions, cfg.timeout_s, cfg.memory_mb, cfg.workers
     )
@@ -317,4 +332,5 @@ async def run_humaneval(client: httpx.AsyncClient, plan: Plan, model: str) -> di
         "pass_at_1": passed / len(problems) if problems else 0.0,
         "temperature": cfg.temperature,
         "verdicts": {v.task_id: v.result for v in verdicts},
+        "generation_errors": errors,
     }

@@ -228,6 +228,7 @@ def _plot_acceptance(results: Results, path: Path) -> bool:
             marker="o",
             label=f"C={c.concurrency}, {c.context_tokens} in",
         )
+    ax.set_xticks(range(max(len(c.acceptance.per_position) for c in cells)))
     ax.set_xlabel("draft position")
     ax.set_ylabel("acceptance rate")
     ax.set_ylim(0, 1.05)
