@@ -84,7 +84,7 @@ def rollout_vars(tmp: Path, profile: dict[str, Any]) -> str:
         "speculative_rollout_profile": profile,
         "speculative_rollout_smoke_plan": SMOKE,
         # three servers and other work share two cores here: only a collapse counts
-        "speculative_rollout_throughput_drop": 0.6,
+        "speculative_rollout_throughput_drop": 0.9,
         "speculative_rollout_baseline_dir": str(tmp / "baselines"),
         "speculative_rollout_report_dir": str(tmp / "nodes"),
     }
