@@ -92,7 +92,8 @@ def summary(records: list[dict[str, Any]]) -> str:
              "|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in records:
         total = r.get("rollout_s")
-        engine = r.get("engine_start_to_healthy_s")
+        # a node that was not restarted has no engine start of this rollout
+        engine = r.get("engine_start_to_healthy_s") if r.get("restarted", True) else None
         over = (
             total - engine
             if isinstance(total, float | int) and isinstance(engine, float | int)
