@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "specops.speculative.cli",
     "specops.bench.cli",
     "specops.migrate.cli",
+    "specops.tune.cli",
 )
 
 

@@ -1,0 +1,76 @@
+"""Is the inference engine idle? Running requests from its Prometheus /metrics, stdlib only.
+
+vLLM exports ``vllm:num_requests_running`` (a gauge per engine/model), SGLang
+``sglang:num_running_reqs``. :func:`running_requests` sums every sample of those;
+``None`` when the text has neither (the engine exports no such gauge: the caller
+cannot tell idle from busy). :func:`wait_idle` polls until zero or a deadline.
+Used by the rollout's drain step (module ``specops.infra.engine_idle``).
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["RUNNING_GAUGES", "IdleResult", "running_requests", "wait_idle"]
+
+RUNNING_GAUGES = ("vllm:num_requests_running", "sglang:num_running_reqs")
+
+
+def running_requests(metrics_text: str) -> float | None:
+    total: float | None = None
+    for line in metrics_text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in RUNNING_GAUGES:
+            try:
+                value = float(line.rsplit(" ", 1)[1])
+            except (IndexError, ValueError):
+                continue
+            total = (total or 0.0) + value
+    return total
+
+
+@dataclass(frozen=True)
+class IdleResult:
+    idle: bool
+    running: float | None
+    seconds: float
+    polls: int
+    error: str = ""
+
+
+def _fetch(url: str, timeout: float) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - URL from the role
+        return str(resp.read().decode("utf-8", errors="replace"))
+
+
+def wait_idle(
+    base_url: str,
+    *,
+    timeout: float,
+    interval: float = 1.0,
+    fetch: Callable[[str, float], str] = _fetch,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> IdleResult:
+    began = clock()
+    polls = 0
+    running: float | None = None
+    error = ""
+    while True:
+        polls += 1
+        try:
+            running = running_requests(fetch(base_url.rstrip("/") + "/metrics", 10.0))
+            error = "" if running is not None else "no running-requests gauge in /metrics"
+        except (OSError, urllib.error.URLError) as exc:
+            running, error = None, f"/metrics: {exc}"
+        if running == 0:
+            return IdleResult(True, 0.0, clock() - began, polls)
+        if clock() - began >= timeout:
+            return IdleResult(False, running, clock() - began, polls, error)
+        sleep(interval)

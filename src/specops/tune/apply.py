@@ -1,0 +1,199 @@
+"""The one interface that puts a profile on the canary and restarts it.
+
+:class:`Applier` is what the sweep calls; it returns an :class:`ApplyOutcome` with the
+service's identity before and after (systemd ``InvocationID`` and ``MainPID``), so the
+caller can prove the old process is gone. :func:`prove_restart` is that check plus a
+real generation from the controller.
+
+- :class:`AnsibleApplier` runs ``playbooks/speculative-apply.yml`` for one inventory
+  host (the ``inference_service`` role with the candidate profile: translator,
+  unit, one restart handler, readiness gate) and reads the playbook's report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ansible_collections.specops.infra.plugins.module_utils.readiness import wait_ready
+
+from specops.errors import SpecopsError
+
+__all__ = [
+    "AnsibleApplier",
+    "Applier",
+    "ApplyError",
+    "ApplyOutcome",
+    "ServiceIdentity",
+    "generates",
+    "parse_systemctl_show",
+    "prove_restart",
+]
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+class ApplyError(SpecopsError):
+    """The profile could not be applied or the server did not become ready."""
+
+
+@dataclass(frozen=True)
+class ServiceIdentity:
+    invocation_id: str
+    main_pid: int
+    active_state: str
+    started_us: int  # ExecMainStartTimestampMonotonic
+    active_us: int  # ActiveEnterTimestampMonotonic (after ExecStartPost's /health wait)
+
+    @property
+    def start_to_healthy_s(self) -> float | None:
+        if not self.started_us or self.active_us < self.started_us:
+            return None
+        return (self.active_us - self.started_us) / 1e6
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def parse_systemctl_show(text: str) -> ServiceIdentity:
+    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+    def num(key: str) -> int:
+        raw = values.get(key, "0").strip()
+        return int(raw) if raw.isdigit() else 0
+
+    return ServiceIdentity(
+        invocation_id=values.get("InvocationID", "").strip(),
+        main_pid=num("MainPID"),
+        active_state=values.get("ActiveState", "").strip(),
+        started_us=num("ExecMainStartTimestampMonotonic"),
+        active_us=num("ActiveEnterTimestampMonotonic"),
+    )
+
+
+@dataclass(frozen=True)
+class ApplyOutcome:
+    restarted: bool
+    before: ServiceIdentity | None
+    after: ServiceIdentity
+    seconds: float  # wall time of the apply step
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "restarted": self.restarted,
+            "before": self.before.to_dict() if self.before else None,
+            "after": self.after.to_dict(),
+            "seconds": round(self.seconds, 2),
+            "start_to_healthy_s": self.after.start_to_healthy_s,
+        }
+
+
+class Applier(Protocol):
+    base_url: str
+    served_model_name: str
+
+    def apply(self, profile: Mapping[str, Any]) -> ApplyOutcome:
+        """Make ``profile`` the running one (restart only if it changed); raise ApplyError."""
+        ...
+
+
+def generates(base_url: str, served: str, timeout: float = 60) -> None:
+    """The server answers /health, lists ``served`` and generates one token (or ApplyError)."""
+    ready = wait_ready(base_url, served, timeout=timeout, interval=1.0)
+    if not ready.ready:
+        raise ApplyError(f"{base_url}: not ready: {ready.last.stage}: {ready.last.detail}")
+
+
+def prove_restart(
+    outcome: ApplyOutcome,
+    base_url: str,
+    served: str,
+    ready: Callable[[str, str], None] = generates,
+) -> None:
+    """No races: a restart must show a new process, and the new one must generate."""
+    after = outcome.after
+    if after.active_state != "active" or not after.invocation_id:
+        raise ApplyError(f"service is {after.active_state or 'unknown'} after the apply")
+    if outcome.restarted and outcome.before is not None:
+        if after.invocation_id == outcome.before.invocation_id:
+            raise ApplyError("restart reported but the InvocationID did not change")
+        if after.main_pid == outcome.before.main_pid:
+            raise ApplyError(f"restart reported but MainPID is still {after.main_pid}")
+    ready(base_url, served)
+
+
+class AnsibleApplier:
+    """Apply through Ansible: ``playbooks/speculative-apply.yml`` limited to ``host``."""
+
+    def __init__(
+        self,
+        inventory: str | Path,
+        host: str,
+        base_url: str,
+        served_model_name: str,
+        *,
+        playbook: Path | None = None,
+        extra_vars: Mapping[str, Any] | None = None,
+        log: Path | None = None,
+    ) -> None:
+        self.inventory = str(inventory)
+        self.host = host
+        self.base_url = base_url
+        self.served_model_name = served_model_name
+        self.playbook = playbook or REPO / "playbooks" / "speculative-apply.yml"
+        self.extra_vars = dict(extra_vars or {})
+        self.log = log
+
+    def _command(self, vars_file: Path) -> list[str]:
+        bindir = Path(sys.executable).parent
+        exe = bindir / "ansible-playbook"
+        return [
+            str(exe if exe.exists() else "ansible-playbook"),
+            "-i", self.inventory, "-l", self.host, str(self.playbook), "-e", f"@{vars_file}",
+        ]  # fmt: skip
+
+    def apply(self, profile: Mapping[str, Any]) -> ApplyOutcome:
+        began = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="specops-apply-") as tmp:
+            report = Path(tmp) / "report.json"
+            vars_file = Path(tmp) / "vars.json"
+            vars_file.write_text(
+                json.dumps(
+                    {
+                        **self.extra_vars,
+                        "inference_service_speculative": dict(profile),
+                        "speculative_apply_report": str(report),
+                    }
+                ),
+                encoding="utf-8",
+            )
+            env = dict(os.environ)
+            env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(REPO / "src"), env.get("PYTHONPATH", "")) if p
+            )
+            proc = subprocess.run(
+                self._command(vars_file), cwd=REPO, env=env, capture_output=True, text=True,
+                check=False,
+            )  # fmt: skip
+            if self.log:
+                with self.log.open("a", encoding="utf-8") as fh:
+                    fh.write(proc.stdout + proc.stderr)
+            data = json.loads(report.read_text(encoding="utf-8")) if report.exists() else None
+        if proc.returncode != 0 or data is None:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+            raise ApplyError(
+                f"speculative-apply on {self.host} failed (rc {proc.returncode}):\n{tail}"
+            )
+        before = parse_systemctl_show(data["before"]) if data.get("before") else None
+        after = parse_systemctl_show(data["after"])
+        restarted = before is None or before.invocation_id != after.invocation_id
+        return ApplyOutcome(restarted, before, after, time.monotonic() - began)

@@ -1,0 +1,88 @@
+"""``specops sweep run`` and ``specops rollout gate|report``.
+
+Thin: validation errors become one line naming the field (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from specops.bench.results import load_results
+from specops.tune.apply import AnsibleApplier
+from specops.tune.rollout import load_records, smoke_gate, summary
+from specops.tune.sweep import load_config_file, run_sweep
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    sweep = subparsers.add_parser("sweep", help="find the best speculative settings on a canary")
+    ssub = sweep.add_subparsers(dest="sweep_command", metavar="SUBCOMMAND")
+    run = ssub.add_parser("run", help="run (or resume) a sweep from a config file")
+    run.add_argument("config", type=Path, help="sweep config YAML (see src/specops/tune/README.md)")
+    run.add_argument("--out", type=Path, required=True, help="results dir (resumes when it exists)")
+    run.add_argument("--mode", choices=["ascent", "grid"], help="override the config's mode")
+    run.add_argument(
+        "--restore", action="store_true", default=None, help="leave the canary where it started"
+    )
+    run.add_argument("--inventory", help="override the config's inventory")
+    run.add_argument("--canary", help="override the config's canary host")
+    run.add_argument("--base-url", dest="base_url", help="override the config's base_url")
+    run.set_defaults(func=_sweep_run)
+
+    rollout = subparsers.add_parser("rollout", help="decisions of playbooks/rollout.yml")
+    rsub = rollout.add_subparsers(dest="rollout_command", metavar="SUBCOMMAND")
+    gate = rsub.add_parser("gate", help="smoke benchmark vs the node's baseline (exit 1: failed)")
+    gate.add_argument("--baseline", type=Path, required=True)
+    gate.add_argument("--candidate", type=Path, required=True)
+    gate.add_argument("--throughput-drop", type=float, default=0.10)
+    gate.add_argument("--max-pass-drop", type=int, default=0)
+    gate.set_defaults(func=_gate)
+    rep = rsub.add_parser("report", help="summarise a rollout's per-node records")
+    rep.add_argument("report_dir", type=Path)
+    rep.add_argument("--json", action="store_true")
+    rep.set_defaults(func=_report)
+
+
+def _sweep_run(args: argparse.Namespace) -> int:
+    cfg = load_config_file(
+        args.config,
+        {"mode": args.mode, "restore": args.restore, "inventory": args.inventory,
+         "canary": args.canary, "base_url": args.base_url},
+    )  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    applier = AnsibleApplier(
+        cfg.inventory, cfg.canary, cfg.base_url, cfg.served_model_name,
+        log=args.out / "ansible.log",
+    )  # fmt: skip
+    result = run_sweep(cfg, applier, args.out, log=lambda m: print(m, flush=True))
+    pick = result.outcome.pick
+    print(
+        f"pick: {pick.candidate.key if pick else 'none'}; restarts {result.restarts_total};"
+        f" leaderboard {result.files['leaderboard_md']}; snippet {result.files['snippet']}"
+    )
+    return 0 if pick is not None else 1
+
+
+def _gate(args: argparse.Namespace) -> int:
+    result = smoke_gate(
+        load_results(args.baseline), load_results(args.candidate),
+        throughput_drop=args.throughput_drop, max_pass_drop=args.max_pass_drop,
+    )  # fmt: skip
+    json.dump(result.to_dict(), sys.stdout)
+    sys.stdout.write("\n")
+    return 0 if result.ok else 1
+
+
+def _report(args: argparse.Namespace) -> int:
+    records = load_records(args.report_dir)
+    if args.json:
+        json.dump(records, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(summary(records))
+    return 0

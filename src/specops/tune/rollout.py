@@ -1,0 +1,107 @@
+"""Rollout decisions: the smoke-benchmark gate and the rollout report.
+
+The playbook (``playbooks/rollout.yml``, role ``speculative_rollout``) does the node
+work; what is a decision lives here. :func:`smoke_gate` compares a node's smoke
+benchmark with its stored baseline (both bench results documents, nothing
+re-measured): any failed request, an output tok/s drop past ``throughput_drop`` in any
+cell, a cell missing, or HumanEval passing fewer than the baseline by more than
+``max_pass_drop`` fails it, naming the gate. :func:`load_records` / :func:`summary` read
+the per-node records the role writes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specops.bench.compare import Thresholds, compare
+from specops.bench.results import Results
+from specops.errors import ValidationError
+
+__all__ = ["GateResult", "load_records", "smoke_gate", "summary"]
+
+
+@dataclass(frozen=True)
+class GateResult:
+    ok: bool
+    gate: str | None  # "smoke-failures", "throughput" or "correctness" when not ok
+    message: str
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def smoke_gate(
+    baseline: Results, candidate: Results, *, throughput_drop: float = 0.10, max_pass_drop: int = 0
+) -> GateResult:
+    if not 0 < throughput_drop < 1:
+        raise ValidationError("throughput_drop", f"must be in (0, 1) (got {throughput_drop})")
+    failed = sum(c.stats.failed + c.warmup_failed for c in candidate.cells)
+    if failed or not candidate.cells:
+        return GateResult(
+            False, "smoke-failures", f"{failed} failed request(s) in the smoke benchmark"
+        )
+    t = Thresholds(throughput_drop=throughput_drop, max_pass_drop=max_pass_drop)
+    findings = compare(baseline, candidate, t)
+    keep = [
+        f for f in findings if f.metric in ("output_tok_s", "cell", "passed", "failed_requests")
+    ]
+    as_dicts = [asdict(f) for f in keep]
+    bad_tp = [f for f in keep if f.regression and f.metric in ("output_tok_s", "cell")]
+    if bad_tp:
+        parts = [
+            f"{f.where} {f.metric} {f.baseline:.1f} -> {f.candidate:.1f} ({f.change:+.0%})"
+            if f.change is not None and f.baseline is not None and f.candidate is not None
+            else f"{f.where} {f.note or f.metric}"
+            for f in bad_tp
+        ]
+        return GateResult(
+            False, "throughput",
+            f"throughput regression past {throughput_drop:.0%}: {'; '.join(parts)}", as_dicts,
+        )  # fmt: skip
+    bad_c = [f for f in keep if f.regression and f.metric in ("passed", "failed_requests")]
+    if bad_c:
+        return GateResult(
+            False,
+            "correctness",
+            "; ".join(f"{f.where}: {f.note or f.metric}" for f in bad_c),
+            as_dicts,
+        )
+    return GateResult(True, None, "smoke benchmark within thresholds", as_dicts)
+
+
+def load_records(report_dir: Path) -> list[dict[str, Any]]:
+    """The per-node records (``<node>.json``) a rollout wrote, in rollout order."""
+    records = []
+    for path in sorted(report_dir.glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValidationError("report_dir", f"{path}: {exc}") from None
+        if isinstance(data, dict) and "node" in data:
+            records.append(data)
+    records.sort(key=lambda r: str(r.get("started_at", "")))
+    return records
+
+
+def summary(records: list[dict[str, Any]]) -> str:
+    lines = ["| node | outcome | gate | rollout s | engine start->healthy s | overhead s | note |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in records:
+        total = r.get("rollout_s")
+        # a node that was not restarted has no engine start of this rollout
+        engine = r.get("engine_start_to_healthy_s") if r.get("restarted", True) else None
+        over = (
+            total - engine
+            if isinstance(total, float | int) and isinstance(engine, float | int)
+            else None
+        )
+        lines.append(
+            f"| {r['node']} | {r.get('outcome', '?')} | {r.get('failed_gate') or ''} | "
+            f"{total if total is not None else ''} | {engine if engine is not None else ''} | "
+            f"{f'{over:.1f}' if over is not None else ''} | {r.get('message', '')} |"
+        )
+    return "\n".join(lines) + "\n"

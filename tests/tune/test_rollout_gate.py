@@ -1,0 +1,121 @@
+"""Rollout decisions on real measurements: the smoke gate, the drain's idle check."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from ansible_collections.specops.infra.plugins.module_utils.engine_idle import (
+    running_requests,
+    wait_idle,
+)
+
+from specops.bench.plan import plan_from_mapping
+from specops.bench.results import Results
+from specops.bench.runner import run_plan
+from specops.errors import ValidationError
+from specops.tune.rollout import load_records, smoke_gate, summary
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tune"
+PLAN = {"concurrency": [1, 2], "context_lengths": [64], "output_len": 32,
+        "requests_per_cell": 4, "warmup_per_cell": 1}  # fmt: skip
+
+
+def measure(synthetic, **config: object) -> Results:
+    server = synthetic(**config)
+    plan = plan_from_mapping({**PLAN, "base_url": f"http://127.0.0.1:{server.port}"})
+    return asyncio.run(run_plan(plan))
+
+
+def test_gate_passes_same_speed_and_fails_a_slow_candidate(synthetic) -> None:
+    base = measure(synthetic, chunk_delay_s=0.002)
+    same = measure(synthetic, chunk_delay_s=0.002)
+    slow = measure(synthetic, chunk_delay_s=0.02)
+    ok = smoke_gate(base, same, throughput_drop=0.5)
+    assert ok.ok, ok.message
+    bad = smoke_gate(base, slow, throughput_drop=0.5)
+    assert not bad.ok
+    assert bad.gate == "throughput"
+    assert "output_tok_s" in bad.message
+
+
+def test_gate_fails_on_failed_requests(synthetic) -> None:
+    base = measure(synthetic)
+    broken = measure(synthetic, status=503)
+    result = smoke_gate(base, broken)
+    assert not result.ok
+    assert result.gate == "smoke-failures"
+
+
+def test_gate_correctness_on_humaneval_pass_drop(synthetic) -> None:
+    base = measure(synthetic)
+    cand = measure(synthetic)
+    base.correctness = {"passed": 10, "pass_at_1": 10 / 20, "problems": 20}
+    cand.correctness = {"passed": 8, "pass_at_1": 8 / 20, "problems": 20}
+    assert smoke_gate(base, cand, throughput_drop=0.9, max_pass_drop=2).ok
+    result = smoke_gate(base, cand, throughput_drop=0.9, max_pass_drop=1)
+    assert result.gate == "correctness"
+    with pytest.raises(ValidationError, match="throughput_drop"):
+        smoke_gate(base, cand, throughput_drop=0)
+
+
+def test_running_requests_from_recorded_vllm_metrics() -> None:
+    text = (FIXTURES / "vllm-0.32.0-cpu-metrics.txt").read_text()
+    assert running_requests(text) == 0.0
+    busy = text.replace(
+        'vllm:num_requests_running{engine="0",model_name="tiny-qwen"} 0.0',
+        'vllm:num_requests_running{engine="0",model_name="tiny-qwen"} 3.0',
+    )
+    assert running_requests(busy) == 3.0
+    assert running_requests('sglang:num_running_reqs{tp_rank="0"} 2\n') == 2.0
+    assert running_requests("# nothing here\nfoo 1\n") is None
+
+
+def test_wait_idle_over_http_until_requests_finish() -> None:
+    state = {"polls": 0}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            state["polls"] += 1
+            body = f'vllm:num_requests_running{{engine="0"}} {max(0, 3 - state["polls"])}.0\n'
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        result = wait_idle(url, timeout=10, interval=0.05)
+        assert result.idle
+        assert result.polls == 3
+        state["polls"] = -100
+        stuck = wait_idle(url, timeout=0.3, interval=0.05)
+        assert not stuck.idle
+        assert stuck.running is not None
+        assert stuck.running > 0
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_records_summary(tmp_path: Path) -> None:
+    for i, (outcome, gate) in enumerate([("changed", None), ("restored", "restart-readiness")]):
+        (tmp_path / f"n{i}.json").write_text(json.dumps({
+            "node": f"n{i}", "outcome": outcome, "failed_gate": gate, "message": "m",
+            "started_at": f"2026-11-29T09:0{i}:00", "rollout_s": 60.0 + i,
+            "engine_start_to_healthy_s": 55.0,
+        }))  # fmt: skip
+    records = load_records(tmp_path)
+    assert [r["node"] for r in records] == ["n0", "n1"]
+    table = summary(records)
+    assert "| n0 | changed |  | 60.0 | 55.0 | 5.0 | m |" in table
+    assert "| n1 | restored | restart-readiness |" in table

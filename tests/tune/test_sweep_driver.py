@@ -1,0 +1,186 @@
+"""The sweep driver end to end against the synthetic SSE server (bench's test server).
+
+The applier here starts a fresh synthetic server per profile (its speed depends on
+num_draft_tokens, peaking at 6) so the driver's plumbing is exercised for real over
+HTTP: apply, restart proof, specops bench, ledger, outputs, resume, invalid
+candidates, failed starts. The real vLLM runs are in test_real_rollout.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from specops.bench.synthetic import SyntheticConfig, SyntheticServer
+from specops.errors import ValidationError
+from specops.tune.apply import ApplyError, ApplyOutcome, ServiceIdentity
+from specops.tune.sweep import load_config, run_sweep
+
+from .conftest import NGRAM_BASE
+
+_pids = itertools.count(1000)
+
+
+class SyntheticApplier:
+    """Restarts a synthetic server per profile; num_draft_tokens 9 'fails to start'."""
+
+    served_model_name = "synthetic"
+
+    def __init__(self) -> None:
+        self.server: SyntheticServer | None = None
+        self.identity: ServiceIdentity | None = None
+        self.profile: dict[str, Any] | None = None
+        self.applies = 0
+
+    @property
+    def base_url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.port}"
+
+    def apply(self, profile: Mapping[str, Any]) -> ApplyOutcome:
+        self.applies += 1
+        if dict(profile) == self.profile and self.identity is not None:
+            return ApplyOutcome(False, self.identity, self.identity, 0.0)
+        before = self.identity
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        n = int(profile["num_draft_tokens"])
+        if n == 9:
+            self.identity = None
+            raise ApplyError("engine exited during start (num_draft_tokens 9)")
+        delay = 0.002 + 0.0015 * abs(n - 6)
+        self.server = SyntheticServer(SyntheticConfig(tokens_per_chunk=n, chunk_delay_s=delay))
+        self.server.start()
+        pid = next(_pids)
+        self.identity = ServiceIdentity(uuid.uuid4().hex, pid, "active", pid, pid + 1)
+        self.profile = dict(profile)
+        return ApplyOutcome(True, before, self.identity, 0.01)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+@pytest.fixture
+def applier() -> Iterator[SyntheticApplier]:
+    a = SyntheticApplier()
+    yield a
+    a.close()
+
+
+def health_and_models(base_url: str, served: str) -> None:
+    """The synthetic server always streams, so the readiness module's plain one-token
+    completion does not apply to it: check /health and /v1/models here."""
+    assert httpx.get(base_url + "/health", timeout=5).status_code == 200
+    assert served in httpx.get(base_url + "/v1/models", timeout=5).text
+
+
+def sweep(cfg, applier, out, log=lambda m: None):
+    return run_sweep(cfg, applier, out, ready=health_and_models, log=log)
+
+
+def config(**over: Any) -> dict[str, Any]:
+    return {
+        "canary": "lab-1",
+        "base_url": "http://127.0.0.1:1",  # the applier's URL is what is measured
+        "served_model_name": "synthetic",
+        "base_profile": NGRAM_BASE,
+        "space": {"num_draft_tokens": "2..9"},
+        "plan": {"concurrency": [1, 4], "context_lengths": [64], "output_len": 48,
+                 "requests_per_cell": 4, "warmup_per_cell": 1},
+        "objective": {"min_repeats": 2, "max_repeats": 3, "min_gain": 0.05, "tolerance": 0.0},
+        **over,
+    }  # fmt: skip
+
+
+def test_sweep_runs_writes_outputs_and_leaves_the_winner(applier, tmp_path: Path) -> None:
+    cfg = load_config(config())
+    result = sweep(cfg, applier, tmp_path)
+    pick = result.outcome.pick
+    assert pick is not None
+    assert dict(pick.candidate.assignment)["num_draft_tokens"] in (5, 6, 7)
+    assert applier.profile == pick.candidate.profile  # canary left on the winner
+    assert result.restarts_total < 8
+    md = (tmp_path / "leaderboard.md").read_text()
+    assert "| rank |" in md
+    assert pick.candidate.key in md
+    assert (tmp_path / "leaderboard.csv").read_text().startswith("rank,candidate,score")
+    assert (tmp_path / "objective.png").read_bytes()[:4] == b"\x89PNG"
+    snippet = (tmp_path / "chosen-profile.yml").read_text()
+    assert "inference_service_speculative:" in snippet
+    assert f"num_draft_tokens: {dict(pick.candidate.assignment)['num_draft_tokens']}" in snippet
+    # every measured run points at the bench results it was read from
+    runs = [json.loads(x) for x in (tmp_path / "sweep.jsonl").read_text().splitlines()[1:]]
+    for run in (r for r in runs if r["kind"] == "run"):
+        assert (tmp_path / run["results"]).exists()
+
+
+def test_grid_records_failed_starts_and_restore(applier, tmp_path: Path) -> None:
+    cfg = load_config(config(mode="grid", restore=True))
+    result = sweep(cfg, applier, tmp_path)
+    st = result.outcome.standings["num_draft_tokens=9"]
+    assert st.rejected is not None
+    assert st.rejected.startswith("start failed")
+    assert len(st.runs) == 1  # not benchmarked again after a failed start
+    assert applier.profile is not None
+    assert applier.profile["num_draft_tokens"] == 4
+    assert result.restarts_total == 8
+
+
+def test_interrupted_sweep_resumes_without_measuring_again(applier, tmp_path: Path) -> None:
+    cfg = load_config(config(mode="grid"))
+
+    class Interrupt(Exception):
+        pass
+
+    seen: list[str] = []
+
+    def stop_after_five(msg: str) -> None:
+        seen.append(msg)
+        if sum(" run " in m for m in seen) == 5:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        sweep(cfg, applier, tmp_path, log=stop_after_five)
+    lines_before = (tmp_path / "sweep.jsonl").read_text().splitlines()
+    recorded = [json.loads(x) for x in lines_before[1:] if '"kind": "run"' in x]
+    assert len(recorded) == 5
+    applies_before = applier.applies
+    result = sweep(cfg, applier, tmp_path)
+    # the 5 recorded runs are replayed: only the rest are measured
+    new_runs = [
+        json.loads(x)
+        for x in (tmp_path / "sweep.jsonl").read_text().splitlines()[len(lines_before) :]
+        if '"kind": "run"' in x
+    ]
+    assert {(r["key"], r["repeat"]) for r in new_runs}.isdisjoint(
+        {(r["key"], r["repeat"]) for r in recorded}
+    )
+    assert len(recorded) + len(new_runs) == 7 * 2 + 1  # 7 candidates x 2 runs + the failed start
+    assert applier.applies - applies_before <= 6 + 1  # remaining candidates (+ final apply)
+    assert result.outcome.pick is not None
+
+
+def test_a_changed_config_refuses_the_old_results_file(applier, tmp_path: Path) -> None:
+    sweep(load_config(config(space={"num_draft_tokens": [4, 5]})), applier, tmp_path)
+    with pytest.raises(ValidationError, match=r"results: .* belongs to a different sweep"):
+        sweep(load_config(config(space={"num_draft_tokens": [4, 6]})), applier, tmp_path)
+
+
+def test_bad_config_names_the_field() -> None:
+    with pytest.raises(ValidationError, match=r"^canary: is required"):
+        load_config({k: v for k, v in config().items() if k != "canary"})
+    with pytest.raises(ValidationError, match=r"plan\.base_url"):
+        load_config(config(plan={"base_url": "http://127.0.0.1:9"}))
+    with pytest.raises(ValidationError, match=r"objective\.bogus: unknown key"):
+        load_config(config(objective={"bogus": 1}))
+    with pytest.raises(ValidationError, match=r"^mode: must be ascent or grid"):
+        load_config(config(mode="random"))
