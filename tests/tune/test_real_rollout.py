@@ -30,7 +30,7 @@ from specops.tune.apply import AnsibleApplier, parse_systemctl_show
 from specops.tune.lab import LabNode, node_names, remove_nodes, start_nodes, write_inventory
 from specops.tune.sweep import load_config, run_sweep
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.docker]
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.docker, pytest.mark.fleet]
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = "specops-tiny-qwen.service"
