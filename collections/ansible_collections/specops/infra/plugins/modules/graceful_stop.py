@@ -16,7 +16,7 @@ description:
   - Records the unit's main process and its descendants, runs C(systemctl stop) on the
     unit, then waits until none of those processes is alive and, where C(nvidia-smi)
     exists, none is listed among the GPU compute apps (its memory is released).
-  - Never signals processes itself (no C(fuser -k), no kill by name). systemd stops the
+  - Never signals processes itself (no killing by device file or by name). systemd stops the
     unit as its C(KillMode) and C(TimeoutStopSec) say; this module only watches.
   - Fails when the processes or their GPU memory outlive I(timeout).
   - An inactive or unknown unit is left as it is (C(changed=false)).
