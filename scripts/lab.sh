@@ -5,7 +5,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-scripts/setup.sh packages docker image venv
+scripts/setup.sh packages docker image venv vllm
 export PATH=$ROOT/.venv/bin:$PATH ANSIBLE_CONFIG=$ROOT/ansible.cfg
 # The lab's PVE cluster (nodes from inventory/lab/hardware), host trees, template,
 # API token and the API stand-in on 127.0.0.1:8006. Idempotent.

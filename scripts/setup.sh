@@ -65,6 +65,7 @@ step_image() {
     chroot "$tmp" systemctl mask getty@tty1.service serial-getty@.service \
       systemd-logind.service console-getty.service >/dev/null 2>&1 || true
     : >"$tmp/etc/machine-id"
+    chmod 0755 "$tmp"   # the rootfs's "/" (mktemp made it 0700)
     rm -rf "$tmp"/var/cache/apt/archives/*.deb "$tmp"/var/lib/apt/lists/*
     tar -C "$tmp" --numeric-owner -cf "$ROOTFS_TAR.part" .
     mv "$ROOTFS_TAR.part" "$ROOTFS_TAR"
@@ -72,6 +73,18 @@ step_image() {
     say "image: cached rootfs at $ROOTFS_TAR ($(du -h "$ROOTFS_TAR" | cut -f1))"
   else
     say "image: cached rootfs found at $ROOTFS_TAR"
+  fi
+  # Tarballs cached before the chmod above carry a 0700 "/": non-root users of a
+  # container made from it could not run anything. Repack such a tarball once.
+  if ! tar -tvf "$ROOTFS_TAR" | head -n 1 | grep -q '^drwxr-xr-x .* \./$'; then
+    local fix
+    fix=$(mktemp -d "$SPECOPS_CACHE/.rootfs-fix.XXXXXX")
+    say "image: repacking $ROOTFS_TAR with a 0755 root directory"
+    tar -C "$fix" --numeric-owner -xpf "$ROOTFS_TAR"
+    chmod 0755 "$fix"
+    tar -C "$fix" --numeric-owner -cf "$ROOTFS_TAR.part" .
+    mv "$ROOTFS_TAR.part" "$ROOTFS_TAR"
+    rm -rf "$fix"
   fi
   local want have_label
   want=$(sha256sum "$ROOTFS_TAR" | cut -c1-16)

@@ -64,7 +64,7 @@ def test_v2_host_on_this_v1_machine(node: Node) -> None:
     assert "lxc.cgroup.devices.allow = c 195:1 rw" in lines
     assert "lxc.mount.entry = /p/dev/nvidia1 dev/nvidia1 none bind,create=file 0 0" in lines
     # Raw lines in order, v2 device key written as the key this machine enforces.
-    raw = lines[lines.index("lxc.net.0.type = empty") + 1 :]
+    raw = lines[lines.index("lxc.net.0.type = none") + 1 :]
     assert raw == [
         "lxc.cgroup.devices.allow = c 195:* rwm",
         f"lxc.mount.entry = {root}/dev/nvidia1 dev/nvidia1 none bind,optional,create=file",

@@ -20,8 +20,9 @@ one would:
   ``proc/devices`` majors, the ``nvidia`` PCI driver directory, and unbound NVIDIA GPUs
   bound to it with ``proc/driver/nvidia/gpus/<addr>/information``.
 
-The simulated tree's root comes from ``$SPECOPS_LAB_HARDWARE_ROOT`` or the first line of
-``/etc/specops-lab/hardware-root``; the installed tools read the same. The generated
+The simulated tree's root comes from ``$SPECOPS_LAB_HARDWARE_ROOT``, the first line of
+``/etc/specops-lab/hardware-root``, or else ``/srv/specops-hw`` when it exists (where a lab
+serving container sees its node's tree, read-only); the installed tools read the same. The generated
 ``nvidia-smi`` answers ``--query-gpu=driver_version --format=csv,noheader``, ``-L`` and
 plain, and prints NVML's "Driver/library version mismatch" when the userspace version
 differs from the simulated kernel module's.
@@ -54,6 +55,8 @@ _MANIFEST = Path("/var/lib/nvidia/specops-standin-files")
 _LOG = Path("/var/log/nvidia-installer.log")
 _KMOD_MARK = Path("/var/lib/nvidia/specops-standin-kernel-module")
 _UVM_MAJOR_DEFAULT = 508
+# The node tree as a lab serving container sees it (inventory/lab/group_vars/serving).
+LAB_NODE_MOUNT = Path("/srv/specops-hw")
 _FLAGS = {
     "--silent",
     "-s",
@@ -96,8 +99,11 @@ def _hardware_root() -> Path | None:
     try:
         line = Path("/etc/specops-lab/hardware-root").read_text().splitlines()[0].strip()
     except (OSError, IndexError):
-        return None
-    return Path(line) if line else None
+        line = ""
+    if line:
+        return Path(line)
+    # A lab serving container sees its node's tree at the lab's mount point.
+    return LAB_NODE_MOUNT if LAB_NODE_MOUNT.is_dir() else None
 
 
 class InstallerError(Exception):
@@ -176,7 +182,9 @@ def hw():
     try:
         return Path(Path("/etc/specops-lab/hardware-root").read_text().splitlines()[0].strip())
     except (OSError, IndexError):
-        return Path("/")
+        pass
+    lab = Path("@LAB_NODE_MOUNT@")
+    return lab if lab.is_dir() else Path("/")
 def kernel_version():
     root = hw()
     for p in (root / "sys/module/nvidia/version",):
@@ -329,7 +337,9 @@ while True:
 
 def _write_tool(path: Path, text: str, version: str, files: list[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text.replace("@VERSION@", version))
+    path.write_text(
+        text.replace("@VERSION@", version).replace("@LAB_NODE_MOUNT@", str(LAB_NODE_MOUNT))
+    )
     path.chmod(0o755)
     files.append(str(path))
 

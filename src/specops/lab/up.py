@@ -35,9 +35,10 @@ from typing import Any
 import httpx
 
 from specops.errors import SpecopsError, ValidationError
+from specops.lab.assets import stage_node_assets
 from specops.lab.hosttree import build_tree, load_spec
 from specops.lab.pve.layout import Cluster, Node, init_cluster
-from specops.lab.pve.testing import stop_lab_containers
+from specops.lab.pve.testing import destroy_lab_containers, stop_lab_containers
 
 __all__ = ["LabPaths", "down", "register", "up"]
 
@@ -130,7 +131,11 @@ def _ensure_tree(paths: LabPaths, node: str, spec_file: Path, *, reset: bool) ->
 
 def _ensure_template(node: Node, template: Path) -> None:
     target = node.host_path("/var/lib/vz/template/cache") / TEMPLATE_NAME
-    if target.exists() and target.stat().st_size == template.stat().st_size:
+    if target.exists() and (
+        os.path.samefile(target, template)
+        or (target.stat().st_size, target.stat().st_mtime_ns)
+        == (template.stat().st_size, template.stat().st_mtime_ns)
+    ):
         return
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(".part")
@@ -139,7 +144,7 @@ def _ensure_template(node: Node, template: Path) -> None:
     try:
         os.link(template, tmp)
     except OSError:
-        shutil.copyfile(template, tmp)
+        shutil.copy2(template, tmp)
     tmp.replace(target)
     _say(f"{node.name}: template local:vztmpl/{TEMPLATE_NAME}")
 
@@ -261,6 +266,7 @@ def up(
     *,
     hardware_dir: Path,
     template: Path,
+    cache: Path = DEFAULT_CACHE,
     port: int = 8006,
     cgroup: str = "v2",
     reset: bool = False,
@@ -277,6 +283,10 @@ def up(
     for name, spec_file in specs.items():
         _ensure_tree(paths, name, spec_file, reset=reset)
         _ensure_template(cluster.node(name), template)
+        nvidia = load_spec(spec_file).nvidia
+        version = nvidia.version if nvidia is not None and nvidia.loaded else None
+        for part in stage_node_assets(paths.node_root(name), cache, version):
+            _say(f"{name}: /srv/specops-lab/{part} staged for its containers")
     secret = _ensure_token(paths)
     _ensure_api(paths, port, secret)
     return {
@@ -288,12 +298,19 @@ def up(
     }
 
 
-def down(paths: LabPaths) -> None:
-    """Stop the API stand-in and every lab container (their files stay)."""
+def down(paths: LabPaths, *, destroy: bool = False) -> None:
+    """Stop the API stand-in and every lab container (their files stay unless
+    ``destroy``: then the containers are removed, for a deploy from a clean state)."""
     if _stop_api(paths):
         _say("API stand-in stopped")
-    if (paths.cluster_dir / "cluster.json").exists():
-        stop_lab_containers(Cluster.load(paths.cluster_dir), remove_rootfs=False)
+    if not (paths.cluster_dir / "cluster.json").exists():
+        return
+    cluster = Cluster.load(paths.cluster_dir)
+    if destroy:
+        for name in destroy_lab_containers(cluster):
+            _say(f"container {name} destroyed")
+    else:
+        stop_lab_containers(cluster, remove_rootfs=False)
         _say("lab containers stopped")
 
 
@@ -311,7 +328,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def _cmd_down(args: argparse.Namespace) -> int:
-    down(LabPaths(Path(args.lab_dir)))
+    down(LabPaths(Path(args.lab_dir)), destroy=args.destroy)
     return 0
 
 
@@ -335,4 +352,7 @@ def register(lab_subparsers: Any) -> None:
     p_up.set_defaults(func=_cmd_up)
     p_down = lab_subparsers.add_parser("down", help="stop the API stand-in and lab containers")
     p_down.add_argument("--lab-dir", default=str(DEFAULT_LAB_DIR), help="lab state directory")
+    p_down.add_argument(
+        "--destroy", action="store_true", help="also remove every lab container (clean state)"
+    )
     p_down.set_defaults(func=_cmd_down)

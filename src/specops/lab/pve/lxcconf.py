@@ -9,7 +9,9 @@ raw ``lxc.*`` lines of the main section in file order. Snapshot and pending sect
 ignored.
 
 Lab deviations (see README.md):
-- no network: ``lxc.net.0.type = empty`` instead of ``netN`` veth pairs;
+- no emulated network: ``lxc.net.0.type = none`` instead of ``netN`` veth pairs, so a lab
+  container shares the controller's network namespace (its services answer on
+  127.0.0.1 and apt reaches the controller's mirrors; ``netN`` lines are ignored);
 - the node's host paths live under its root (``/dev/nvidia0`` is ``<root>/dev/nvidia0``):
   ``devN`` paths, bind-mount sources and ``lxc.mount.entry`` sources are mapped there;
 - device-cgroup keys: the emulated host enforces its own version's key (``cgroup2`` on a
@@ -189,7 +191,7 @@ def build_lxc_config(  # noqa: PLR0912, PLR0915  (one pass, in PVE's order)
     lines.append(f"lxc.rootfs.path = dir:{rootfs}")
     if "entrypoint" in items:
         lines.append(f"lxc.init.cmd = {items['entrypoint']}")
-    lines.append("lxc.net.0.type = empty")
+    lines.append("lxc.net.0.type = none")
 
     for index, spec in sorted(conf.indexed("mp").items()):
         key = f"mp{index}"

@@ -480,6 +480,7 @@ def ct_create(
             hostname = options.get("hostname", f"CT{vmid}")
             (rootfs_dir / "etc").mkdir(exist_ok=True)
             (rootfs_dir / "etc" / "hostname").write_text(f"{hostname}\n")
+            _ensure_etc_hosts(rootfs_dir, hostname)
             _write_conf(node, vmid, conf_text)
         except BaseException:
             shutil.rmtree(rootfs_dir, ignore_errors=True)
@@ -487,6 +488,17 @@ def ct_create(
         log(f"CT {vmid} created on node '{node.name}'")
     if start:
         ct_start(node, vmid, log)
+
+
+def _ensure_etc_hosts(rootfs_dir: Path, hostname: str) -> None:
+    """PVE's setup (``set_hostname``) keeps ``127.0.1.1 <hostname>`` in the CT's /etc/hosts."""
+    hosts = rootfs_dir / "etc" / "hosts"
+    lines = hosts.read_text().splitlines() if hosts.is_file() else []
+    if not any(ln.split()[:1] == ["127.0.0.1"] for ln in lines):
+        lines.insert(0, "127.0.0.1 localhost.localdomain localhost")
+    lines = [ln for ln in lines if ln.split()[:1] != ["127.0.1.1"]]
+    lines.append(f"127.0.1.1 {hostname}")
+    hosts.write_text("".join(f"{ln}\n" for ln in lines))
 
 
 def _new_conf_text(vmid: int, rootfs: str, options: dict[str, str]) -> str:

@@ -155,3 +155,18 @@ def stop_lab_containers(cluster: Cluster, *, remove_rootfs: bool = True) -> None
                 )
         if remove_rootfs:
             shutil.rmtree(node.host_path("/var/lib/vz/images"), ignore_errors=True)
+
+
+def destroy_lab_containers(cluster: Cluster) -> list[str]:
+    """Stop every lab container and remove it (conf, rootfs, generated LXC config): a
+    clean cluster, as after ``pct destroy`` of each. Returns the names removed."""
+    stop_lab_containers(cluster, remove_rootfs=True)
+    removed: list[str] = []
+    for node in cluster.nodes.values():
+        for conf in sorted(node.lxc_conf_dir.glob("*.conf")):
+            removed.append(node.lxc_name(int(conf.stem)))
+            conf.unlink()
+        if node.lxcpath.is_dir():
+            for d in sorted(node.lxcpath.glob(f"{node.name}-*")):
+                shutil.rmtree(d, ignore_errors=True)
+    return removed
