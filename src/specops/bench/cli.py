@@ -153,6 +153,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 {
                     "results": str(path),
                     "report": str(report) if report else None,
+                    "plots": sorted(str(png) for png in out_dir.glob("*.png")),
                     "run_id": results.run_id,
                     "cells": len(results.cells),
                     "failed_cells": failed,

@@ -59,9 +59,12 @@ def _sync_wheels(src: Path, dst: Path) -> bool:
         source = src / name
         if target.exists() and os.path.samefile(source, target):
             continue
-        if target.exists() and target.stat().st_size == source.stat().st_size:
-            if target.read_bytes() == source.read_bytes():
-                continue
+        if (
+            target.exists()
+            and target.stat().st_size == source.stat().st_size
+            and target.read_bytes() == source.read_bytes()
+        ):
+            continue
         _link_or_copy(source, target)
         changed = True
     for stale in dst.iterdir():
@@ -123,4 +126,3 @@ def stage_node_assets(node_root: Path, cache: Path, driver_version: str | None) 
     if driver_version and _sync_runfile(driver_version, base / "nvidia"):
         changed.append(f"nvidia/{driver_version}")
     return changed
-
