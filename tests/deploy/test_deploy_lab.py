@@ -114,7 +114,9 @@ def test_first_run_deploys_and_reports(first_run: Run) -> None:
     assert Path(plot_m[1]).parent == report.parent
     assert Path(plot_m[1]).stat().st_size > 0
     results = json.loads(Path(results_m[1]).read_text())
-    assert results["records"], "the smoke benchmark measured requests"
+    cells = results["cells"]
+    assert [(c["concurrency"], c["context_tokens"]) for c in cells] == [(1, 128), (2, 128)]
+    assert all(c["status"] == "ok" and c["records"] for c in cells), "every cell measured"
 
 
 def test_container_has_its_gpu_userspace_and_server(first_run: Run) -> None:
