@@ -23,7 +23,12 @@ import pytest
 
 from specops.lab.pve import pct
 from specops.lab.pve.layout import Cluster, Node
-from specops.lab.pve.testing import TEMPLATE_NAME, make_test_cluster, stop_lab_containers
+from specops.lab.pve.testing import (
+    TEMPLATE_NAME,
+    make_test_cluster,
+    open_devices_in_ct,
+    stop_lab_containers,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,15 +36,6 @@ pytestmark = [pytest.mark.lxc, pytest.mark.slow]
 
 NODE = "ctgpu-b"
 
-OPEN = """
-import errno, os, sys
-for path in sys.argv[1:]:
-    try:
-        os.close(os.open(path, os.O_RDWR))
-        print(path, "OK")
-    except OSError as exc:
-        print(path, errno.errorcode[exc.errno])
-"""
 
 SNAPSHOT = """
 [before-move]
@@ -117,12 +113,6 @@ def _create(node: Node, vmid: int, extra: str = "") -> Path:
     conf = node.ct_conf(vmid)
     conf.write_text(conf.read_text() + extra)
     return conf
-
-
-def _open_in_ct(node: Node, vmid: int, *paths: str) -> dict[str, str]:
-    proc = pct.ct_exec(node, vmid, ["python3", "-c", OPEN, *paths], timeout=60)
-    assert proc.returncode == 0, proc.stderr.decode()
-    return dict(line.split() for line in proc.stdout.decode().splitlines())
 
 
 def _mknod_in_ct(node: Node, vmid: int, path: str, major: int, minor: int) -> None:
@@ -218,7 +208,7 @@ def test_dev_entries_enxio_for_given_eperm_for_other(node: Node, tmp_path: Path)
     assert "dev2: /dev/nvidia-uvm,mode=0666\n" in text
     assert _init_pid(node, vmid) != pid_before  # rebooted, running again
 
-    seen = _open_in_ct(
+    seen = open_devices_in_ct(
         node, vmid, "/dev/nvidia2", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"
     )
     assert seen == {
@@ -229,7 +219,7 @@ def test_dev_entries_enxio_for_given_eperm_for_other(node: Node, tmp_path: Path)
     }
     # A card not given (minor 3), made inside the container: the device cgroup denies it.
     _mknod_in_ct(node, vmid, "/dev/nvidia3", 195, 3)
-    assert _open_in_ct(node, vmid, "/dev/nvidia3") == {"/dev/nvidia3": "EPERM"}
+    assert open_devices_in_ct(node, vmid, "/dev/nvidia3") == {"/dev/nvidia3": "EPERM"}
 
     # Second run: nothing changes, no reboot.
     pid = _init_pid(node, vmid)
@@ -285,12 +275,12 @@ def test_migrated_raw_conf_corrected_enxio_eperm(node: Node, tmp_path: Path) -> 
         assert stale not in main
     assert text.split("[before-move]", 1)[1] == snapshot  # byte-identical
 
-    seen = _open_in_ct(node, vmid, "/dev/nvidia2", "/dev/nvidia3", "/dev/nvidia-uvm")
+    seen = open_devices_in_ct(node, vmid, "/dev/nvidia2", "/dev/nvidia3", "/dev/nvidia-uvm")
     assert seen == {"/dev/nvidia2": "ENXIO", "/dev/nvidia3": "ENXIO", "/dev/nvidia-uvm": "ENXIO"}
     # The old host's card 0 is gone from the container, and making it by hand is denied.
-    assert _open_in_ct(node, vmid, "/dev/nvidia0") == {"/dev/nvidia0": "ENOENT"}
+    assert open_devices_in_ct(node, vmid, "/dev/nvidia0") == {"/dev/nvidia0": "ENOENT"}
     _mknod_in_ct(node, vmid, "/dev/nvidia0", 195, 0)
-    assert _open_in_ct(node, vmid, "/dev/nvidia0") == {"/dev/nvidia0": "EPERM"}
+    assert open_devices_in_ct(node, vmid, "/dev/nvidia0") == {"/dev/nvidia0": "EPERM"}
 
     again = _run_role(node, tmp_path, **role_vars)
     assert _changed(again) == 0
@@ -332,7 +322,7 @@ def test_raw_v1_lines_on_a_cgroup_v1_host(node_v1: Node, tmp_path: Path) -> None
     assert "lxc.cgroup.devices.allow: c 195:1 rwm\n" in main
     assert "lxc.cgroup.devices.allow: c 511:0 rwm\n" in main
     assert "lxc.cgroup2." not in main  # the old host's v2 lines are replaced
-    seen = _open_in_ct(node_v1, vmid, "/dev/nvidia1", "/dev/nvidia-uvm")
+    seen = open_devices_in_ct(node_v1, vmid, "/dev/nvidia1", "/dev/nvidia-uvm")
     assert seen == {"/dev/nvidia1": "ENXIO", "/dev/nvidia-uvm": "ENXIO"}
     _mknod_in_ct(node_v1, vmid, "/dev/nvidia2", 195, 2)
-    assert _open_in_ct(node_v1, vmid, "/dev/nvidia2") == {"/dev/nvidia2": "EPERM"}
+    assert open_devices_in_ct(node_v1, vmid, "/dev/nvidia2") == {"/dev/nvidia2": "EPERM"}

@@ -21,6 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from specops.lab.pve.layout import Cluster
+from specops.lab.pve.testing import open_devices_in_ct
+
 pytestmark = [pytest.mark.lxc, pytest.mark.vllm, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,22 +125,16 @@ def test_first_run_deploys_and_reports(first_run: Run) -> None:
 def test_container_has_its_gpu_userspace_and_server(first_run: Run) -> None:
     assert first_run.rc == 0
     attach = ["lxc-attach", "-n", LXC_NAME, "--"]
-    text = Path("/var/lib/specops/lab/pve-b/etc/pve/lxc/801.conf").read_text()
+    node = Cluster.load(Path("/var/lib/specops/lab/cluster")).node("pve-b")
+    text = node.ct_conf(801).read_text()
     assert re.search(r"^dev\d+: /dev/nvidia0\b", text, re.MULTILINE), text
-    # The card's node is in the container; this machine has no NVIDIA module behind it.
-    probe = subprocess.run(
-        [
-            *attach,
-            "python3",
-            "-c",
-            "import os,errno\ntry: os.open('/dev/nvidia0', os.O_RDWR)\n"
-            "except OSError as e: print(errno.errorcode[e.errno])",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert probe.stdout.strip() == "ENXIO", "the device cgroup lets the container open it"
+    # The device cgroup lets the container open its card, nvidiactl and uvm; ENXIO:
+    # this machine has no NVIDIA module behind the nodes (EPERM if the cgroup denied it).
+    assert open_devices_in_ct(node, 801, "/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm") == {
+        "/dev/nvidia0": "ENXIO",
+        "/dev/nvidiactl": "ENXIO",
+        "/dev/nvidia-uvm": "ENXIO",
+    }
     smi = subprocess.run(
         [*attach, "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
         capture_output=True,

@@ -10,19 +10,10 @@ import pytest
 from specops.lab.pve import pct
 from specops.lab.pve.layout import Cluster, Node
 from specops.lab.pve.lxcconf import StartError
-from specops.lab.pve.testing import TEMPLATE_NAME
+from specops.lab.pve.testing import TEMPLATE_NAME, open_devices_in_ct
 
 pytestmark = pytest.mark.lxc
 
-OPEN = """
-import errno, os, sys
-for path in sys.argv[1:]:
-    try:
-        os.close(os.open(path, os.O_RDWR))
-        print(path, "OK")
-    except OSError as exc:
-        print(path, errno.errorcode[exc.errno])
-"""
 
 SNAPSHOT = """
 [before-gpu]
@@ -53,12 +44,6 @@ def _create(node: Node, vmid: int, extra: str) -> Path:
     return conf
 
 
-def _open_in_ct(node: Node, vmid: int, *paths: str) -> dict[str, str]:
-    proc = pct.ct_exec(node, vmid, ["python3", "-c", OPEN, *paths], timeout=60)
-    assert proc.returncode == 0, proc.stderr.decode()
-    return dict(line.split() for line in proc.stdout.decode().splitlines())
-
-
 def test_raw_gpu_lines_enxio_then_eperm_without_allow(lab_cluster: Cluster) -> None:
     node = lab_cluster.node("pvetest-a")
     _mknod(node, "/dev/nvidia0", 195, 0)
@@ -77,7 +62,7 @@ def test_raw_gpu_lines_enxio_then_eperm_without_allow(lab_cluster: Cluster) -> N
     pct.ct_start(node, 101)
     assert pct.ct_status(node, 101).status == "running"
     # Allowed, no driver behind the node: ENXIO, for the card and for uvm.
-    assert _open_in_ct(node, 101, "/dev/nvidia0", "/dev/nvidia-uvm") == {
+    assert open_devices_in_ct(node, 101, "/dev/nvidia0", "/dev/nvidia-uvm") == {
         "/dev/nvidia0": "ENXIO",
         "/dev/nvidia-uvm": "ENXIO",
     }
@@ -86,7 +71,7 @@ def test_raw_gpu_lines_enxio_then_eperm_without_allow(lab_cluster: Cluster) -> N
     text = conf.read_text().replace("lxc.cgroup2.devices.allow: c 509:* rwm\n", "", 1)
     conf.write_text(text)
     pct.ct_reboot(node, 101, timeout=30)
-    assert _open_in_ct(node, 101, "/dev/nvidia0", "/dev/nvidia-uvm") == {
+    assert open_devices_in_ct(node, 101, "/dev/nvidia0", "/dev/nvidia-uvm") == {
         "/dev/nvidia0": "ENXIO",
         "/dev/nvidia-uvm": "EPERM",
     }
@@ -103,13 +88,13 @@ def test_dev_entries_allow_real_major_minor_only(lab_cluster: Cluster) -> None:
     conf = _create(node, 102, "dev0: /dev/nvidia2,gid=44,mode=0666\ndev1: /dev/nvidia-uvm\n")
     before = conf.read_text()
     pct.ct_start(node, 102)
-    seen = _open_in_ct(node, 102, "/dev/nvidia2", "/dev/nvidia-uvm")
+    seen = open_devices_in_ct(node, 102, "/dev/nvidia2", "/dev/nvidia-uvm")
     assert seen == {"/dev/nvidia2": "ENXIO", "/dev/nvidia-uvm": "ENXIO"}
     # devN allows exactly 195:2: another card's minor made inside the CT is denied.
     proc = pct.ct_exec(node, 102, ["sh", "-c", "mknod /dev/nvidia3 c 195 3 && ls -ln /dev/nvidia2"])
     assert proc.returncode == 0, proc.stderr.decode()
     assert " 44 " in proc.stdout.decode()  # gid=44 applied to the node
-    assert _open_in_ct(node, 102, "/dev/nvidia3") == {"/dev/nvidia3": "EPERM"}
+    assert open_devices_in_ct(node, 102, "/dev/nvidia3") == {"/dev/nvidia3": "EPERM"}
     assert conf.read_text() == before  # start never writes the PVE conf
 
 
@@ -119,12 +104,12 @@ def test_dev_entry_follows_a_changed_major(lab_cluster: Cluster) -> None:
     _mknod(node, "/dev/nvidia-uvm", 509, 0)
     _create(node, 103, "dev0: /dev/nvidia-uvm\n")
     pct.ct_start(node, 103)
-    assert _open_in_ct(node, 103, "/dev/nvidia-uvm") == {"/dev/nvidia-uvm": "ENXIO"}
+    assert open_devices_in_ct(node, 103, "/dev/nvidia-uvm") == {"/dev/nvidia-uvm": "ENXIO"}
     pct.ct_shutdown(node, 103, timeout=30)
     node.host_path("/dev/nvidia-uvm").unlink()
     _mknod(node, "/dev/nvidia-uvm", 511, 0)
     pct.ct_start(node, 103)
-    assert _open_in_ct(node, 103, "/dev/nvidia-uvm") == {"/dev/nvidia-uvm": "ENXIO"}
+    assert open_devices_in_ct(node, 103, "/dev/nvidia-uvm") == {"/dev/nvidia-uvm": "ENXIO"}
     config = (node.lxcpath / node.lxc_name(103) / "config").read_text()
     assert "c 511:0 rw" in config
     assert "509" not in config
@@ -150,4 +135,4 @@ def test_v1_node_ignores_v2_lines(lab_cluster_v1: Cluster) -> None:
         "lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\n",
     )
     pct.ct_start(node, 105)
-    assert _open_in_ct(node, 105, "/dev/nvidia0") == {"/dev/nvidia0": "EPERM"}
+    assert open_devices_in_ct(node, 105, "/dev/nvidia0") == {"/dev/nvidia0": "EPERM"}

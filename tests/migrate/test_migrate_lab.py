@@ -21,21 +21,13 @@ import yaml
 from migrate_lab import REPO, MigrateLab
 
 from specops.lab.hosttree import build_tree, load_spec
+from specops.lab.pve.testing import open_devices_in_ct
 from specops.migrate.client import PveClient
 from specops.migrate.spec import ApiEndpoint
 
 pytestmark = [pytest.mark.lxc, pytest.mark.slow]
 
 VMID = 701
-OPEN = """
-import errno, os, sys
-for path in sys.argv[1:]:
-    try:
-        os.close(os.open(path, os.O_RDWR))
-        print(path, "OK")
-    except OSError as exc:
-        print(path, errno.errorcode[exc.errno])
-"""
 SOURCE_GPU_LINES = (
     "lxc.cgroup2.devices.allow: c 195:* rwm\n"
     "lxc.cgroup2.devices.allow: c 511:* rwm\n"
@@ -59,28 +51,7 @@ def _client(lab: MigrateLab) -> PveClient:
 
 
 def _open_in_ct(lab: MigrateLab, node: str, *paths: str) -> dict[str, str]:
-    n = lab.cluster.node(node)
-    proc = subprocess.run(
-        [
-            "lxc-attach",
-            "-n",
-            n.lxc_name(VMID),
-            "-P",
-            str(n.lxcpath),
-            "--clear-env",
-            "--",
-            "python3",
-            "-c",
-            OPEN,
-            *paths,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return dict(line.split() for line in proc.stdout.splitlines())
+    return open_devices_in_ct(lab.cluster.node(node), VMID, *paths)
 
 
 def _inventory(lab: MigrateLab, tmp: Path, **migrate: object) -> Path:

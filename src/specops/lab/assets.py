@@ -26,7 +26,7 @@ from pathlib import Path
 
 from specops.lab.nvidia_installer_standin import make_runfile
 
-__all__ = ["ASSETS_MOUNT", "MODEL_NAME", "newest_model", "stage_node_assets"]
+__all__ = ["ASSETS_MOUNT", "MODEL_NAME", "link_or_copy", "newest_model", "stage_node_assets"]
 
 ASSETS_MOUNT = "/srv/specops-lab"
 MODEL_NAME = "tiny-qwen"
@@ -39,14 +39,15 @@ def newest_model(models_dir: Path) -> Path | None:
     return stamps[-1].parent if stamps else None
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
+def link_or_copy(src: Path, dst: Path) -> None:
+    """Put ``src`` at ``dst`` atomically: a hard link, or a copy keeping its mtime."""
     tmp = dst.with_name(dst.name + ".part")
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
     try:
         os.link(src, tmp)
     except OSError:
-        shutil.copyfile(src, tmp)
+        shutil.copy2(src, tmp)
     tmp.replace(dst)
 
 
@@ -65,7 +66,7 @@ def _sync_wheels(src: Path, dst: Path) -> bool:
             and target.read_bytes() == source.read_bytes()
         ):
             continue
-        _link_or_copy(source, target)
+        link_or_copy(source, target)
         changed = True
     for stale in dst.iterdir():
         if stale.name not in wanted:

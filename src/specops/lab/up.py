@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import secrets
-import shutil
 import signal
 import ssl
 import sys
@@ -35,7 +34,7 @@ from typing import Any
 import httpx
 
 from specops.errors import SpecopsError, ValidationError
-from specops.lab.assets import stage_node_assets
+from specops.lab.assets import link_or_copy, stage_node_assets
 from specops.lab.hosttree import build_tree, load_spec
 from specops.lab.pve.layout import Cluster, Node, init_cluster
 from specops.lab.pve.testing import destroy_lab_containers, stop_lab_containers
@@ -138,14 +137,7 @@ def _ensure_template(node: Node, template: Path) -> None:
     ):
         return
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".part")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    try:
-        os.link(template, tmp)
-    except OSError:
-        shutil.copy2(template, tmp)
-    tmp.replace(target)
+    link_or_copy(template, target)
     _say(f"{node.name}: template local:vztmpl/{TEMPLATE_NAME}")
 
 

@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specops.lab.pve.layout import Cluster, Node, init_cluster
+from specops.lab.pve.pct import ct_exec
 
 __all__ = [
     "TEMPLATE_NAME",
     "ApiHandle",
     "free_port",
     "make_test_cluster",
+    "open_devices_in_ct",
     "running_api",
     "stop_lab_containers",
 ]
@@ -170,3 +172,24 @@ def destroy_lab_containers(cluster: Cluster) -> list[str]:
             for d in sorted(node.lxcpath.glob(f"{node.name}-*")):
                 shutil.rmtree(d, ignore_errors=True)
     return removed
+
+
+_OPEN_DEVICES = """
+import errno, os, sys
+for path in sys.argv[1:]:
+    try:
+        os.close(os.open(path, os.O_RDWR))
+        print(path, "OK")
+    except OSError as exc:
+        print(path, errno.errorcode[exc.errno])
+"""
+
+
+def open_devices_in_ct(node: Node, vmid: int, *paths: str) -> dict[str, str]:
+    """Open each device read-write inside the running container; path -> ``OK`` or the
+    errno name. On this machine a passed-through NVIDIA node gives ``ENXIO`` (no driver
+    behind it) when the device cgroup allows it and ``EPERM`` when it does not."""
+    proc = ct_exec(node, vmid, ["python3", "-c", _OPEN_DEVICES, *paths], timeout=60)
+    if proc.returncode != 0:
+        raise AssertionError(f"device probe in CT {vmid} failed: {proc.stderr.decode()}")
+    return dict(line.split() for line in proc.stdout.decode().splitlines())
