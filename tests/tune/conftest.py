@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
 
-from specops.bench.synthetic import SyntheticConfig, SyntheticServer
 from specops.speculative import Engine
 from specops.tune.search import Measurement
 from specops.tune.space import Candidate, SearchSpace
@@ -57,19 +56,3 @@ def vllm_cpu() -> Engine:
 @pytest.fixture
 def ngram_space(vllm_cpu: Engine) -> SearchSpace:
     return SearchSpace.from_mapping(NGRAM_BASE, {"num_draft_tokens": "2..9"}, vllm_cpu)
-
-
-@pytest.fixture
-def synthetic() -> Iterator[Callable[..., SyntheticServer]]:
-    """``synthetic(**config)``: bench's synthetic SSE server on 127.0.0.1, stopped after."""
-    servers: list[SyntheticServer] = []
-
-    def start(**kwargs: object) -> SyntheticServer:
-        server = SyntheticServer(SyntheticConfig(**kwargs))  # type: ignore[arg-type]
-        server.start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()

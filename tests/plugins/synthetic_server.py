@@ -1,4 +1,8 @@
-"""Fixtures for the benchmark tests: an in-process synthetic SSE server."""
+"""Fixture ``synthetic``: bench's in-process synthetic SSE server (bench and tune tests).
+
+``synthetic(**config)`` starts a :class:`specops.bench.synthetic.SyntheticServer` on
+127.0.0.1 with that :class:`SyntheticConfig`; every server started stops at teardown.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,6 @@ from specops.bench.synthetic import SyntheticConfig, SyntheticServer
 
 @pytest.fixture
 def synthetic() -> Iterator[Callable[..., SyntheticServer]]:
-    """Factory: ``synthetic(**config)`` starts a server on 127.0.0.1; all stop at teardown."""
     servers: list[SyntheticServer] = []
 
     def start(**kwargs: object) -> SyntheticServer:
