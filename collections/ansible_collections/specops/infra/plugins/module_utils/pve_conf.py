@@ -19,7 +19,11 @@ Stdlib only: this runs on managed hosts.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import re
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,9 +33,11 @@ __all__ = [
     "PveConf",
     "PveConfError",
     "Section",
+    "config_lock",
     "format_property_string",
     "parse",
     "parse_property_string",
+    "write_conf_atomic",
 ]
 
 # pve-container / qemu-server: `^([a-z][a-z_]*\d*):\s*(.*\S)\s*$`; raw LXC keys
@@ -337,3 +343,46 @@ def format_property_string(props: dict[str, str], default_key: str | None = None
         parts.append(props[default_key])
     parts.extend(f"{k}={v}" for k, v in props.items() if k != default_key)
     return ",".join(parts)
+
+
+# --------------------------------------------------------------------------- files
+
+
+@contextlib.contextmanager
+def config_lock(root: str, vmid: int, timeout: float) -> Iterator[None]:
+    """PVE's per-guest lock: flock on ``<root>/run/lock/lxc/pve-config-<vmid>.lock``."""
+    lock_dir = os.path.join(root, "run/lock/lxc")
+    os.makedirs(lock_dir, exist_ok=True)
+    path = os.path.join(lock_dir, f"pve-config-{vmid}.lock")
+    with open(path, "a") as fh:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise PveConfError("vmid", f"can't lock file '{path}' - got timeout") from None
+                time.sleep(0.1)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def write_conf_atomic(path: str, text: str) -> None:
+    """Replace a conf: temporary file in its directory, fsync, rename over it."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        with contextlib.suppress(OSError):  # pmxcfs has fixed modes and refuses chmod
+            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -151,12 +151,8 @@ warnings_kept:
 """
 
 # Imports follow the documentation blocks, as Ansible modules lay them out.
-import contextlib  # noqa: E402
-import fcntl  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -174,52 +170,14 @@ from ansible_collections.specops.infra.plugins.module_utils.lxc_gpu import (  # 
 from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (  # noqa: E402
     PveConf,
     PveConfError,
+    config_lock,
     parse,
+    write_conf_atomic,
 )
 
 
 def _host(root: str, path: str) -> str:
     return os.path.join(root, path.lstrip("/"))
-
-
-@contextlib.contextmanager
-def config_lock(root: str, vmid: int, timeout: float) -> Iterator[None]:
-    """PVE's per-guest lock: flock on /run/lock/lxc/pve-config-<vmid>.lock."""
-    lock_dir = _host(root, "/run/lock/lxc")
-    os.makedirs(lock_dir, exist_ok=True)
-    path = os.path.join(lock_dir, f"pve-config-{vmid}.lock")
-    with open(path, "a") as fh:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise LxcGpuError("vmid", f"can't lock file '{path}' - got timeout") from None
-                time.sleep(0.1)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Temporary file in the same directory, fsync, rename over the conf."""
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        with contextlib.suppress(OSError):  # pmxcfs has fixed modes and refuses chmod
-            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def read_proc_devices(root: str) -> dict[int, str]:
@@ -339,7 +297,7 @@ def configure(params: dict[str, Any], *, check_mode: bool) -> dict[str, Any]:
             dev_gid=params.get("dev_gid"),
         )
         if result.changed and not check_mode:
-            write_atomic(path, result.after)
+            write_conf_atomic(path, result.after)
     return {
         "changed": result.changed,
         "conf": path,

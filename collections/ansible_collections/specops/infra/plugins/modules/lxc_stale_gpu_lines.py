@@ -75,20 +75,18 @@ kept:
   elements: str
 """
 
-import contextlib  # noqa: E402
-import fcntl  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Iterator, Mapping, Sequence  # noqa: E402
+from collections.abc import Mapping, Sequence  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (  # noqa: E402
     PveConf,
     PveConfError,
+    config_lock,
     parse,
+    write_conf_atomic,
 )
 
 _ALLOW_RE = re.compile(r"^c\s+(\d+):")
@@ -136,28 +134,6 @@ def drop(conf: PveConf, stale: Sequence[tuple[str, str]]) -> list[str]:
     return removed
 
 
-@contextlib.contextmanager
-def _lock(root: str, vmid: int, timeout: float) -> Iterator[None]:
-    lock_dir = os.path.join(root, "run/lock/lxc")
-    os.makedirs(lock_dir, exist_ok=True)
-    with open(os.path.join(lock_dir, f"pve-config-{vmid}.lock"), "a") as fh:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"can't lock the config of CT {vmid} - got timeout"
-                    ) from None
-                time.sleep(0.1)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -176,19 +152,15 @@ def run_module() -> None:
         module.fail_json(msg=f"vmid: container {p['vmid']} has no config on this node ({path})")
     stale = stale_lines(p["lines"], p["gpu_facts"], p["gpus"])
     try:
-        with _lock(p["root"], p["vmid"], p["lock_timeout"]):
+        with config_lock(p["root"], p["vmid"], p["lock_timeout"]):
             with open(path, encoding="utf-8") as fh:
                 before = fh.read()
             conf = parse(before)
             removed = drop(conf, stale)
             after = conf.render()
             if removed and not module.check_mode:
-                fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{p['vmid']}.conf.")
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    fh.write(after)
-                os.chmod(tmp, 0o640)
-                os.replace(tmp, path)
-    except (PveConfError, TimeoutError) as exc:
+                write_conf_atomic(path, after)
+    except (PveConfError, OSError) as exc:
         module.fail_json(msg=str(exc))
     kept = [ln for ln in p["lines"] if ln.strip() not in removed]
     module.exit_json(
