@@ -6,10 +6,37 @@ without path tricks.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+
+@pytest.fixture
+def converge(request: pytest.FixtureRequest) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``converge(check=False, **extra_vars)``: run the calling scenario's converge.yml
+    again against molecule's inventory (``-v``, JSON results, no colour, so messages are
+    searchable as written); returns the finished process, whatever its exit code."""
+    playbook = Path(request.path).resolve().parent.parent / "converge.yml"
+
+    def play(*, check: bool = False, **extra: Any) -> subprocess.CompletedProcess[str]:
+        argv = ["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(playbook)]
+        argv += ["-e", json.dumps(extra), "-v", *(["--check"] if check else [])]
+        env = {
+            **os.environ,
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_FORCE_COLOR": "0",
+            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+        }
+        return subprocess.run(
+            argv, capture_output=True, text=True, check=False, timeout=600, env=env
+        )
+
+    return play
 
 
 @pytest.fixture

@@ -3,40 +3,12 @@ and whose driver is the .run installer stand-in (see prepare.yml)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 HW = "/var/lib/specops/lab/pve-nd"
 VERSION = "580.126.09"
-SCENARIO = Path(__file__).resolve().parent.parent
-
-
-def play(*, check: bool = False, **extra: Any) -> subprocess.CompletedProcess[str]:
-    """Run the scenario's converge playbook again with extra vars (molecule's inventory)."""
-    argv = [
-        "ansible-playbook",
-        "-i",
-        os.environ["MOLECULE_INVENTORY_FILE"],
-        str(SCENARIO / "converge.yml"),
-        "-e",
-        json.dumps(extra),
-        "-v",
-    ]
-    if check:
-        argv.append("--check")
-    # One JSON result per task, no colour: messages are searchable as written.
-    env = {
-        **os.environ,
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FORCE_COLOR": "0",
-        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
-    }
-    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600, env=env)
 
 
 def recap_changed(out: str) -> int:
@@ -126,9 +98,9 @@ def test_persistenced_runs(host: Any, assert_service_running: Any) -> None:
     assert_service_running("nvidia-persistenced.service")
 
 
-def test_check_mode_plans_an_upgrade_and_changes_nothing(host: Any) -> None:
+def test_check_mode_plans_an_upgrade_and_changes_nothing(host: Any, converge: Any) -> None:
     host.run("touch /tmp/specops-check-marker && sleep 1")
-    result = play(check=True, nvidia_driver_version="550.144.03")
+    result = converge(check=True, nvidia_driver_version="550.144.03")
     assert result.returncode == 0, result.stdout[-3000:]
     # The upgrade is planned (the installer would run), and only planned.
     assert "Command would have run if not in check mode" in result.stdout
@@ -153,10 +125,10 @@ def test_check_mode_plans_an_upgrade_and_changes_nothing(host: Any) -> None:
     ],
 )
 def test_preflight_refuses_before_changing_anything(
-    host: Any, extra: dict[str, str], message: str
+    host: Any, extra: dict[str, str], message: str, converge: Any
 ) -> None:
     host.run("touch /tmp/specops-refuse-marker && sleep 1")
-    result = play(**extra)
+    result = converge(**extra)
     assert result.returncode != 0
     assert message in result.stdout + result.stderr
     newer = host.run(
@@ -165,16 +137,16 @@ def test_preflight_refuses_before_changing_anything(
     assert newer == []
 
 
-def test_nouveau_loaded_without_reboot_ok_stops_the_host_cleanly(host: Any) -> None:
+def test_nouveau_loaded_without_reboot_ok_stops_the_host_cleanly(host: Any, converge: Any) -> None:
     other = "/var/lib/specops/lab/pve-nd-nouveau"
-    result = play(nvidia_driver_host_root=other)
+    result = converge(nvidia_driver_host_root=other)
     assert result.returncode == 0, result.stdout[-3000:]
     assert "reboot required: nouveau is loaded" in result.stdout
     assert "Run the installer" not in result.stdout
     assert not host.file(f"{other}/sys/module/nvidia").exists
 
 
-def test_upgrade_stops_the_gpu_user_by_unit_name(host: Any) -> None:
+def test_upgrade_stops_the_gpu_user_by_unit_name(host: Any, converge: Any) -> None:
     unit = "specops-lab-gpu-user.service"
     host.run(
         f"printf '%s\\n' '[Service]' 'ExecStart=/bin/sleep infinity' "
@@ -184,19 +156,19 @@ def test_upgrade_stops_the_gpu_user_by_unit_name(host: Any) -> None:
     )
     assert host.service(unit).is_running
     # Without naming the unit the installer meets a module in use and the role fails.
-    blocked = play(nvidia_driver_version="550.144.03")
+    blocked = converge(nvidia_driver_version="550.144.03")
     assert blocked.returncode != 0
     assert "appears to already be loaded in your kernel and is in use" in (
         blocked.stdout + blocked.stderr
     )
     assert host.file(f"{HW}/sys/module/nvidia/version").content_string.strip() == VERSION
-    upgraded = play(nvidia_driver_version="550.144.03", nvidia_driver_stop_units=[unit])
+    upgraded = converge(nvidia_driver_version="550.144.03", nvidia_driver_stop_units=[unit])
     assert upgraded.returncode == 0, upgraded.stdout[-3000:]
     assert f"stopped {unit}" in upgraded.stdout
     assert not host.service(unit).is_running
     out = host.check_output("nvidia-smi --query-gpu=driver_version --format=csv,noheader")
     assert out.splitlines() == ["550.144.03", "550.144.03"]
     # Back to the pinned version; nothing of the GPU user's is running to stop.
-    back = play()
+    back = converge()
     assert back.returncode == 0, back.stdout[-3000:]
     assert host.file(f"{HW}/sys/module/nvidia/version").content_string.strip() == VERSION

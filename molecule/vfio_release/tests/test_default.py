@@ -3,43 +3,17 @@ tree; a kernel stand-in service applies bind/unbind/drivers_probe (see prepare.y
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
-from pathlib import Path
 from typing import Any
 
 HW = "/var/lib/specops/lab/pve-vf"
 DEV = f"{HW}/sys/bus/pci/devices"
-SCENARIO = Path(__file__).resolve().parent.parent
 STATE = (
     f"find {HW}/sys {HW}/proc /etc/modprobe.d /etc/default /usr/local/lib/specops "
     "/var/log/specops-lab -printf '%p %l %s %T@\\n' 2>/dev/null | sort | md5sum; "
     f"cat {HW}/sys/bus/pci/devices/*/driver_override | md5sum"
 )
-
-
-def play(*, check: bool = False, **extra: Any) -> subprocess.CompletedProcess[str]:
-    """Run the converge playbook again with extra vars against molecule's inventory."""
-    argv = [
-        "ansible-playbook",
-        "-i",
-        os.environ["MOLECULE_INVENTORY_FILE"],
-        str(SCENARIO / "converge.yml"),
-        "-e",
-        json.dumps(extra),
-        "-v",
-    ]
-    if check:
-        argv.append("--check")
-    env = {
-        **os.environ,
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FORCE_COLOR": "0",
-        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
-    }
-    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600, env=env)
 
 
 def driver(host: Any, address: str) -> str | None:
@@ -111,9 +85,9 @@ def test_boot_tools_ran_once_each_for_grub(host: Any) -> None:
     ]
 
 
-def test_card_of_a_running_vm_is_refused_and_nothing_written(host: Any) -> None:
+def test_card_of_a_running_vm_is_refused_and_nothing_written(host: Any, converge: Any) -> None:
     before = host.run(STATE).stdout
-    result = play(
+    result = converge(
         vfio_release_model="",
         vfio_release_count=0,
         vfio_release_addresses=["41:00"],
@@ -126,9 +100,9 @@ def test_card_of_a_running_vm_is_refused_and_nothing_written(host: Any) -> None:
     assert host.run(STATE).stdout == before
 
 
-def test_card_of_a_stopped_vm_needs_the_override(host: Any) -> None:
+def test_card_of_a_stopped_vm_needs_the_override(host: Any, converge: Any) -> None:
     before = host.run(STATE).stdout
-    result = play(vfio_release_count=2)
+    result = converge(vfio_release_count=2)
     out = result.stdout + result.stderr
     assert result.returncode != 0
     assert "only 1 can be the host's" in out
@@ -136,22 +110,22 @@ def test_card_of_a_stopped_vm_needs_the_override(host: Any) -> None:
     assert host.run(STATE).stdout == before
 
 
-def test_check_mode_plans_and_writes_nothing(host: Any) -> None:
+def test_check_mode_plans_and_writes_nothing(host: Any, converge: Any) -> None:
     before = host.run(STATE).stdout
-    result = play(check=True, vfio_release_count=2, vfio_release_allow_stopped_vm_cards=True)
+    result = converge(check=True, vfio_release_count=2, vfio_release_allow_stopped_vm_cards=True)
     assert result.returncode == 0, result.stdout[-3000:]
     assert '"address": "0000:02:00.0"' in result.stdout
     assert host.run(STATE).stdout == before
 
 
-def test_stopped_vm_card_with_override_then_pins_follow(host: Any) -> None:
-    result = play(vfio_release_count=2, vfio_release_allow_stopped_vm_cards=True)
+def test_stopped_vm_card_with_override_then_pins_follow(host: Any, converge: Any) -> None:
+    result = converge(vfio_release_count=2, vfio_release_allow_stopped_vm_cards=True)
     assert result.returncode == 0, result.stdout[-3000:]
     assert driver(host, "0000:02:00.0") == "nvidia"
     assert driver(host, "0000:02:00.1") == "snd_hda_intel"
     script = host.file("/usr/local/lib/specops/vfio-pci-override.sh").content_string
     assert "0000:02:00" not in script
     assert "0000:41:00.0" in script
-    again = play(vfio_release_count=2, vfio_release_allow_stopped_vm_cards=True)
+    again = converge(vfio_release_count=2, vfio_release_allow_stopped_vm_cards=True)
     assert again.returncode == 0
     assert "changed=0" in again.stdout

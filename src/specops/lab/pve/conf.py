@@ -21,10 +21,12 @@ PveConfError = pve_conf.PveConfError
 parse = pve_conf.parse
 parse_property_string = pve_conf.parse_property_string
 format_property_string = pve_conf.format_property_string
+config_lock = pve_conf.config_lock
 
 __all__ = [
     "PveConf",
     "PveConfError",
+    "config_lock",
     "format_property_string",
     "parse",
     "parse_property_string",

@@ -10,7 +10,6 @@ one. ``log`` callbacks receive the lines a PVE task log would show.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specops.errors import SpecopsError, ValidationError
-from specops.lab.pve.conf import PveConf, parse, parse_property_string
+from specops.lab.pve.conf import PveConf, PveConfError, config_lock, parse, parse_property_string
 from specops.lab.pve.layout import Cluster, Node
 from specops.lab.pve.lxcconf import StartError, build_lxc_config
 
@@ -90,23 +89,14 @@ def _run(
 
 @contextlib.contextmanager
 def ct_lock(node: Node, vmid: int, timeout: float = 10) -> Iterator[None]:
-    """PVE's per-guest config lock (a flock on ``pve-config-<vmid>.lock``)."""
-    node.lock_dir.mkdir(parents=True, exist_ok=True)
-    path = node.lock_dir / f"pve-config-{vmid}.lock"
-    with path.open("a") as fh:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise PveError(f"can't lock file '{path}' - got timeout") from None
-                time.sleep(0.1)
+    """PVE's per-guest config lock (a flock on ``pve-config-<vmid>.lock``), the same
+    lock the conf-editing modules take."""
+    with contextlib.ExitStack() as stack:
         try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            stack.enter_context(config_lock(str(node.root), vmid, timeout))
+        except PveConfError as exc:  # only the lock's own timeout
+            raise PveError(exc.problem) from None
+        yield
 
 
 def _conf_missing(node: Node, vmid: int, kind: str = "lxc") -> PveError:
