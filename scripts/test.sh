@@ -66,6 +66,8 @@ run_lint() {
   if [[ -d inventory/example ]]; then
     check "syntax-check deploy.yml (example inventory)" \
       ansible-playbook --syntax-check -i inventory/example deploy.yml
+    check "inventory validation (example inventory)" \
+      ansible-playbook -i inventory/example playbooks/preflight.yml
   fi
   check ruff ruff check .
   check ruff-format ruff format --check .
