@@ -175,7 +175,8 @@ def _start_locked(node: Node, vmid: int, log: Log, *, timeout: float) -> None:
     )
     for warning in plan.warnings:
         log(f"WARN: {warning}")
-    # Nothing changed so far; now write the LXC side.
+    # Nothing changed so far; now the guest's files and the LXC side.
+    _setup_guest(rootfs, conf, vmid)
     lxc_dir.mkdir(parents=True, exist_ok=True)
     passthrough = lxc_dir / "passthrough"
     if passthrough.exists():
@@ -470,7 +471,6 @@ def ct_create(
             hostname = options.get("hostname", f"CT{vmid}")
             (rootfs_dir / "etc").mkdir(exist_ok=True)
             (rootfs_dir / "etc" / "hostname").write_text(f"{hostname}\n")
-            _ensure_etc_hosts(rootfs_dir, hostname)
             _write_conf(node, vmid, conf_text)
         except BaseException:
             shutil.rmtree(rootfs_dir, ignore_errors=True)
@@ -478,6 +478,26 @@ def ct_create(
         log(f"CT {vmid} created on node '{node.name}'")
     if start:
         ct_start(node, vmid, log)
+
+
+def _setup_guest(rootfs_dir: Path, conf: PveConf, vmid: int) -> None:
+    """What PVE's setup writes into the CT at each start: hostname, /etc/hosts, DNS."""
+    etc = rootfs_dir / "etc"
+    etc.mkdir(exist_ok=True)
+    hostname = conf.get("hostname") or f"CT{vmid}"
+    (etc / "hostname").write_text(f"{hostname}\n")
+    _ensure_etc_hosts(rootfs_dir, hostname)
+    resolv = etc / "resolv.conf"
+    if resolv.is_symlink():  # managed inside the CT (systemd-resolved): left alone
+        return
+    servers, search = (conf.get("nameserver") or "").split(), conf.get("searchdomain") or ""
+    if servers or search:
+        text = (f"search {search}\n" if search else "") + "".join(
+            f"nameserver {ns}\n" for ns in servers
+        )
+    else:  # PVE's default: the host's own DNS settings
+        text = Path("/etc/resolv.conf").read_text() if Path("/etc/resolv.conf").is_file() else ""
+    resolv.write_text(text)
 
 
 def _ensure_etc_hosts(rootfs_dir: Path, hostname: str) -> None:
