@@ -76,7 +76,10 @@ step_image() {
   fi
   # Tarballs cached before the chmod above carry a 0700 "/": non-root users of a
   # container made from it could not run anything. Repack such a tarball once.
-  if ! tar -tvf "$ROOTFS_TAR" | head -n 1 | grep -q '^drwxr-xr-x .* \./$'; then
+  local root_entry
+  # (head closes the pipe early: tar's SIGPIPE must not count under pipefail)
+  root_entry=$(tar -tvf "$ROOTFS_TAR" | head -n 1 || true)
+  if [[ ! $root_entry =~ ^drwxr-xr-x\ .*\ \./$ ]]; then
     local fix
     fix=$(mktemp -d "$SPECOPS_CACHE/.rootfs-fix.XXXXXX")
     say "image: repacking $ROOTFS_TAR with a 0755 root directory"

@@ -87,6 +87,15 @@ def test_lab_host_a(tmp_path: Path) -> None:
     facts = gpu.gather_facts(gpu.HostRoots.under(hosttree.build_tree(loaded, tmp_path / "a2")))
     assert facts.uvm_major == 508
     assert facts.nvidia_module.version == "580.126.09"
+    # ... and once vfio_release gave it the second A6000, that card is nvidia's minor 0.
+    released = hosttree.with_cards_released(loaded, ["0000:02:00.0"])
+    facts = gpu.gather_facts(gpu.HostRoots.under(hosttree.build_tree(released, tmp_path / "a3")))
+    by_address = {c.address: c for c in facts.gpus}
+    assert by_address["0000:02:00.0"].driver == "nvidia"
+    assert by_address["0000:02:00.0"].nvidia.minor == 0
+    assert by_address["0000:01:00.0"].driver == "vfio-pci"
+    with pytest.raises(ValidationError, match="no such cards on pve-a: 0000:99:00.0"):
+        hosttree.with_cards_released(loaded, ["0000:99:00.0"])
 
 
 def test_lab_host_b(tmp_path: Path) -> None:

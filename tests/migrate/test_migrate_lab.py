@@ -20,7 +20,7 @@ import pytest
 import yaml
 from migrate_lab import REPO, MigrateLab
 
-from specops.lab.hosttree import build_tree, load_spec
+from specops.lab.hosttree import build_tree, load_spec, with_cards_released, with_nvidia_loaded
 from specops.lab.pve.testing import open_devices_in_ct
 from specops.migrate.client import PveClient
 from specops.migrate.spec import ApiEndpoint
@@ -209,17 +209,12 @@ def test_failed_migrate_task_leaves_ct_running_on_source(
     assert not migrate_lab.cluster.node("pve-a").ct_conf(VMID).exists()
 
 
-def _host_roles_effect_on_pve_a(lab: MigrateLab, tmp: Path) -> None:
+def _host_roles_effect_on_pve_a(lab: MigrateLab) -> None:
     """What nvidia_driver + vfio_release leave on pve-a: driver loaded, both A6000s bound
     to nvidia with minors 0 and 1 (the roles' molecule scenarios prove the roles)."""
-    data = yaml.safe_load((REPO / "inventory/lab/hardware/pve-a.yml").read_text())
-    data["nvidia"]["loaded"] = True
-    for minor, card in enumerate(data["cards"][:2]):
-        card.update(driver="nvidia", minor=minor)
-        card.pop("driver_override", None)
-    spec = tmp / "pve-a-after-host-roles.yml"
-    spec.write_text(yaml.safe_dump(data))
-    build_tree(load_spec(spec), lab.cluster.node("pve-a").root, replace_existing=True)
+    spec = load_spec(REPO / "inventory/lab/hardware/pve-a.yml")
+    spec = with_cards_released(with_nvidia_loaded(spec), [c.address for c in spec.cards[:2]])
+    build_tree(spec, lab.cluster.node("pve-a").root, replace_existing=True)
 
 
 def test_interrupted_after_move_rerun_finishes(
@@ -237,7 +232,7 @@ def test_interrupted_after_move_rerun_finishes(
     conf = migrate_lab.cluster.node("pve-a").ct_conf(VMID)
     assert "c 511:* rwm" in conf.read_text()  # stale: pve-b's uvm major
 
-    _host_roles_effect_on_pve_a(migrate_lab, tmp_path)
+    _host_roles_effect_on_pve_a(migrate_lab)
     second = _playbook(inv, "--skip-tags", "migrate_userspace,migrate_service,migrate_benchmark")
     assert second.returncode == 0, second.stdout[-4000:]
     assert "CT 701 is already on pve-a" in second.stdout

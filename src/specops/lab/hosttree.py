@@ -39,7 +39,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,7 @@ __all__ = [
     "load_spec",
     "parse_spec",
     "register",
+    "with_cards_released",
     "with_nvidia_loaded",
 ]
 
@@ -507,6 +508,24 @@ def with_nvidia_loaded(spec: HostSpec, *, version: str | None = None) -> HostSpe
         raise ValidationError("nvidia", "the description has no nvidia section (majors unknown)")
     nvidia = replace(spec.nvidia, loaded=True, version=version or spec.nvidia.version)
     return replace(spec, nvidia=nvidia)
+
+
+def with_cards_released(spec: HostSpec, addresses: Sequence[str]) -> HostSpec:
+    """The same host after vfio_release gave these cards to the nvidia driver: bound to
+    nvidia without a driver_override, minors numbered after the cards already there."""
+    known = {c.address for c in spec.cards}
+    missing = [a for a in addresses if a not in known]
+    if missing:
+        raise ValidationError("addresses", f"no such cards on {spec.node}: {', '.join(missing)}")
+    taken = [c.minor for c in spec.cards if c.driver == "nvidia" and c.minor is not None]
+    minors = iter(m for m in range(256) if m not in taken)
+    cards = tuple(
+        replace(c, driver="nvidia", driver_override=None, minor=next(minors))
+        if c.address in addresses and c.driver != "nvidia"
+        else c
+        for c in spec.cards
+    )
+    return replace(spec, cards=cards)
 
 
 # --------------------------------------------------------------------------- tree
