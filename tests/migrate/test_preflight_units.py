@@ -11,6 +11,7 @@ from ansible_collections.specops.infra.plugins.modules.lxc_stale_gpu_lines impor
 from specops.errors import ValidationError
 from specops.lab.hosttree import build_tree, load_spec
 from specops.migrate.preflight import ct_gpu_lines, gather_local_facts, parse_size, select_cards
+from specops.migrate.report import render_markdown
 from specops.migrate.spec import parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,3 +116,26 @@ def test_token_secret_never_in_repr(monkeypatch: pytest.MonkeyPatch) -> None:
     spec = parse_spec({"vmid": 701, "target": "pve-a", "api": {"host": "127.0.0.1"}})
     assert spec.api.secret() == "s3cr3t-value"
     assert "s3cr3t" not in repr(spec)
+
+
+def test_report_cells_read_as_text() -> None:
+    pair = {"before": ["195", "511"], "after": ["195", "508"]}
+    text = render_markdown(
+        {
+            "vmid": 801,
+            "source": "pve-b",
+            "target": "pve-a",
+            "move": {"message": "CT 801 moved pve-b -> pve-a"},
+            "cards": {"before": ["0000:01:00.0 X"], "after": []},
+            "driver": {"before": "580.126.09", "after": None},
+            "uvm_major": {"before": 511, "after": 508},
+            "majors": pair,
+            "device_numbers": pair,
+            "timings_s": {"preflight": 0.5, "move": 2.0},
+            "total_s": 2.5,
+        }
+    )
+    assert "| majors | 195, 511 | 195, 508 |" in text
+    assert "| cards | 0000:01:00.0 X | - |" in text
+    assert "| driver | 580.126.09 | - |" in text
+    assert "| total | 2.5 |" in text

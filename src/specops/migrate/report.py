@@ -97,9 +97,14 @@ def summarize(
 
 
 def render_markdown(summary: Mapping[str, Any]) -> str:
+    def cell(value: Any) -> str:
+        if isinstance(value, list | tuple):
+            return ", ".join(str(v) for v in value) or "-"
+        return "-" if value is None else str(value)
+
     def pair(key: str) -> str:
         value = summary[key]
-        return f"| {key} | {value['before']} | {value['after']} |"
+        return f"| {key} | {cell(value['before'])} | {cell(value['after'])} |"
 
     lines = [
         f"# Migration of CT {summary['vmid']}: {summary['source']} -> {summary['target']}",
