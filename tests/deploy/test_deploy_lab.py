@@ -95,11 +95,25 @@ def _destroy_lab() -> None:
 
 
 @pytest.fixture(scope="module")
-def first_run() -> Iterator[Run]:
+def fresh_check() -> Run:
+    """`scripts/lab.sh --check --diff` on a clean lab: the plan, nothing made."""
     _destroy_lab()
+    return _lab("--check", "--diff")
+
+
+@pytest.fixture(scope="module")
+def first_run(fresh_check: Run) -> Iterator[Run]:
     run = _lab()
     yield run
     _destroy_lab()
+
+
+def test_check_on_a_clean_lab_plans_the_container_and_makes_nothing(fresh_check: Run) -> None:
+    assert fresh_check.rc == 0, fresh_check.output[-6000:]
+    assert re.search(r"would create CT 801 \(lab-ct801\) on\s+pve-b", fresh_check.output)
+    assert fresh_check.recap()[CT]["changed"] >= 1
+    node = Cluster.load(LAB / "cluster").node("pve-b")
+    assert not node.ct_conf(801).exists(), "a check run creates nothing"
 
 
 @pytest.fixture(scope="module")
