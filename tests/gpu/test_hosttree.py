@@ -94,7 +94,7 @@ def test_lab_host_a(tmp_path: Path) -> None:
     assert by_address["0000:02:00.0"].driver == "nvidia"
     assert by_address["0000:02:00.0"].nvidia.minor == 0
     assert by_address["0000:01:00.0"].driver == "vfio-pci"
-    with pytest.raises(ValidationError, match="no such cards on pve-a: 0000:99:00.0"):
+    with pytest.raises(ValidationError, match=r"no such cards on pve-a: 0000:99:00\.0"):
         hosttree.with_cards_released(loaded, ["0000:99:00.0"])
 
 
