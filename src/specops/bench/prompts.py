@@ -79,7 +79,12 @@ class ServerTokenizer:
         self._model = model
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = await self._client.post(path, json=body)
+        try:
+            response = await self._client.post(path, json=body)
+        except httpx.RemoteProtocolError:
+            # The server closed a pooled keep-alive connection as it was reused (uvicorn's
+            # idle timeout): tokenizing has no side effects, so ask once more.
+            response = await self._client.post(path, json=body)
         if response.status_code != 200:
             raise SpecopsError(
                 f"{self._client.base_url}{path} answered HTTP {response.status_code}: "
