@@ -17,30 +17,36 @@ from specops.errors import SpecopsError
 
 __all__ = ["main"]
 
-# Modules that contribute subcommands, in help order. Each has
-# ``register(subparsers: argparse._SubParsersAction) -> None`` and sets
-# ``func`` on its parsers.
-COMMAND_MODULES: tuple[str, ...] = (
-    "specops.lab.cli",
-    "specops.speculative.cli",
-    "specops.bench.cli",
-    "specops.migrate.cli",
-    "specops.tune.cli",
-)
+# Top-level command -> the module that registers it, in help order. Each module has
+# ``register(subparsers: argparse._SubParsersAction) -> None`` and sets ``func`` on
+# its parsers. A command line that names a command imports only that module (the
+# rollout's per-node steps start without the lab's or the migration's imports).
+COMMANDS: dict[str, str] = {
+    "lab": "specops.lab.cli",
+    "profile": "specops.speculative.cli",
+    "bench": "specops.bench.cli",
+    "migrate": "specops.migrate.cli",
+    "sweep": "specops.tune.cli",
+    "rollout": "specops.tune.cli",
+}
+COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specops", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"specops {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    first = next((a for a in argv if not a.startswith("-")), None)
+    names = (COMMANDS[first],) if first in COMMANDS else COMMAND_MODULES
+    for name in names:
         importlib.import_module(name).register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(args_in)
+    args = parser.parse_args(args_in)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()

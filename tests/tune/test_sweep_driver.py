@@ -60,7 +60,11 @@ class SyntheticApplier:
         self.server = SyntheticServer(SyntheticConfig(tokens_per_chunk=n, chunk_delay_s=delay))
         self.server.start()
         pid = next(_pids)
-        self.identity = ServiceIdentity(uuid.uuid4().hex, pid, "active", pid, pid + 1)
+        self.identity = ServiceIdentity(
+            load_state="loaded", active_state="active", unit_file_state="enabled",
+            invocation_id=uuid.uuid4().hex, main_pid=pid, exec_main_start="",
+            exec_main_start_monotonic=pid, active_enter_monotonic=pid + 1,
+        )  # fmt: skip
         self.profile = dict(profile)
         return ApplyOutcome(True, before, self.identity, 0.01)
 

@@ -26,7 +26,7 @@ def test_validation_error_is_one_line_exit_2(
     def fail(_: argparse.Namespace) -> int:
         raise ValidationError("speculative.num_steps", "must be >= 1 (got 0)")
 
-    def build() -> argparse.ArgumentParser:
+    def build(argv: object = ()) -> argparse.ArgumentParser:
         parser = argparse.ArgumentParser(prog="specops")
         sub = parser.add_subparsers()
         sub.add_parser("boom").set_defaults(func=fail)
@@ -36,3 +36,16 @@ def test_validation_error_is_one_line_exit_2(
     assert cli.main(["boom"]) == 2
     err = capsys.readouterr().err
     assert err == "specops: error: speculative.num_steps: must be >= 1 (got 0)\n"
+
+
+def test_every_command_is_registered_by_its_module(capsys: pytest.CaptureFixture[str]) -> None:
+    """The command -> module table is what the modules register (help lists them all)."""
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    listed = capsys.readouterr().out
+    for command in cli.COMMANDS:
+        assert command in listed
+        with pytest.raises(SystemExit) as exc:
+            cli.main([command, "--help"])
+        assert exc.value.code == 0
+        assert f"usage: specops {command}" in capsys.readouterr().out

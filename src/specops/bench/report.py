@@ -9,13 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
 from specops.bench.results import Results, cells_csv, requests_csv
 from specops.bench.roofline import roofline_rows
+from specops.plots import pyplot
 
 __all__ = ["fmt", "render_markdown", "write_report"]
 
@@ -172,6 +168,7 @@ def render_markdown(
 
 
 def _plot_throughput(results: Results, path: Path) -> None:
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for ctx in sorted({c.context_tokens for c in results.cells}):
         cells = sorted(
@@ -195,6 +192,7 @@ def _plot_throughput(results: Results, path: Path) -> None:
 
 
 def _plot_percentiles(results: Results, path: Path, attr: str, title: str) -> None:
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for ctx in sorted({c.context_tokens for c in results.cells}):
         cells = sorted(
@@ -220,6 +218,7 @@ def _plot_acceptance(results: Results, path: Path) -> bool:
     cells = [c for c in results.cells if c.acceptance.per_position]
     if not cells:
         return False
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for c in cells:
         ax.plot(

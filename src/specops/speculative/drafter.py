@@ -4,26 +4,18 @@ The check itself lives in the collection's stdlib-only module_utils
 (``ansible_collections.specops.infra.plugins.module_utils.dflash_drafter``) because the
 ``specops.infra.drafter_preflight`` module runs it on managed hosts; this module
 imports it from there, so there is one home. In a checkout (editable install or
-``PYTHONPATH=src``) the collection is found next to ``src/``.
+``PYTHONPATH=src``) ``specops/__init__`` puts the collection next to ``src/`` on the path.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from specops.errors import ValidationError
+from ansible_collections.specops.infra.plugins.module_utils import dflash_drafter as _core
 
-try:
-    from ansible_collections.specops.infra.plugins.module_utils import dflash_drafter as _core
-except ImportError:  # not under pytest/ansible: use the checkout's collection
-    _COLLECTIONS = Path(__file__).resolve().parents[3] / "collections"
-    if not (_COLLECTIONS / "ansible_collections" / "specops").is_dir():
-        raise
-    sys.path.append(str(_COLLECTIONS))
-    from ansible_collections.specops.infra.plugins.module_utils import dflash_drafter as _core
+from specops.errors import ValidationError
 
 DrafterFinding = _core.DrafterFinding
 check_drafter_config = _core.check_drafter_config

@@ -6,8 +6,9 @@ caller can prove the old process is gone. :func:`prove_restart` is that check pl
 real generation from the controller.
 
 - :class:`AnsibleApplier` runs ``playbooks/speculative-apply.yml`` for one inventory
-  host (the ``inference_service`` role with the candidate profile: translator,
-  unit, one restart handler, readiness gate) and reads the playbook's report.
+  host (the ``inference_service`` role with the candidate profile: translator, then
+  one ``service_unit`` step: unit, restart, readiness gate) and reads the identities
+  that step returned.
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from ansible_collections.specops.infra.plugins.module_utils.readiness import wait_ready
+from ansible_collections.specops.infra.plugins.module_utils.service_unit import (
+    Identity,
+    parse_identity,
+)
 
 from specops.errors import SpecopsError
 
@@ -45,38 +50,13 @@ class ApplyError(SpecopsError):
     """The profile could not be applied or the server did not become ready."""
 
 
-@dataclass(frozen=True)
-class ServiceIdentity:
-    invocation_id: str
-    main_pid: int
-    active_state: str
-    started_us: int  # ExecMainStartTimestampMonotonic
-    active_us: int  # ActiveEnterTimestampMonotonic (after ExecStartPost's /health wait)
-
-    @property
-    def start_to_healthy_s(self) -> float | None:
-        if not self.started_us or self.active_us < self.started_us:
-            return None
-        return (self.active_us - self.started_us) / 1e6
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+# One home for a service's identity: the module_utils the serving host runs.
+ServiceIdentity = Identity
 
 
 def parse_systemctl_show(text: str) -> ServiceIdentity:
-    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-
-    def num(key: str) -> int:
-        raw = values.get(key, "0").strip()
-        return int(raw) if raw.isdigit() else 0
-
-    return ServiceIdentity(
-        invocation_id=values.get("InvocationID", "").strip(),
-        main_pid=num("MainPID"),
-        active_state=values.get("ActiveState", "").strip(),
-        started_us=num("ExecMainStartTimestampMonotonic"),
-        active_us=num("ActiveEnterTimestampMonotonic"),
-    )
+    """Identity from ``systemctl show -p ...`` output (see ``service_unit.SHOW_PROPERTIES``)."""
+    return parse_identity(text)
 
 
 @dataclass(frozen=True)
@@ -89,10 +69,10 @@ class ApplyOutcome:
     def to_dict(self) -> dict[str, Any]:
         return {
             "restarted": self.restarted,
-            "before": self.before.to_dict() if self.before else None,
-            "after": self.after.to_dict(),
+            "before": asdict(self.before) if self.before else None,
+            "after": asdict(self.after),
             "seconds": round(self.seconds, 2),
-            "start_to_healthy_s": self.after.start_to_healthy_s,
+            "start_to_healthy_s": self.after.start_to_healthy(),
         }
 
 
@@ -193,7 +173,7 @@ class AnsibleApplier:
             raise ApplyError(
                 f"speculative-apply on {self.host} failed (rc {proc.returncode}):\n{tail}"
             )
-        before = parse_systemctl_show(data["before"]) if data.get("before") else None
-        after = parse_systemctl_show(data["after"])
-        restarted = before is None or before.invocation_id != after.invocation_id
-        return ApplyOutcome(restarted, before, after, time.monotonic() - began)
+        result = data["result"]
+        before = Identity(**result["before"]) if result["before"]["invocation_id"] else None
+        after = Identity(**result["after"])
+        return ApplyOutcome(bool(result["restarted"]), before, after, time.monotonic() - began)

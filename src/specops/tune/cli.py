@@ -1,4 +1,4 @@
-"""``specops sweep run`` and ``specops rollout gate|report``.
+"""``specops sweep run`` and ``specops rollout gate|baseline|smoke|report``.
 
 Thin: validation errors become one line naming the field (exit 2).
 """
@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from specops.bench.results import load_results
+from specops.errors import ValidationError
 from specops.tune.apply import AnsibleApplier
-from specops.tune.rollout import load_records, smoke_gate, summary
+from specops.tune.rollout import load_records, measure_baseline, smoke_gate, smoke_step, summary
 from specops.tune.sweep import load_config_file, run_sweep
 
 __all__ = ["register"]
@@ -42,6 +43,26 @@ def register(subparsers: Any) -> None:
     gate.add_argument("--throughput-drop", type=float, default=0.10)
     gate.add_argument("--max-pass-drop", type=int, default=0)
     gate.set_defaults(func=_gate)
+    for name, text in (
+        ("baseline", "measure the node's baseline unless it has one (one process)"),
+        (
+            "smoke",
+            "smoke benchmark, gate vs the baseline, keep it as the new baseline (exit 1: failed)",
+        ),
+    ):
+        step = rsub.add_parser(name, help=text)
+        step.add_argument(
+            "--base-url", required=True, help="the node's server, from the controller"
+        )
+        step.add_argument("--plan-json", required=True, help="the smoke plan (bench plan fields)")
+        step.add_argument("--work", type=Path, required=True, help="directory for the results")
+        step.add_argument("--baseline", type=Path, required=True, help="the node's baseline file")
+        step.add_argument("--humaneval-limit", type=int, default=0)
+        if name == "smoke":
+            step.add_argument("--throughput-drop", type=float, default=0.10)
+            step.add_argument("--max-pass-drop", type=int, default=0)
+            step.add_argument("--no-update-baseline", action="store_true")
+        step.set_defaults(func=_step)
     rep = rsub.add_parser("report", help="summarise a rollout's per-node records")
     rep.add_argument("report_dir", type=Path)
     rep.add_argument("--json", action="store_true")
@@ -76,6 +97,28 @@ def _gate(args: argparse.Namespace) -> int:
     json.dump(result.to_dict(), sys.stdout)
     sys.stdout.write("\n")
     return 0 if result.ok else 1
+
+
+def _step(args: argparse.Namespace) -> int:
+    try:
+        plan = json.loads(args.plan_json)
+    except json.JSONDecodeError as exc:
+        raise ValidationError("--plan-json", f"not JSON: {exc}") from None
+    if not isinstance(plan, dict):
+        raise ValidationError("--plan-json", "must be a JSON object of bench plan fields")
+    if args.rollout_command == "baseline":
+        out = measure_baseline(plan, args.base_url, args.work, args.baseline, args.humaneval_limit)
+        ok = True
+    else:
+        out = smoke_step(
+            plan, args.base_url, args.work, args.baseline,
+            throughput_drop=args.throughput_drop, max_pass_drop=args.max_pass_drop,
+            humaneval_limit=args.humaneval_limit, update_baseline=not args.no_update_baseline,
+        )  # fmt: skip
+        ok = bool(out["ok"])
+    json.dump(out, sys.stdout)
+    sys.stdout.write("\n")
+    return 0 if ok else 1
 
 
 def _report(args: argparse.Namespace) -> int:

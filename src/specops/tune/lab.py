@@ -43,6 +43,8 @@ IMAGE = "specops/tune-node:latest"
 PREFIX = "specops-tune-node"
 VENV_MOUNT = "/opt/specops-lab/vllm"
 MODELS_MOUNT = "/srv/lab-models"
+PVE_NODE = "specops-tune-pve"
+VMID_BASE = 9700
 # container_base's packages, curl for the unit's health wait, libnuma for vLLM CPU's
 # kernels, g++ for torch inductor's CPU kernels.
 # /root is made traversable so the service user reaches the venv's
@@ -156,13 +158,32 @@ def remove_nodes(count: int = 9, first: int = 1) -> None:
 def write_inventory(
     nodes: list[LabNode], path: Path, profile: dict[str, object], *, model_name: str = "tiny-qwen"
 ) -> Path:
-    """An inventory with the nodes in group ``serving`` and the lab's serving settings."""
+    """An inventory with the nodes in group ``serving`` and the lab's serving settings.
+
+    The nodes stand for containers of one PVE node, ``PVE_NODE`` (this machine): the
+    preflight every playbook runs wants each serving host placed on a node with a
+    fleet-unique vmid. The rollout and sweep plays never act on the PVE node itself.
+    """
     model = model_dir(lab_paths())
-    hosts = {n.name: {"inference_service_port": n.port} for n in nodes}
+    hosts = {
+        n.name: {
+            "inference_service_port": n.port,
+            "pve_container_node": PVE_NODE,
+            "pve_container_vmid": VMID_BASE + i,
+        }
+        for i, n in enumerate(nodes, 1)
+    }
     inventory = {
         "all": {
             "children": {
-                "pve_nodes": {"hosts": {}},
+                "pve_nodes": {
+                    "hosts": {
+                        PVE_NODE: {
+                            "ansible_connection": "local",
+                            "specops_host_roles_enabled": False,
+                        }
+                    }
+                },
                 "serving": {
                     "hosts": hosts,
                     "vars": {

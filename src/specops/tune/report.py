@@ -11,12 +11,9 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import matplotlib
 import yaml
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
+from specops.plots import pyplot
 from specops.tune.ledger import Ledger
 from specops.tune.search import Outcome, Standing, standings
 
@@ -102,6 +99,7 @@ def snippet(cfg: SweepConfig, pick: Standing | None) -> str:
 
 def _plot(outcome: Outcome, k: float, path: Path) -> None:
     keys = outcome.order
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(keys)), 4.0))
     for x, key in enumerate(keys):
         st = outcome.standings[key]

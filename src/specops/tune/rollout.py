@@ -6,21 +6,38 @@ benchmark with its stored baseline (both bench results documents, nothing
 re-measured): any failed request, an output tok/s drop past ``throughput_drop`` in any
 cell, a cell missing, or HumanEval passing fewer than the baseline by more than
 ``max_pass_drop`` fails it, naming the gate. :func:`load_records` / :func:`summary` read
-the per-node records the role writes.
+the per-node records the role writes. :func:`measure_baseline` and :func:`smoke_step` are
+the controller's two steps per node (``specops rollout baseline|smoke``), each one
+process: measure, compare, keep the results.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import shutil
+import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from specops.bench.compare import Thresholds, compare
-from specops.bench.results import Results
+from specops.bench.plan import plan_from_mapping
+from specops.bench.results import Results, load_results
+from specops.bench.runner import run_plan
 from specops.errors import ValidationError
 
-__all__ = ["GateResult", "load_records", "smoke_gate", "summary"]
+__all__ = [
+    "GateResult",
+    "load_records",
+    "measure",
+    "measure_baseline",
+    "smoke_gate",
+    "smoke_step",
+    "summary",
+]
 
 
 @dataclass(frozen=True)
@@ -71,6 +88,61 @@ def smoke_gate(
             as_dicts,
         )
     return GateResult(True, None, "smoke benchmark within thresholds", as_dicts)
+
+
+def measure(plan: Mapping[str, Any], base_url: str, out: Path, humaneval_limit: int = 0) -> Path:
+    """Run the smoke plan against ``base_url``; the results document's path under ``out``."""
+    fields: dict[str, Any] = {**plan, "base_url": base_url}
+    if humaneval_limit > 0:
+        fields["humaneval"] = {"enabled": True, "limit": humaneval_limit}
+    results = asyncio.run(run_plan(plan_from_mapping(fields), None, False))
+    return results.save(out / results.run_id / "results.json")
+
+
+def _keep(results: Path, baseline: Path) -> None:
+    baseline.parent.mkdir(parents=True, exist_ok=True)
+    tmp = baseline.with_name(f".{baseline.name}.{os.getpid()}")
+    shutil.copyfile(results, tmp)
+    os.replace(tmp, baseline)
+
+
+def measure_baseline(
+    plan: Mapping[str, Any], base_url: str, work: Path, baseline: Path, humaneval_limit: int = 0
+) -> dict[str, Any]:
+    """Measure the node's current server into ``baseline`` unless it has one already."""
+    if baseline.exists():
+        return {"measured": False, "baseline": str(baseline), "seconds": 0.0}
+    began = time.monotonic()
+    results = measure(plan, base_url, work / "baseline", humaneval_limit)
+    _keep(results, baseline)
+    return {"measured": True, "baseline": str(baseline), "results": str(results),
+            "seconds": round(time.monotonic() - began, 2)}  # fmt: skip
+
+
+def smoke_step(
+    plan: Mapping[str, Any],
+    base_url: str,
+    work: Path,
+    baseline: Path,
+    *,
+    throughput_drop: float,
+    max_pass_drop: int,
+    humaneval_limit: int = 0,
+    update_baseline: bool = True,
+) -> dict[str, Any]:
+    """Smoke benchmark, gate against the baseline, and (when it passed) the new baseline."""
+    if not baseline.exists():
+        raise ValidationError("baseline", f"{baseline} does not exist (measure it first)")
+    began = time.monotonic()
+    results = measure(plan, base_url, work / "smoke", humaneval_limit)
+    gate = smoke_gate(
+        load_results(baseline), load_results(results),
+        throughput_drop=throughput_drop, max_pass_drop=max_pass_drop,
+    )  # fmt: skip
+    if gate.ok and update_baseline:
+        _keep(results, baseline)
+    return {**gate.to_dict(), "results": str(results),
+            "seconds": round(time.monotonic() - began, 2)}  # fmt: skip
 
 
 def load_records(report_dir: Path) -> list[dict[str, Any]]:

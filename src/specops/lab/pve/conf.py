@@ -7,14 +7,7 @@ may run without it, so the repository's ``collections/`` is added when needed.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-try:
-    from ansible_collections.specops.infra.plugins.module_utils import pve_conf
-except ImportError:  # pragma: no cover - depends on how the CLI was started
-    sys.path.append(str(Path(__file__).resolve().parents[4] / "collections"))
-    from ansible_collections.specops.infra.plugins.module_utils import pve_conf
+from ansible_collections.specops.infra.plugins.module_utils import pve_conf
 
 PveConf = pve_conf.PveConf
 PveConfError = pve_conf.PveConfError

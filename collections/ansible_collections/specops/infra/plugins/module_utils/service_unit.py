@@ -1,0 +1,309 @@
+"""Put a unit file in place and make its service run it, ready, in one step.
+
+:func:`apply_unit` is what the ``specops.infra.service_unit`` module runs on the serving
+host: compare the unit file with the wanted text; when it differs keep the old text
+beside it (``<unit>.previous``) and write the new one atomically; reload systemd; stop
+the old server gracefully (:func:`service_stop.stop_unit`: its processes and GPU memory
+gone); start; wait until the server is ready (:func:`readiness.wait_ready`: health, model
+list, one generated token); prove a new process runs (a new ``InvocationID`` and
+``MainPID``). When the new unit never gets ready, the previous text goes back and the
+previous server is started and proven ready again, so a failed change leaves the host
+as it was.
+
+One call is one round trip from the controller: the rollout, the sweep's applier and
+the ``inference_service`` role all change a server through it. Stdlib only (it runs in
+the container); systemctl is the only tool it calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+
+from ansible_collections.specops.infra.plugins.module_utils.readiness import (
+    ReadyResult,
+    journal_tail,
+    probe,
+    unit_active_state,
+    wait_ready,
+)
+from ansible_collections.specops.infra.plugins.module_utils.service_stop import stop_unit
+
+__all__ = [
+    "SHOW_PROPERTIES",
+    "ApplyResult",
+    "Identity",
+    "Readiness",
+    "UnitChangeError",
+    "apply_unit",
+    "parse_identity",
+    "read_identity",
+    "write_atomic",
+]
+
+SHOW_PROPERTIES = (
+    "LoadState",
+    "ActiveState",
+    "UnitFileState",
+    "InvocationID",
+    "MainPID",
+    "ExecMainStartTimestamp",
+    "ExecMainStartTimestampMonotonic",
+    "ActiveEnterTimestampMonotonic",
+)
+_RUNNING = ("active", "activating", "reloading")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Which process serves, from ``systemctl show`` (empty strings / 0 when none)."""
+
+    load_state: str
+    active_state: str
+    unit_file_state: str
+    invocation_id: str
+    main_pid: int
+    exec_main_start: str
+    exec_main_start_monotonic: int
+    active_enter_monotonic: int
+
+    @property
+    def running(self) -> bool:
+        return self.active_state in _RUNNING
+
+    def start_to_healthy(self) -> float | None:
+        """Seconds from the main process's start to ``active`` (the unit's /health wait)."""
+        if self.active_enter_monotonic > self.exec_main_start_monotonic > 0:
+            return round((self.active_enter_monotonic - self.exec_main_start_monotonic) / 1e6, 2)
+        return None
+
+
+@dataclass(frozen=True)
+class Readiness:
+    url: str
+    served_model_name: str
+    timeout: float
+    interval: float = 2.0
+    request_timeout: float = 30.0
+    api_key: str | None = None
+
+
+@dataclass
+class ApplyResult:
+    changed: bool
+    restarted: bool
+    written: bool
+    before: Identity
+    after: Identity
+    stop_seconds: float = 0.0
+    ready_seconds: float = 0.0
+    previous_path: str | None = None
+    restored: bool = False
+    ready: bool = False
+    text_before: str = ""
+    missing: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        out = asdict(self)
+        out["start_to_healthy_seconds"] = self.after.start_to_healthy() if self.restarted else None
+        return out
+
+
+class UnitChangeError(RuntimeError):
+    """The new unit did not get ready; ``result`` says whether the previous one came back."""
+
+    def __init__(self, message: str, result: ApplyResult, journal: str = "") -> None:
+        super().__init__(message)
+        self.result = result
+        self.journal = journal
+
+
+Runner = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, check=False)
+
+
+def parse_identity(text: str) -> Identity:
+    values = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+    def num(key: str) -> int:
+        raw = values.get(key, "").strip()
+        return int(raw) if raw.isdigit() else 0
+
+    return Identity(
+        load_state=values.get("LoadState", "").strip(),
+        active_state=values.get("ActiveState", "").strip(),
+        unit_file_state=values.get("UnitFileState", "").strip(),
+        invocation_id=values.get("InvocationID", "").strip(),
+        main_pid=num("MainPID"),
+        exec_main_start=values.get("ExecMainStartTimestamp", "").strip(),
+        exec_main_start_monotonic=num("ExecMainStartTimestampMonotonic"),
+        active_enter_monotonic=num("ActiveEnterTimestampMonotonic"),
+    )
+
+
+def read_identity(unit: str, run: Runner = _run) -> Identity:
+    argv = ["systemctl", "show", unit]
+    for prop in SHOW_PROPERTIES:
+        argv += ["-p", prop]
+    return parse_identity(run(argv).stdout)
+
+
+def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
+    """Temporary file beside ``path``, fsync, rename over it."""
+    directory = os.path.dirname(path) or "."
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+
+
+def _systemctl(run: Runner, *args: str) -> None:
+    proc = run(["systemctl", *args])
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"systemctl {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}"
+        )
+
+
+def _ready(unit: str, readiness: Readiness) -> ReadyResult:
+    return wait_ready(
+        readiness.url,
+        readiness.served_model_name,
+        timeout=readiness.timeout,
+        interval=readiness.interval,
+        request_timeout=readiness.request_timeout,
+        api_key=readiness.api_key,
+        unit_state=lambda: unit_active_state(unit),
+    )
+
+
+def _restart(
+    unit: str, running: bool, stop_timeout: float, nvidia_smi: str | None, run: Runner
+) -> tuple[float, str]:
+    """Graceful stop (when running), start; the start's error text ('' when it started)."""
+    stop_seconds = (
+        stop_unit(unit, timeout=stop_timeout, nvidia_smi=nvidia_smi).seconds if running else 0.0
+    )
+    proc = run(["systemctl", "start", unit])
+    error = "" if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
+    return stop_seconds, error
+
+
+def apply_unit(
+    unit: str,
+    path: str,
+    content: str,
+    readiness: Readiness,
+    *,
+    enabled: bool = True,
+    restart: bool = False,
+    restore_on_failure: bool = True,
+    stop_timeout: float = 300.0,
+    nvidia_smi: str | None = None,
+    requires: Mapping[str, str] | None = None,
+    check_mode: bool = False,
+    run: Runner = _run,
+) -> ApplyResult:
+    """Make ``unit`` run from ``content`` and answer; see the module docstring.
+
+    Restarts only when the text changed, the service is not running, or ``restart``
+    asks for it. ``requires`` maps paths the unit needs (its interpreter, ...) to what
+    to do when one is missing: RuntimeError before anything changes (not in check mode,
+    where a new host may not have them yet). Raises :class:`UnitChangeError` when the
+    server does not get ready (after restoring the previous unit when there was one
+    and ``restore_on_failure``).
+    """
+    missing = [f"{path} does not exist: {hint}" for path, hint in (requires or {}).items()
+               if not os.path.exists(path)]  # fmt: skip
+    if missing and not check_mode:
+        raise RuntimeError("; ".join(missing))
+    current = _read(path)
+    before = read_identity(unit, run)
+    written = current != content
+    must_start = written or restart or not before.running
+    must_enable = enabled and before.unit_file_state != "enabled"
+    previous_path = f"{path}.previous" if written and current is not None else None
+    if check_mode:
+        # Read-only: one probe says whether the server answers now.
+        answers = before.running and probe(
+            readiness.url, readiness.served_model_name,
+            request_timeout=readiness.request_timeout, api_key=readiness.api_key,
+        ).ok  # fmt: skip
+        return ApplyResult(
+            changed=must_start or must_enable, restarted=must_start, written=written,
+            before=before, after=before, previous_path=previous_path, ready=answers,
+            text_before=current or "", missing=missing,
+        )  # fmt: skip
+    if written:
+        if previous_path is not None and current is not None:
+            write_atomic(previous_path, current)
+        write_atomic(path, content)
+        _systemctl(run, "daemon-reload")
+    if must_enable:
+        _systemctl(run, "enable", unit)
+    stop_seconds, start_error = 0.0, ""
+    if must_start:
+        stop_seconds, start_error = _restart(unit, before.running, stop_timeout, nvidia_smi, run)
+    ready = _ready(unit, readiness) if not start_error else None
+    after = read_identity(unit, run)
+    result = ApplyResult(
+        changed=must_start or must_enable, restarted=must_start, written=written,
+        before=before, after=after, stop_seconds=round(stop_seconds, 2),
+        ready_seconds=round(ready.seconds, 2) if ready else 0.0, previous_path=previous_path,
+        ready=ready is not None and ready.ready, text_before=current or "",
+    )  # fmt: skip
+    if ready is not None and ready.ready:
+        if must_start and before.invocation_id and after.invocation_id == before.invocation_id:
+            raise UnitChangeError(
+                f"{unit} answered but did not restart into a new process"
+                f" (InvocationID {after.invocation_id} before and after)",
+                result,
+            )
+        return result
+    why = (
+        f"systemctl start {unit} failed: {start_error}"
+        if start_error
+        else f"{readiness.url} ({readiness.served_model_name}) not ready after"
+        f" {ready.seconds if ready else 0:.0f} s: {ready.last.stage if ready else ''}:"
+        f" {ready.last.detail if ready else ''}"
+    )
+    journal = journal_tail(unit)
+    if not (restore_on_failure and written and current is not None):
+        raise UnitChangeError(why, result, journal)
+    write_atomic(path, current)
+    _systemctl(run, "daemon-reload")
+    _, restart_error = _restart(unit, True, stop_timeout, nvidia_smi, run)
+    back = _ready(unit, readiness) if not restart_error else None
+    result.after = read_identity(unit, run)
+    result.restored = back is not None and back.ready
+    result.ready = result.restored
+    if result.restored and back is not None:
+        why += (
+            f"; the previous unit is back and {unit} answers again (ready in {back.seconds:.0f} s)"
+        )
+    else:
+        why += f"; restoring the previous unit failed too ({restart_error or 'not ready'})"
+    raise UnitChangeError(why, result, journal)

@@ -1,0 +1,223 @@
+#!/usr/bin/python
+"""Ansible module: write an inference unit and make its server run it, ready, in one step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.service_unit import (
+    Readiness,
+    UnitChangeError,
+    apply_unit,
+)
+
+DOCUMENTATION = r"""
+---
+module: service_unit
+short_description: Put an inference server's unit in place, restart it once, gate on readiness
+description:
+  - Compares the unit file at I(path) with I(content). When they differ, keeps the old
+    text at C(<path>.previous), writes the new one atomically (root, 0644) and reloads
+    systemd.
+  - Restarts the service only when the text changed, it is not running, or I(restart) is
+    true: a graceful stop (its processes and, where C(nvidia-smi) exists, their GPU memory
+    gone; nothing is killed by name or device), then C(systemctl start).
+  - Waits until the server is ready (C(GET /health), I(served_model_name) in
+    C(GET /v1/models), one generated token) and checks that a new process serves (a new
+    C(InvocationID)). An unchanged, running service is only probed. In check mode nothing
+    changes; one probe of the running server sets C(ready).
+  - When the new unit does not get ready and I(restore_on_failure) is true, the previous
+    text goes back, the previous server is started and proven ready, and the module fails
+    saying so (C(restored=true)); the last journal lines of the unit are in the message.
+  - One round trip from the controller for the whole change; the returned identities
+    (before and after) are what a rollout or sweep records.
+version_added: "0.2.0"
+author: specops
+options:
+  name:
+    description: The systemd unit (e.g. C(specops-qwen3.6-27b.service)).
+    type: str
+    required: true
+  path:
+    description: The unit file.
+    type: path
+    required: true
+  content:
+    description: The unit text wanted at I(path).
+    type: str
+    required: true
+  requires:
+    description:
+      - Paths the unit needs (its interpreter, its model), each mapped to what to do when
+        it is missing. A missing one fails the task before anything changes; in check
+        mode it is only noted (a new host may not have it yet).
+    type: dict
+    default: {}
+  enabled:
+    description: Enable the unit at boot.
+    type: bool
+    default: true
+  restart:
+    description: Restart even when the text is unchanged and the service runs.
+    type: bool
+    default: false
+  restore_on_failure:
+    description: Put the previous unit back and start it when the new one does not get ready.
+    type: bool
+    default: true
+  stop_timeout:
+    description: Seconds the old server's processes and GPU memory may take to go.
+    type: int
+    default: 300
+  nvidia_smi:
+    description: Path of nvidia-smi; default looks it up on PATH.
+    type: path
+  url:
+    description: Base URL of the server as seen from this host.
+    type: str
+    required: true
+  served_model_name:
+    description: The model name C(/v1/models) must list.
+    type: str
+    required: true
+  timeout:
+    description: Seconds the server may take to get ready after the start.
+    type: int
+    default: 900
+  interval:
+    description: Seconds between readiness probes.
+    type: float
+    default: 2.0
+  api_key:
+    description: Bearer token for the server's API, if it wants one.
+    type: str
+notes:
+  - Supports check mode and diff mode (the unit text).
+"""
+
+EXAMPLES = r"""
+- name: Ensure the server runs this unit and answers.
+  specops.infra.service_unit:
+    name: specops-qwen3.6-27b.service
+    path: /etc/systemd/system/specops-qwen3.6-27b.service
+    content: "{{ lookup('ansible.builtin.template', 'inference.service.j2') }}"
+    url: http://127.0.0.1:8000
+    served_model_name: qwen3.6-27b
+    timeout: 900
+"""
+
+RETURN = r"""
+restarted:
+  description: Whether the server was (re)started.
+  returned: always
+  type: bool
+written:
+  description: Whether the unit text changed.
+  returned: always
+  type: bool
+restored:
+  description: Whether the previous unit was put back after the new one failed.
+  returned: always
+  type: bool
+before:
+  description: C(systemctl show) identity before (invocation_id, main_pid, active_state, timestamps).
+  returned: always
+  type: dict
+after:
+  description: The identity after the change (or after the restore).
+  returned: always
+  type: dict
+stop_seconds:
+  description: Seconds the old server took to stop and release its GPU memory.
+  returned: always
+  type: float
+ready_seconds:
+  description: Seconds from the start's return to the first full readiness probe.
+  returned: always
+  type: float
+start_to_healthy_seconds:
+  description: systemd's main-process start to active (the unit's /health wait); null without a restart.
+  returned: always
+  type: float
+ready:
+  description: Whether the server answered (in check mode, one probe of the running server).
+  returned: always
+  type: bool
+text_before:
+  description: The unit text found at I(path) before the change ('' when there was none).
+  returned: always
+  type: str
+missing:
+  description: In check mode, the I(requires) paths that do not exist, with their hints.
+  returned: always
+  type: list
+  elements: str
+previous_path:
+  description: Where the previous unit text was kept (null when nothing was replaced).
+  returned: always
+  type: str
+"""
+
+
+def run_module() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True},
+            "path": {"type": "path", "required": True},
+            "content": {"type": "str", "required": True},
+            "requires": {"type": "dict", "default": {}},
+            "enabled": {"type": "bool", "default": True},
+            "restart": {"type": "bool", "default": False},
+            "restore_on_failure": {"type": "bool", "default": True},
+            "stop_timeout": {"type": "int", "default": 300},
+            "nvidia_smi": {"type": "path"},
+            "url": {"type": "str", "required": True},
+            "served_model_name": {"type": "str", "required": True},
+            "timeout": {"type": "int", "default": 900},
+            "interval": {"type": "float", "default": 2.0},
+            "api_key": {"type": "str", "no_log": True},
+        },
+        supports_check_mode=True,
+    )
+    p: dict[str, Any] = module.params
+    readiness = Readiness(
+        url=p["url"], served_model_name=p["served_model_name"], timeout=p["timeout"],
+        interval=p["interval"], api_key=p["api_key"],
+    )  # fmt: skip
+    before_text = ""
+    try:
+        with open(p["path"], encoding="utf-8", newline="") as fh:
+            before_text = fh.read()
+    except FileNotFoundError:
+        pass
+    diff = {"before": before_text, "after": p["content"],
+            "before_header": p["path"], "after_header": p["path"]}  # fmt: skip
+    try:
+        result = apply_unit(
+            p["name"], p["path"], p["content"], readiness,
+            enabled=p["enabled"], restart=p["restart"],
+            restore_on_failure=p["restore_on_failure"], stop_timeout=p["stop_timeout"],
+            nvidia_smi=p["nvidia_smi"], requires=p["requires"], check_mode=module.check_mode,
+        )  # fmt: skip
+    except UnitChangeError as exc:
+        msg = str(exc)
+        if exc.journal:
+            msg += f"\nlast journal lines of {p['name']}:\n{exc.journal}"
+        failed = exc.result.as_dict()
+        failed["changed"] = True
+        module.fail_json(msg=msg, **failed)
+    except RuntimeError as exc:
+        module.fail_json(msg=str(exc))
+    out = result.as_dict()
+    if result.written:
+        out["diff"] = diff
+    module.exit_json(**out)
+
+
+def main() -> None:
+    run_module()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The service_unit step's pieces that need no systemd: identity, atomic write, requires.
+
+The step itself (write, graceful stop, start, readiness, restore) runs against real
+systemd and the real vLLM CPU server in ``molecule/inference`` and in the fleet tests
+(``tests/tune/test_real_rollout.py``: a start the engine refuses is restored).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from ansible_collections.specops.infra.plugins.module_utils.service_unit import (
+    Readiness,
+    apply_unit,
+    parse_identity,
+    write_atomic,
+)
+
+SHOW = """LoadState=loaded
+ActiveState=active
+UnitFileState=enabled
+InvocationID=5f0c3c1e8a3b4c0e9d7f6a5b4c3d2e1f
+MainPID=4242
+ExecMainStartTimestamp=Sun 2026-11-29 15:40:01 UTC
+ExecMainStartTimestampMonotonic=1000000000
+ActiveEnterTimestampMonotonic=1034520000
+"""
+
+
+def test_identity_from_systemctl_show() -> None:
+    ident = parse_identity(SHOW)
+    assert ident.running
+    assert ident.main_pid == 4242
+    assert ident.invocation_id == "5f0c3c1e8a3b4c0e9d7f6a5b4c3d2e1f"
+    assert ident.start_to_healthy() == 34.52
+
+
+def test_identity_of_a_unit_that_never_ran() -> None:
+    ident = parse_identity(
+        "LoadState=not-found\nActiveState=inactive\nInvocationID=\nMainPID=0\n"
+        "ExecMainStartTimestampMonotonic=0\nActiveEnterTimestampMonotonic=0\n"
+    )
+    assert not ident.running
+    assert ident.main_pid == 0
+    assert ident.invocation_id == ""
+    assert ident.start_to_healthy() is None
+
+
+def test_write_atomic_replaces_with_mode_and_leaves_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "x.service"
+    path.write_text("old\n")
+    os.chmod(path, 0o600)
+    write_atomic(str(path), "new\n")
+    assert path.read_text() == "new\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["x.service"]
+
+
+def test_missing_requirement_fails_before_anything_changes(tmp_path: Path) -> None:
+    path = tmp_path / "x.service"
+    path.write_text("old\n")
+    venv = tmp_path / "venv" / "bin" / "python"
+    with pytest.raises(RuntimeError, match=rf"{venv} does not exist: run inference_engine"):
+        apply_unit(
+            "x.service", str(path), "new\n",
+            Readiness(url="http://127.0.0.1:9", served_model_name="m", timeout=1),
+            requires={str(venv): "run inference_engine first"},
+        )  # fmt: skip
+    assert path.read_text() == "old\n"
+    assert not (tmp_path / "x.service.previous").exists()
