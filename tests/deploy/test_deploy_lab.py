@@ -29,7 +29,7 @@ import pytest
 
 from specops.lab.assets import stage_node_assets
 from specops.lab.hosttree import build_tree, load_spec, with_cards_released, with_nvidia_loaded
-from specops.lab.pve.layout import Cluster
+from specops.lab.pve.layout import Cluster, Node
 from specops.lab.pve.testing import open_devices_in_ct
 
 pytestmark = [pytest.mark.lxc, pytest.mark.vllm, pytest.mark.slow]
@@ -206,10 +206,8 @@ def test_first_run_deploys_and_reports(first_run: Run) -> None:
     assert all(c["status"] == "ok" and c["records"] for c in cells), "every cell measured"
 
 
-def test_container_has_its_gpu_userspace_and_server(first_run: Run) -> None:
-    assert first_run.rc == 0
-    attach = ["lxc-attach", "-n", LXC_NAME, "--"]
-    node = Cluster.load(Path("/var/lib/specops/lab/cluster")).node("pve-b")
+def _assert_serving_with_gpu(node: Node, lxc_name: str) -> None:
+    """CT 801 on ``node`` has its card in its conf and cgroup, and its server answers."""
     text = node.ct_conf(801).read_text()
     assert re.search(r"^dev\d+: /dev/nvidia0\b", text, re.MULTILINE), text
     # The device cgroup lets the container open its card, nvidiactl and uvm; ENXIO:
@@ -219,15 +217,8 @@ def test_container_has_its_gpu_userspace_and_server(first_run: Run) -> None:
         "/dev/nvidiactl": "ENXIO",
         "/dev/nvidia-uvm": "ENXIO",
     }
-    smi = subprocess.run(
-        [*attach, "nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert smi.stdout.split()[0] == "580.126.09", "userspace = pve-b's kernel module"
     active = subprocess.run(
-        [*attach, "systemctl", "is-active", "specops-tiny-qwen.service"],
+        ["lxc-attach", "-n", lxc_name, "--", "systemctl", "is-active", "specops-tiny-qwen.service"],
         capture_output=True,
         text=True,
         check=False,
@@ -240,6 +231,18 @@ def test_container_has_its_gpu_userspace_and_server(first_run: Run) -> None:
     )
     assert reply.status_code == 200
     assert reply.json()["usage"]["completion_tokens"] > 0
+
+
+def test_container_has_its_gpu_userspace_and_server(first_run: Run) -> None:
+    assert first_run.rc == 0
+    node = Cluster.load(Path("/var/lib/specops/lab/cluster")).node("pve-b")
+    _assert_serving_with_gpu(node, LXC_NAME)
+    smi = subprocess.run(
+        ["lxc-attach", "-n", LXC_NAME, "--", "nvidia-smi", "--query-gpu=driver_version",
+         "--format=csv,noheader"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert smi.stdout.split()[0] == "580.126.09", "userspace = pve-b's kernel module"
 
 
 def test_second_run_changes_nothing(
@@ -273,27 +276,7 @@ def test_migrated_container_serves_on_the_new_node(migration: tuple[Run, Path]) 
     cluster = Cluster.load(LAB / "cluster")
     pve_a, pve_b = cluster.node("pve-a"), cluster.node("pve-b")
     assert not pve_b.ct_conf(801).exists()
-    text = pve_a.ct_conf(801).read_text()
-    assert re.search(r"^dev\d+: /dev/nvidia0\b", text, re.MULTILINE), text
-    assert open_devices_in_ct(pve_a, 801, "/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm") == {
-        "/dev/nvidia0": "ENXIO",
-        "/dev/nvidiactl": "ENXIO",
-        "/dev/nvidia-uvm": "ENXIO",
-    }
-    attach = ["lxc-attach", "-n", "pve-a-801", "--"]
-    active = subprocess.run(
-        [*attach, "systemctl", "is-active", "specops-tiny-qwen.service"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert active.stdout.strip() == "active"
-    reply = httpx.post(
-        f"http://127.0.0.1:{PORT}/v1/completions",
-        json={"model": "tiny-qwen", "prompt": "def add(a, b):", "max_tokens": 8},
-        timeout=120,
-    )
-    assert reply.status_code == 200
+    _assert_serving_with_gpu(pve_a, "pve-a-801")
     assert "Smoke benchmark skipped" not in run.output
     report = (state / "migrate-801-report.md").read_text()
     assert "| uvm_major | 511 | 508 |" in report
