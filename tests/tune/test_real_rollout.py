@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from ansible_collections.specops.infra.plugins.module_utils.readiness import wai
 
 from specops.tune.apply import AnsibleApplier, parse_systemctl_show
 from specops.tune.lab import LabNode, node_names, remove_nodes, start_nodes, write_inventory
+from specops.tune.rollout import overhead, overhead_table
 from specops.tune.sweep import load_config, run_sweep
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.docker, pytest.mark.fleet]
@@ -97,7 +97,9 @@ def records(tmp: Path) -> dict[str, dict[str, Any]]:
     return {p.stem: json.loads(p.read_text()) for p in (tmp / "nodes").glob("*.json")}
 
 
-def test_rollout_good_change_rerun_and_bad_change(lab, tmp_path: Path) -> None:
+def test_rollout_good_change_rerun_and_bad_change(
+    lab, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     inventory, nodes = lab
     names = [n.name for n in nodes]
     start = {n: identity(n) for n in names}
@@ -105,7 +107,15 @@ def test_rollout_good_change_rerun_and_bad_change(lab, tmp_path: Path) -> None:
     good = playbook(inventory, "playbooks/rollout.yml", "-e", rollout_vars(tmp_path, GOOD))
     assert good.returncode == 0, good.stdout[-8000:]
     recs = records(tmp_path)
-    shutil.copytree(tmp_path / "nodes", tmp_path / "good-rollout")  # P4 reads these
+    # P4, printed and kept (a measurement, not asserted): scripts/bench-rollout-overhead.py
+    lines = overhead_table([recs[n] for n in sorted(recs)])
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    for line in ["P4 rollout overhead (good change, three nodes):", *lines]:
+        if reporter is not None:
+            reporter.write_line(line)
+    p4 = {n: overhead(recs[n]) for n in sorted(recs)}
+    (REPO / "results").mkdir(exist_ok=True)
+    (REPO / "results" / "rollout-p4.json").write_text(json.dumps(p4, indent=2) + "\n")
     after_good = {n: identity(n) for n in names}
     for n in names:
         assert recs[n]["outcome"] == "changed", recs[n]

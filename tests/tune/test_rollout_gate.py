@@ -18,7 +18,7 @@ from specops.bench.plan import plan_from_mapping
 from specops.bench.results import Results
 from specops.bench.runner import run_plan
 from specops.errors import ValidationError
-from specops.tune.rollout import load_records, smoke_gate, summary
+from specops.tune.rollout import load_records, overhead, overhead_table, smoke_gate, summary
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tune"
 PLAN = {"concurrency": [1, 2], "context_lengths": [64], "output_len": 32,
@@ -119,3 +119,16 @@ def test_records_summary(tmp_path: Path) -> None:
     table = summary(records)
     assert "| n0 | changed |  | 60.0 | 55.0 | 5.0 | m |" in table
     assert "| n1 | restored | restart-readiness |" in table
+
+
+def test_overhead_leaves_out_what_the_engine_and_the_measurements_spend() -> None:
+    record = {
+        "node": "n0", "rollout_s": 42.1, "engine_start_to_healthy_s": 34.5,
+        "engine_stop_s": 0.6, "ready_s": 1.5, "baseline_s": 0.0, "smoke_s": 0.8,
+    }  # fmt: skip
+    row = overhead(record)
+    assert row["overhead"] == pytest.approx(7.6)
+    assert row["orchestration"] == pytest.approx(7.6 - 0.6 - 1.5 - 0.8)
+    lines = overhead_table([record])
+    assert lines[1].split()[0] == "n0"
+    assert lines[-1] == "worst orchestration 4.7 s (target <= 5 s)"

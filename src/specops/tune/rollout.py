@@ -34,6 +34,8 @@ __all__ = [
     "load_records",
     "measure",
     "measure_baseline",
+    "overhead",
+    "overhead_table",
     "smoke_gate",
     "smoke_step",
     "summary",
@@ -157,6 +159,45 @@ def load_records(report_dir: Path) -> list[dict[str, Any]]:
             records.append(data)
     records.sort(key=lambda r: str(r.get("started_at", "")))
     return records
+
+
+OVERHEAD_COLUMNS = (
+    "rollout", "start>health", "overhead", "stop", "1st gen", "baseline", "smoke", "orchestration",
+)  # fmt: skip
+
+
+def overhead(record: Mapping[str, Any]) -> dict[str, float]:
+    """P4 for one changed node, in seconds (see ``scripts/bench-rollout-overhead.py``).
+
+    ``overhead`` is the rollout minus the engine's start-to-healthy (systemd's
+    ExecMainStart -> ActiveEnter); ``orchestration`` also leaves out what the engine
+    and the measurements spend: the old server's stop, the first generation after
+    /health, the baseline and the smoke benchmark.
+    """
+    total, engine = float(record["rollout_s"]), float(record["engine_start_to_healthy_s"])
+    parts = [
+        float(record.get(k) or 0) for k in ("engine_stop_s", "ready_s", "baseline_s", "smoke_s")
+    ]
+    over = total - engine
+    return dict(
+        zip(OVERHEAD_COLUMNS, (total, engine, over, *parts, over - sum(parts)), strict=True)
+    )
+
+
+def overhead_table(records: list[dict[str, Any]]) -> list[str]:
+    """P4 per changed node as a text table, and the worst overhead and orchestration."""
+    lines = [f"{'node (seconds)':<22}" + "".join(f"{c:>14}" for c in OVERHEAD_COLUMNS)]
+    rows = [overhead(r) for r in records]
+    for r, row in zip(records, rows, strict=True):
+        lines.append(f"{r['node']!s:<22}" + "".join(f"{v:14.1f}" for v in row.values()))
+    lines.append(
+        f"worst overhead {max(r['overhead'] for r in rows):.1f} s"
+        " (rollout - start>health, incl. measurements)"
+    )
+    lines.append(
+        f"worst orchestration {max(r['orchestration'] for r in rows):.1f} s (target <= 5 s)"
+    )
+    return lines
 
 
 def summary(records: list[dict[str, Any]]) -> str:
