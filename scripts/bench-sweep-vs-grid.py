@@ -7,11 +7,12 @@ over ngram num_speculative_tokens 1..8 (the profile's num_draft_tokens 2..9) and
 coordinate-ascent sweep from the base profile (num_speculative_tokens 3), and prints
 both picks, whether the sweep's pick is within noise of the grid's (judged on the grid's
 own measurements), the restarts each search made and their ratio (target <= 0.60).
+The logic is ``specops.tune.versus``; the fleet test runs the same comparison.
 
-    scripts/bench-sweep-vs-grid.py [--out results/p5] [--keep-node]
+    scripts/bench-sweep-vs-grid.py [--out results/p5] [--keep-node] [--reuse-node]
 
 Re-running with the same --out resumes both searches from their results files.
-Takes ~12 engine starts (30-60 s each on an idle machine).
+Takes ~11 engine starts (30-40 s each on an idle machine), ~9 minutes here.
 """
 
 from __future__ import annotations
@@ -29,22 +30,9 @@ sys.path[:0] = [str(REPO / "src"), str(REPO / "collections")]
 
 from specops.tune.apply import AnsibleApplier  # noqa: E402
 from specops.tune.lab import LabNode, node_names, remove_nodes, start_nodes, write_inventory  # noqa: E402
-from specops.tune.score import Decision, compare  # noqa: E402
-from specops.tune.sweep import SweepResult, load_config, run_sweep  # noqa: E402
+from specops.tune.versus import LAB_SEARCH, sweep_vs_grid  # noqa: E402
 
-BASE = {"method": "ngram", "num_draft_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
 NODE = 4
-
-
-def search_restarts(out: Path) -> int:
-    events = [json.loads(x) for x in (out / "sweep.jsonl").read_text().splitlines()[1:] if x]
-    return sum(
-        1 for e in events if e["kind"] == "run" and (e.get("restart") or {}).get("restarted")
-    )
-
-
-def say(message: str) -> None:
-    print(message, flush=True)
 
 
 def main() -> int:
@@ -60,7 +48,7 @@ def main() -> int:
     else:
         (node,) = start_nodes(1, first=NODE)
     try:
-        inventory = write_inventory([node], args.out / "hosts.json", BASE)
+        inventory = write_inventory([node], args.out / "hosts.json", LAB_SEARCH["base_profile"])
         env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
                "PYTHONPATH": str(REPO / "src")}  # fmt: skip
         setup = subprocess.run(
@@ -71,46 +59,16 @@ def main() -> int:
         if setup.returncode != 0:
             print(setup.stdout[-4000:], file=sys.stderr)
             return 2
-        common = {
-            "canary": node.name,
-            "inventory": str(inventory),
-            "base_url": node.base_url,
-            "served_model_name": "tiny-qwen",
-            "base_profile": BASE,
-            "space": {"num_draft_tokens": "2..9"},
-            "plan": {"concurrency": [4], "context_lengths": [128], "output_len": 48,
-                     "requests_per_cell": 8, "warmup_per_cell": 1},
-            "objective": {"k": 1.0, "min_gain": 0.03, "tolerance": 0.03,
-                          "min_repeats": 2, "max_repeats": 3},
-        }  # fmt: skip
         applier = AnsibleApplier(inventory, node.name, node.base_url, "tiny-qwen",
                                  log=args.out / "ansible.log")  # fmt: skip
-        results: dict[str, SweepResult] = {}
-        for mode in ("grid", "ascent"):
-            cfg = load_config({**common, "mode": mode})
-            results[mode] = run_sweep(cfg, applier, args.out / mode, log=say)
-        g, a = results["grid"].outcome, results["ascent"].outcome
-        if g.pick is None or a.pick is None:
-            print("no usable candidate", file=sys.stderr)
-            return 1
-        scoring = load_config(common).scoring
-        same = a.pick.candidate.key == g.pick.candidate.key
-        decision = compare(
-            g.standings[a.pick.candidate.key].values, g.standings[g.pick.candidate.key].values,
-            scoring,
-        )  # fmt: skip
-        rg, ra = search_restarts(args.out / "grid"), search_restarts(args.out / "ascent")
+        config = {**LAB_SEARCH, "canary": node.name, "inventory": str(inventory),
+                  "base_url": node.base_url}  # fmt: skip
+        result = sweep_vs_grid(config, applier, args.out, log=lambda m: print(m, flush=True))
         print()
-        print(f"grid pick:   {g.pick.candidate.key} (score {g.pick.score(scoring.k):.1f} tok/s)")
-        print(f"sweep pick:  {a.pick.candidate.key} (score {a.pick.score(scoring.k):.1f} tok/s)")
-        ok = same or decision is not Decision.WORSE
-        print(
-            f"same pick: {same}; sweep pick vs grid pick on the grid's runs: {decision.value}"
-            f" -> {'OK' if ok else 'NOT within noise'}"
-        )
-        print(f"restarts: grid {rg}, sweep {ra}, ratio {ra / rg:.2f} (target <= 0.60)")
+        print("\n".join(result.lines()))
         print(f"wall time {time.monotonic() - began:.0f} s")
-        return 0 if ok and ra <= 0.6 * rg else 1
+        (args.out / "p5.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        return 0 if result.ok else 1
     finally:
         if not args.keep_node:
             remove_nodes(1, first=NODE)

@@ -8,8 +8,10 @@ one read-only vLLM venv) serves both tests:
   nothing; a bad change (``--max-num-seqs 0``: the translator's flag list takes it, vLLM
   refuses it at start) fails on node 1, node 1 is restored and answers, nodes 2 and 3
   keep their InvocationID and start time (never restarted);
-- the sweep through the Ansible applier on node 1: an invalid candidate recorded
-  without a restart, every restart a new InvocationID, the canary left on the pick.
+- the sweep through the Ansible applier on node 2: an invalid candidate recorded
+  without a restart, every restart a new InvocationID, the canary left on the pick;
+- P5 on node 3: the full grid over ngram num_speculative_tokens 1..8, then the
+  ascent; both picks and both restart counts printed.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from specops.tune.apply import AnsibleApplier, parse_systemctl_show
 from specops.tune.lab import LabNode, node_names, remove_nodes, start_nodes, write_inventory
 from specops.tune.rollout import overhead, overhead_table
 from specops.tune.sweep import load_config, run_sweep
+from specops.tune.versus import LAB_SEARCH, sweep_vs_grid
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.docker, pytest.mark.fleet]
 
@@ -192,3 +195,33 @@ def test_sweep_through_ansible_on_the_canary(lab, tmp_path: Path) -> None:
     assert f'"num_speculative_tokens":{n - 1}' in identity(canary.name)["ExecStart"]
     assert before["InvocationID"] != identity(canary.name)["InvocationID"] or n == 6
     assert (tmp_path / "sweep" / "chosen-profile.yml").exists()
+
+
+def test_sweep_against_the_full_grid(lab, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """P5 on the real server (node 3): grid over num_draft_tokens 2..9, then the ascent.
+
+    The mechanics are asserted; the figures (same pick within noise, restarts ratio
+    against the 60 % target) are printed and kept in results/sweep-p5.json, as
+    scripts/bench-sweep-vs-grid.py prints them.
+    """
+    inventory, nodes = lab
+    node = nodes[2]
+    applier = AnsibleApplier(inventory, node.name, node.base_url, "tiny-qwen",
+                             log=tmp_path / "ansible.log")  # fmt: skip
+    config = {**LAB_SEARCH, "canary": node.name, "inventory": str(inventory),
+              "base_url": node.base_url}  # fmt: skip
+    result = sweep_vs_grid(config, applier, tmp_path, log=print)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    for line in ["P5 sweep vs full grid (node 3):", *result.lines()]:
+        if reporter is not None:
+            reporter.write_line(line)
+    (REPO / "results").mkdir(exist_ok=True)
+    (REPO / "results" / "sweep-p5.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    # the grid restarted into every candidate it measured (the node ran none of them)
+    assert result.grid_restarts == 8
+    assert result.sweep_restarts < result.grid_restarts
+    for mode in ("grid", "ascent"):
+        assert (tmp_path / mode / "leaderboard.md").exists()
+    # the canary is left on the ascent's pick (the sweep ran last)
+    n = int(result.sweep_pick.split("=")[1])
+    assert f'"num_speculative_tokens":{n - 1}' in identity(node.name)["ExecStart"]
