@@ -12,11 +12,12 @@ import stat
 from pathlib import Path
 
 import pytest
+from ansible_collections.specops.infra.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.specops.infra.plugins.module_utils.service_unit import (
+    UNIT_MODE,
     Readiness,
     apply_unit,
     parse_identity,
-    write_atomic,
 )
 
 SHOW = """LoadState=loaded
@@ -53,8 +54,10 @@ def test_write_atomic_replaces_with_mode_and_leaves_no_temporary(tmp_path: Path)
     path = tmp_path / "x.service"
     path.write_text("old\n")
     os.chmod(path, 0o600)
-    write_atomic(str(path), "new\n")
+    write_atomic(str(path), "new\n", UNIT_MODE)
     assert path.read_text() == "new\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    write_atomic(str(path), "newer\n")  # no mode: the file keeps its own
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert [p.name for p in tmp_path.iterdir()] == ["x.service"]
 

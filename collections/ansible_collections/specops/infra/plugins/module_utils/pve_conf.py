@@ -28,6 +28,8 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from ansible_collections.specops.infra.plugins.module_utils.atomic_file import write_atomic
+
 __all__ = [
     "Line",
     "PveConf",
@@ -371,18 +373,5 @@ def config_lock(root: str, vmid: int, timeout: float) -> Iterator[None]:
 
 
 def write_conf_atomic(path: str, text: str) -> None:
-    """Replace a conf: temporary file in its directory, fsync, rename over it."""
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        with contextlib.suppress(OSError):  # pmxcfs has fixed modes and refuses chmod
-            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Replace a conf atomically, keeping its mode (see ``atomic_file.write_atomic``)."""
+    write_atomic(path, text)

@@ -17,12 +17,12 @@ the container); systemctl is the only tool it calls.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
+from ansible_collections.specops.infra.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.specops.infra.plugins.module_utils.readiness import (
     ReadyResult,
     journal_tail,
@@ -41,7 +41,6 @@ __all__ = [
     "apply_unit",
     "parse_identity",
     "read_identity",
-    "write_atomic",
 ]
 
 SHOW_PROPERTIES = (
@@ -55,6 +54,7 @@ SHOW_PROPERTIES = (
     "ActiveEnterTimestampMonotonic",
 )
 _RUNNING = ("active", "activating", "reloading")
+UNIT_MODE = 0o644
 
 
 @dataclass(frozen=True)
@@ -154,24 +154,6 @@ def read_identity(unit: str, run: Runner = _run) -> Identity:
     return parse_identity(run(argv).stdout)
 
 
-def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
-    """Temporary file beside ``path``, fsync, rename over it."""
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _read(path: str) -> str | None:
     try:
         with open(path, encoding="utf-8", newline="") as fh:
@@ -259,8 +241,8 @@ def apply_unit(
         )  # fmt: skip
     if written:
         if previous_path is not None and current is not None:
-            write_atomic(previous_path, current)
-        write_atomic(path, content)
+            write_atomic(previous_path, current, UNIT_MODE)
+        write_atomic(path, content, UNIT_MODE)
         _systemctl(run, "daemon-reload")
     if must_enable:
         _systemctl(run, "enable", unit)
@@ -293,7 +275,7 @@ def apply_unit(
     journal = journal_tail(unit)
     if not (restore_on_failure and written and current is not None):
         raise UnitChangeError(why, result, journal)
-    write_atomic(path, current)
+    write_atomic(path, current, UNIT_MODE)
     _systemctl(run, "daemon-reload")
     _, restart_error = _restart(unit, True, stop_timeout, nvidia_smi, run)
     back = _ready(unit, readiness) if not restart_error else None
