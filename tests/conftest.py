@@ -10,7 +10,7 @@ import pytest
 # tests/ on sys.path for this conftest (rootdir has no tests/__init__.py), so plugins
 # are named from there: "plugins.X" is tests/plugins/X.py, with `pytest` or
 # `python -m pytest`, from any working directory.
-pytest_plugins = ["plugins.synthetic_server", "plugins.vllm_server"]
+pytest_plugins = ["plugins.measurements", "plugins.synthetic_server", "plugins.vllm_server"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = REPO_ROOT / "tests" / "fixtures"

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from plugins.measurements import Record
 
 from specops.lab.assets import stage_node_assets
 from specops.lab.hosttree import build_tree, load_spec, with_cards_released, with_nvidia_loaded
@@ -245,9 +246,7 @@ def test_container_has_its_gpu_userspace_and_server(first_run: Run) -> None:
     assert smi.stdout.split()[0] == "580.126.09", "userspace = pve-b's kernel module"
 
 
-def test_second_run_changes_nothing(
-    first_run: Run, second_run: Run, request: pytest.FixtureRequest
-) -> None:
+def test_second_run_changes_nothing(first_run: Run, second_run: Run, measurement: Record) -> None:
     assert second_run.rc == 0, second_run.output[-6000:]
     recap = second_run.recap()
     assert {h: r["changed"] for h, r in recap.items() if r["changed"]} == {}, recap
@@ -256,12 +255,9 @@ def test_second_run_changes_nothing(
         f"P3 deploy.yml: first run {first:.0f} s, no-change run {again:.0f} s, "
         f"ratio {again / first:.0%} (target <= 25 %)"
     )
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(line)
-    out = REPO / "results" / "lab-deploy-p3.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps({"first_s": first, "rerun_s": again, "ratio": again / first}) + "\n")
+    measurement(
+        "lab-deploy-p3", [line], {"first_s": first, "rerun_s": again, "ratio": again / first}
+    )
 
 
 def test_check_diff_on_converged_lab_reports_no_change(check_run: Run) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils.readiness import wait_ready
+from plugins.measurements import Record
 
 from specops.tune.apply import AnsibleApplier, parse_systemctl_show
 from specops.tune.lab import LabNode, node_names, remove_nodes, start_nodes, write_inventory
@@ -100,9 +101,7 @@ def records(tmp: Path) -> dict[str, dict[str, Any]]:
     return {p.stem: json.loads(p.read_text()) for p in (tmp / "nodes").glob("*.json")}
 
 
-def test_rollout_good_change_rerun_and_bad_change(
-    lab, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
+def test_rollout_good_change_rerun_and_bad_change(lab, tmp_path: Path, measurement: Record) -> None:
     inventory, nodes = lab
     names = [n.name for n in nodes]
     start = {n: identity(n) for n in names}
@@ -112,13 +111,11 @@ def test_rollout_good_change_rerun_and_bad_change(
     recs = records(tmp_path)
     # P4, printed and kept (a measurement, not asserted): scripts/bench-rollout-overhead.py
     lines = overhead_table([recs[n] for n in sorted(recs)])
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    for line in ["P4 rollout overhead (good change, three nodes):", *lines]:
-        if reporter is not None:
-            reporter.write_line(line)
-    p4 = {n: overhead(recs[n]) for n in sorted(recs)}
-    (REPO / "results").mkdir(exist_ok=True)
-    (REPO / "results" / "rollout-p4.json").write_text(json.dumps(p4, indent=2) + "\n")
+    measurement(
+        "rollout-p4",
+        ["P4 rollout overhead (good change, three nodes):", *lines],
+        {n: overhead(recs[n]) for n in sorted(recs)},
+    )
     after_good = {n: identity(n) for n in names}
     for n in names:
         assert recs[n]["outcome"] == "changed", recs[n]
@@ -197,7 +194,7 @@ def test_sweep_through_ansible_on_the_canary(lab, tmp_path: Path) -> None:
     assert (tmp_path / "sweep" / "chosen-profile.yml").exists()
 
 
-def test_sweep_against_the_full_grid(lab, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_sweep_against_the_full_grid(lab, tmp_path: Path, measurement: Record) -> None:
     """P5 on the real server (node 3): grid over num_draft_tokens 2..9, then the ascent.
 
     The mechanics are asserted; the figures (same pick within noise, restarts ratio
@@ -211,12 +208,7 @@ def test_sweep_against_the_full_grid(lab, tmp_path: Path, request: pytest.Fixtur
     config = {**LAB_SEARCH, "canary": node.name, "inventory": str(inventory),
               "base_url": node.base_url}  # fmt: skip
     result = sweep_vs_grid(config, applier, tmp_path, log=print)
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    for line in ["P5 sweep vs full grid (node 3):", *result.lines()]:
-        if reporter is not None:
-            reporter.write_line(line)
-    (REPO / "results").mkdir(exist_ok=True)
-    (REPO / "results" / "sweep-p5.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    measurement("sweep-p5", ["P5 sweep vs full grid (node 3):", *result.lines()], result.to_dict())
     # the grid restarted into every candidate it measured (the node ran none of them)
     assert result.grid_restarts == 8
     assert result.sweep_restarts < result.grid_restarts
