@@ -4,7 +4,7 @@ vLLM exports ``vllm:num_requests_running`` (a gauge per engine/model), SGLang
 ``sglang:num_running_reqs``. :func:`running_requests` sums every sample of those;
 ``None`` when the text has neither (the engine exports no such gauge: the caller
 cannot tell idle from busy). :func:`wait_idle` polls until zero or a deadline.
-Used by the rollout's drain step (module ``specops.infra.engine_idle``).
+Used by the ``service_unit`` step before it stops a server (a rollout's drain).
 """
 
 from __future__ import annotations

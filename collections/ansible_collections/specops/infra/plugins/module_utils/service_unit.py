@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from ansible_collections.specops.infra.plugins.module_utils.atomic_file import write_atomic
+from ansible_collections.specops.infra.plugins.module_utils.engine_idle import wait_idle
 from ansible_collections.specops.infra.plugins.module_utils.readiness import (
     ReadyResult,
     journal_tail,
@@ -194,6 +195,20 @@ def _restart(
     return stop_seconds, error
 
 
+def _drain(url: str, timeout: float) -> float:
+    """Wait until the engine runs no requests; seconds waited (RuntimeError past timeout)."""
+    first = wait_idle(url, timeout=0)
+    if first.idle or first.running is None:
+        return first.seconds
+    idle = wait_idle(url, timeout=timeout, interval=0.25)
+    if not idle.idle:
+        raise RuntimeError(
+            f"{url}: {idle.running:g} request(s) still running after {timeout:g} s of"
+            " draining; nothing was changed"
+        )
+    return idle.seconds
+
+
 def apply_unit(
     unit: str,
     path: str,
@@ -206,6 +221,7 @@ def apply_unit(
     stop_timeout: float = 300.0,
     nvidia_smi: str | None = None,
     requires: Mapping[str, str] | None = None,
+    drain_timeout: float = 0.0,
     check_mode: bool = False,
     run: Runner = _run,
 ) -> ApplyResult:
@@ -214,7 +230,10 @@ def apply_unit(
     Restarts only when the text changed, the service is not running, or ``restart``
     asks for it. ``requires`` maps paths the unit needs (its interpreter, ...) to what
     to do when one is missing: RuntimeError before anything changes (not in check mode,
-    where a new host may not have them yet). Raises :class:`UnitChangeError` when the
+    where a new host may not have them yet). ``drain_timeout`` > 0: before a running
+    server is touched, wait until its /metrics reports no running requests (RuntimeError,
+    nothing changed, when they outlive it; an engine without the gauge, or one that does
+    not answer, has nothing to wait for). Raises :class:`UnitChangeError` when the
     server does not get ready (after restoring the previous unit when there was one
     and ``restore_on_failure``).
     """
@@ -239,6 +258,8 @@ def apply_unit(
             before=before, after=before, previous_path=previous_path, ready=answers,
             text_before=current or "", missing=missing,
         )  # fmt: skip
+    if must_start and before.running and drain_timeout > 0:
+        _drain(readiness.url, drain_timeout)
     if written:
         if previous_path is not None and current is not None:
             write_atomic(previous_path, current, UNIT_MODE)

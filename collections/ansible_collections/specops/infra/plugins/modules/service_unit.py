@@ -62,6 +62,13 @@ options:
     description: Restart even when the text is unchanged and the service runs.
     type: bool
     default: false
+  drain_timeout:
+    description:
+      - Seconds to wait, before a running server is touched, until its C(/metrics) reports
+        no running requests (C(vllm:num_requests_running), C(sglang:num_running_reqs)).
+        Requests that outlive it fail the task with nothing changed. 0 does not wait.
+    type: int
+    default: 0
   restore_on_failure:
     description: Put the previous unit back and start it when the new one does not get ready.
     type: bool
@@ -170,6 +177,7 @@ def run_module() -> None:
             "enabled": {"type": "bool", "default": True},
             "restart": {"type": "bool", "default": False},
             "restore_on_failure": {"type": "bool", "default": True},
+            "drain_timeout": {"type": "int", "default": 0},
             "stop_timeout": {"type": "int", "default": 300},
             "nvidia_smi": {"type": "path"},
             "url": {"type": "str", "required": True},
@@ -198,7 +206,8 @@ def run_module() -> None:
             p["name"], p["path"], p["content"], readiness,
             enabled=p["enabled"], restart=p["restart"],
             restore_on_failure=p["restore_on_failure"], stop_timeout=p["stop_timeout"],
-            nvidia_smi=p["nvidia_smi"], requires=p["requires"], check_mode=module.check_mode,
+            nvidia_smi=p["nvidia_smi"], requires=p["requires"],
+            drain_timeout=p["drain_timeout"], check_mode=module.check_mode,
         )  # fmt: skip
     except UnitChangeError as exc:
         msg = str(exc)
