@@ -237,8 +237,8 @@ def apply_unit(
     server does not get ready (after restoring the previous unit when there was one
     and ``restore_on_failure``).
     """
-    missing = [f"{path} does not exist: {hint}" for path, hint in (requires or {}).items()
-               if not os.path.exists(path)]  # fmt: skip
+    missing = [f"{needed} does not exist: {hint}" for needed, hint in (requires or {}).items()
+               if not os.path.exists(needed)]  # fmt: skip
     if missing and not check_mode:
         raise RuntimeError("; ".join(missing))
     current = _read(path)
