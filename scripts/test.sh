@@ -79,7 +79,7 @@ run_lint() {
 run_pytest() {
   local xml=$OUT/pytest.xml
   rm -f "$xml"
-  # The three-node rollout/sweep runs (marker fleet, ~5 minutes here) are in the default
+  # The three-node rollout/sweep runs (marker fleet, ~15 minutes here) are in the default
   # pass; SPECOPS_TEST_FLEET=0 leaves them out of a quick local run (see the README).
   local select=()
   [[ ${SPECOPS_TEST_FLEET:-1} == 0 ]] && select=(-m "not fleet")
