@@ -12,7 +12,7 @@ The logic is ``specops.tune.versus``; the fleet test runs the same comparison.
     scripts/bench-sweep-vs-grid.py [--out results/p5] [--keep-node] [--reuse-node]
 
 Re-running with the same --out resumes both searches from their results files.
-Takes ~11 engine starts (30-40 s each on an idle machine), ~9 minutes here.
+Takes ~11 engine starts (30-40 s each on an idle machine), ~10 minutes here.
 """
 
 from __future__ import annotations
