@@ -17,10 +17,11 @@ from typing import Any
 
 import httpx
 import pytest
+from ansible_collections.specops.infra.plugins.module_utils.service_unit import Identity
 
 from specops.bench.synthetic import SyntheticConfig, SyntheticServer
 from specops.errors import ValidationError
-from specops.tune.apply import ApplyError, ApplyOutcome, ServiceIdentity
+from specops.tune.apply import ApplyError, ApplyOutcome
 from specops.tune.sweep import load_config, run_sweep
 
 from .conftest import NGRAM_BASE
@@ -35,7 +36,7 @@ class SyntheticApplier:
 
     def __init__(self) -> None:
         self.server: SyntheticServer | None = None
-        self.identity: ServiceIdentity | None = None
+        self.identity: Identity | None = None
         self.profile: dict[str, Any] | None = None
         self.applies = 0
 
@@ -60,7 +61,7 @@ class SyntheticApplier:
         self.server = SyntheticServer(SyntheticConfig(tokens_per_chunk=n, chunk_delay_s=delay))
         self.server.start()
         pid = next(_pids)
-        self.identity = ServiceIdentity(
+        self.identity = Identity(
             load_state="loaded", active_state="active", unit_file_state="enabled",
             invocation_id=uuid.uuid4().hex, main_pid=pid, exec_main_start="",
             exec_main_start_monotonic=pid, active_enter_monotonic=pid + 1,

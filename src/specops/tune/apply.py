@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ansible_collections.specops.infra.plugins.module_utils.readiness import wait_ready
-from ansible_collections.specops.infra.plugins.module_utils.service_unit import (
-    Identity,
-    parse_identity,
-)
+
+# One home for a service's identity: the module_utils the serving host runs.
+from ansible_collections.specops.infra.plugins.module_utils.service_unit import Identity
 
 from specops.errors import SpecopsError
 
@@ -37,9 +36,7 @@ __all__ = [
     "Applier",
     "ApplyError",
     "ApplyOutcome",
-    "ServiceIdentity",
     "generates",
-    "parse_systemctl_show",
     "prove_restart",
 ]
 
@@ -50,20 +47,11 @@ class ApplyError(SpecopsError):
     """The profile could not be applied or the server did not become ready."""
 
 
-# One home for a service's identity: the module_utils the serving host runs.
-ServiceIdentity = Identity
-
-
-def parse_systemctl_show(text: str) -> ServiceIdentity:
-    """Identity from ``systemctl show -p ...`` output (see ``service_unit.SHOW_PROPERTIES``)."""
-    return parse_identity(text)
-
-
 @dataclass(frozen=True)
 class ApplyOutcome:
     restarted: bool
-    before: ServiceIdentity | None
-    after: ServiceIdentity
+    before: Identity | None
+    after: Identity
     seconds: float  # wall time of the apply step
 
     def to_dict(self) -> dict[str, Any]:

@@ -195,18 +195,17 @@ def _restart(
     return stop_seconds, error
 
 
-def _drain(url: str, timeout: float) -> float:
-    """Wait until the engine runs no requests; seconds waited (RuntimeError past timeout)."""
+def _drain(url: str, timeout: float) -> None:
+    """Wait until the engine runs no requests (RuntimeError past ``timeout``)."""
     first = wait_idle(url, timeout=0)
     if first.idle or first.running is None:
-        return first.seconds
+        return
     idle = wait_idle(url, timeout=timeout, interval=0.25)
     if not idle.idle:
         raise RuntimeError(
             f"{url}: {idle.running:g} request(s) still running after {timeout:g} s of"
             " draining; nothing was changed"
         )
-    return idle.seconds
 
 
 def apply_unit(
