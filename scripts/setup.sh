@@ -14,7 +14,9 @@ VENV=${SPECOPS_VENV:-$ROOT/.venv}
 IMAGE=${SPECOPS_IMAGE:-specops/debian-bookworm-systemd:latest}
 ROOTFS_TAR=$SPECOPS_CACHE/debian-bookworm-rootfs.tar
 PYTHON=${SPECOPS_PYTHON:-python3}
-DEBIAN_PACKAGES=(docker.io debootstrap lxc python3-lxc iproute2 uidmap openssl kmod)
+# lxc-templates ships /usr/share/lxc/config/<ostype>.common.conf, which a PVE node has from
+# lxc-pve and the PVE stand-in includes at every container start (as PVE does).
+DEBIAN_PACKAGES=(docker.io debootstrap lxc lxc-templates python3-lxc iproute2 uidmap openssl kmod)
 # Packages inside the base image: systemd as PID 1, python3 for Ansible, sudo/acl for
 # become_user, and what the roles' verifiers read.
 IMAGE_PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,sudo,acl,procps,iproute2,ca-certificates,kmod,udev

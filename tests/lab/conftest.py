@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,53 +9,11 @@ import pytest
 
 from specops.lab.pve.layout import Cluster
 from specops.lab.pve.testing import (
-    TEMPLATE_NAME,
     ApiHandle,
     make_test_cluster,
     running_api,
     stop_lab_containers,
 )
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("SPECOPS_CACHE", "/var/cache/specops"))
-
-
-@pytest.fixture(scope="session")
-def rootfs_tarball() -> Path:
-    """The Debian bookworm minbase rootfs (systemd, python3) of `scripts/setup.sh image`.
-
-    Built here with debootstrap (about a minute, cached) when the set-up step has not run.
-    """
-    tarball = _cache_dir() / TEMPLATE_NAME
-    if tarball.exists():
-        return tarball
-    if shutil.which("debootstrap") is None or shutil.which("lxc-start") is None:
-        pytest.skip("needs debootstrap and lxc (scripts/setup.sh packages)")
-    build = _cache_dir() / f".{TEMPLATE_NAME}.build.{os.getpid()}"
-    build.mkdir(parents=True)
-    try:
-        subprocess.run(
-            [
-                "debootstrap",
-                "--variant=minbase",
-                "--include=systemd,systemd-sysv,python3,dbus",
-                "bookworm",
-                str(build / "rootfs"),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=900,
-        )
-        subprocess.run(
-            ["tar", "-C", str(build / "rootfs"), "-cf", str(build / TEMPLATE_NAME), "."],
-            check=True,
-            timeout=300,
-        )
-        (build / TEMPLATE_NAME).replace(tarball)
-    finally:
-        shutil.rmtree(build, ignore_errors=True)
-    return tarball
 
 
 @pytest.fixture

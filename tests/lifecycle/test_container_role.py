@@ -31,7 +31,7 @@ from lifecycle_lab import (
 )
 
 from specops.lab.pve.layout import Cluster
-from specops.lab.pve.testing import TEMPLATE_NAME, ApiHandle, running_api, stop_lab_containers
+from specops.lab.pve.testing import ApiHandle, running_api, stop_lab_containers
 from specops.pve_schema import ApiError, find_endpoint
 
 pytestmark = [pytest.mark.lxc, pytest.mark.slow]
@@ -43,12 +43,11 @@ _REQUEST = re.compile(r'"(GET|POST|PUT|DELETE) /api2/json(\S*) HTTP/1\.1" (\d{3}
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, ApiHandle, Path]]:
-    template = Path("/var/cache/specops") / TEMPLATE_NAME
-    if not template.exists() or shutil.which("lxc-start") is None:
-        pytest.skip("needs lxc and the rootfs template (scripts/setup.sh packages image)")
+def lab(
+    tmp_path_factory: pytest.TempPathFactory, rootfs_tarball: Path
+) -> Iterator[tuple[Cluster, ApiHandle, Path]]:
     base = tmp_path_factory.mktemp("lifecycle")
-    cluster = make_cluster(base, template)
+    cluster = make_cluster(base, rootfs_tarball)
     try:
         with running_api(cluster.dir) as api:
             yield cluster, api, base

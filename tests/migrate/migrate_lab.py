@@ -5,7 +5,6 @@ stopped and removed) at the end."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -19,9 +18,6 @@ from specops.lab.pve.testing import free_port
 from specops.lab.up import LabPaths, down, up
 
 REPO = Path(__file__).resolve().parents[2]
-TEMPLATE = (
-    Path(os.environ.get("SPECOPS_CACHE", "/var/cache/specops")) / "debian-bookworm-rootfs.tar"
-)
 VMIDS = (701, 702, 703)
 
 
@@ -53,15 +49,13 @@ def _remove_my_containers(cluster: Cluster) -> None:
             shutil.rmtree(node.lxcpath / name, ignore_errors=True)
 
 
-def make_migrate_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MigrateLab]:
+def make_migrate_lab(
+    tmp_path_factory: pytest.TempPathFactory, template: Path
+) -> Iterator[MigrateLab]:
     """Bring the lab up for one test module; tear it down after."""
-    if os.geteuid() != 0 or shutil.which("lxc-start") is None:
-        pytest.skip("needs root and LXC (scripts/setup.sh packages)")
-    if not TEMPLATE.is_file():
-        pytest.skip(f"needs the container template {TEMPLATE} (scripts/setup.sh image)")
     paths = LabPaths(tmp_path_factory.mktemp("migrate-lab"))
     port = free_port()
-    up(paths, hardware_dir=REPO / "inventory" / "lab" / "hardware", template=TEMPLATE, port=port)
+    up(paths, hardware_dir=REPO / "inventory" / "lab" / "hardware", template=template, port=port)
     cluster = Cluster.load(paths.cluster_dir)
     try:
         yield MigrateLab(paths, port, cluster)

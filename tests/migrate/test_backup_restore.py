@@ -8,14 +8,12 @@ source's, which is what a shared mount is to the two nodes).
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from migrate_lab import TEMPLATE
 
 from specops.lab.pve.layout import Cluster
 from specops.lab.pve.testing import ApiHandle, make_test_cluster, running_api, stop_lab_containers
@@ -33,13 +31,11 @@ BACKUP = "dir: backup\n\tpath /mnt/backup\n\tcontent backup\n\tshared 1\n"
 
 @pytest.fixture(scope="module")
 def two_clusters(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, rootfs_tarball: Path
 ) -> Iterator[tuple[Cluster, Cluster, ApiHandle, ApiHandle]]:
-    if os.geteuid() != 0 or shutil.which("lxc-start") is None or not TEMPLATE.is_file():
-        pytest.skip("needs root, LXC and the container template")
     base = tmp_path_factory.mktemp("migrate-br")
-    src = make_test_cluster(base / "one", TEMPLATE, names=("migrate-src",))
-    dst = make_test_cluster(base / "two", TEMPLATE, names=("migrate-dst",))
+    src = make_test_cluster(base / "one", rootfs_tarball, names=("migrate-src",))
+    dst = make_test_cluster(base / "two", rootfs_tarball, names=("migrate-dst",))
     s_node, d_node = src.node("migrate-src"), dst.node("migrate-dst")
     for node in (s_node, d_node):
         node.storage_cfg.write_text(node.storage_cfg.read_text() + BACKUP)

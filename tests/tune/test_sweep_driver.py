@@ -1,9 +1,12 @@
 """The sweep driver end to end against the synthetic SSE server (bench's test server).
 
-The applier here starts a fresh synthetic server per profile (its speed depends on
-num_draft_tokens, peaking at 6) so the driver's plumbing is exercised for real over
-HTTP: apply, restart proof, specops bench, ledger, outputs, resume, invalid
-candidates, failed starts. The real vLLM runs are in test_real_rollout.py.
+The applier here starts a fresh synthetic server per profile so the driver's plumbing
+is exercised for real over HTTP: apply, restart proof, specops bench, ledger, outputs,
+resume, invalid candidates, failed starts. Which candidate wins depends on measured
+speed, so these tests check that the pick agrees with what the ledger recorded, never
+which setting a busy two-core machine happened to find fastest; the search's decisions
+are tested on scripted objectives (test_search.py). The real vLLM runs are in
+test_real_rollout.py.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ class SyntheticApplier:
         self.identity: Identity | None = None
         self.profile: dict[str, Any] | None = None
         self.applies = 0
+        self.restarts = 0  # server (re)starts, failed starts included
 
     @property
     def base_url(self) -> str:
@@ -54,6 +58,7 @@ class SyntheticApplier:
             self.server.stop()
             self.server = None
         n = int(profile["num_draft_tokens"])
+        self.restarts += 1
         if n == 9:
             self.identity = None
             raise ApplyError("engine exited during start (num_draft_tokens 9)")
@@ -111,9 +116,14 @@ def test_sweep_runs_writes_outputs_and_leaves_the_winner(applier, tmp_path: Path
     result = sweep(cfg, applier, tmp_path)
     pick = result.outcome.pick
     assert pick is not None
-    assert dict(pick.candidate.assignment)["num_draft_tokens"] in (5, 6, 7)
+    # tolerance 0: the pick is the best robust score among the usable candidates
+    k = cfg.scoring.k
+    usable = [st for st in result.outcome.standings.values() if st.score(k) is not None]
+    assert len(usable) >= 2
+    assert pick.score(k) == max(st.score(k) or 0.0 for st in usable)
     assert applier.profile == pick.candidate.profile  # canary left on the winner
-    assert result.restarts_total < 8
+    assert result.restarts == applier.restarts  # every server start is counted
+    assert result.restarts_total <= result.restarts  # the final apply is not a run
     md = (tmp_path / "leaderboard.md").read_text()
     assert "| rank |" in md
     assert pick.candidate.key in md

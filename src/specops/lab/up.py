@@ -36,15 +36,13 @@ import httpx
 from specops.errors import SpecopsError, ValidationError
 from specops.lab.assets import link_or_copy, stage_node_assets
 from specops.lab.hosttree import build_tree, load_spec
+from specops.lab.paths import TEMPLATE_NAME, cache_root, lab_dir, template_tarball
 from specops.lab.pve.layout import Cluster, Node, init_cluster
 from specops.lab.pve.testing import destroy_lab_containers, stop_lab_containers
 
 __all__ = ["LabPaths", "down", "register", "up"]
 
-DEFAULT_LAB_DIR = Path(os.environ.get("SPECOPS_LAB_DIR", "/var/lib/specops/lab"))
-DEFAULT_CACHE = Path(os.environ.get("SPECOPS_CACHE", "/var/cache/specops"))
 REPO_ROOT = Path(__file__).resolve().parents[3]
-TEMPLATE_NAME = "debian-bookworm-rootfs.tar"
 TOKEN_USER = "root@pam"  # noqa: S105  (a PVE user name, not a secret)
 TOKEN_ID = "specops"  # noqa: S105  (the token's name, not its secret)
 
@@ -258,7 +256,7 @@ def up(
     *,
     hardware_dir: Path,
     template: Path,
-    cache: Path = DEFAULT_CACHE,
+    cache: Path | None = None,
     port: int = 8006,
     cgroup: str = "v2",
     reset: bool = False,
@@ -270,6 +268,7 @@ def up(
         raise ValidationError(
             "--template", f"{template} does not exist (run scripts/setup.sh image first)"
         )
+    cache = cache if cache is not None else cache_root()
     specs = _hardware_specs(hardware_dir)
     cluster = _ensure_cluster(paths, list(specs), cgroup)
     for name, spec_file in specs.items():
@@ -327,7 +326,7 @@ def _cmd_down(args: argparse.Namespace) -> int:
 def register(lab_subparsers: Any) -> None:
     """``specops lab up`` / ``specops lab down``."""
     p_up = lab_subparsers.add_parser("up", help="bring the whole lab up (idempotent)")
-    p_up.add_argument("--lab-dir", default=str(DEFAULT_LAB_DIR), help="lab state directory")
+    p_up.add_argument("--lab-dir", default=str(lab_dir()), help="lab state directory")
     p_up.add_argument(
         "--hardware",
         default=str(REPO_ROOT / "inventory" / "lab" / "hardware"),
@@ -335,7 +334,7 @@ def register(lab_subparsers: Any) -> None:
     )
     p_up.add_argument(
         "--template",
-        default=str(DEFAULT_CACHE / TEMPLATE_NAME),
+        default=str(template_tarball()),
         help="container template tarball (scripts/setup.sh image makes it)",
     )
     p_up.add_argument("--port", type=int, default=8006, help="API stand-in port on 127.0.0.1")
@@ -343,7 +342,7 @@ def register(lab_subparsers: Any) -> None:
     p_up.add_argument("--json", action="store_true", help="print what the inventory needs")
     p_up.set_defaults(func=_cmd_up)
     p_down = lab_subparsers.add_parser("down", help="stop the API stand-in and lab containers")
-    p_down.add_argument("--lab-dir", default=str(DEFAULT_LAB_DIR), help="lab state directory")
+    p_down.add_argument("--lab-dir", default=str(lab_dir()), help="lab state directory")
     p_down.add_argument(
         "--destroy", action="store_true", help="also remove every lab container (clean state)"
     )

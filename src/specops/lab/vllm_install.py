@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specops.errors import SpecopsError
+from specops.lab.paths import cache_root
 
 __all__ = [
     "REMOVED_PACKAGES",
@@ -56,11 +57,6 @@ Log = Callable[[str], None]
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-def cache_root() -> Path:
-    """``$SPECOPS_CACHE`` or ``/var/cache/specops``."""
-    return Path(os.environ.get("SPECOPS_CACHE") or "/var/cache/specops")
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specops.errors import SpecopsError
+from specops.lab.paths import cache_root
 
 __all__ = [
     "REQUIREMENTS",
@@ -66,10 +67,7 @@ class WheelhouseResult:
 
 def wheelhouse_dir(root: Path | None = None) -> Path:
     """``<cache>/wheels``; the cache is ``$SPECOPS_CACHE`` or ``/var/cache/specops``."""
-    base = (
-        root if root is not None else Path(os.environ.get("SPECOPS_CACHE") or "/var/cache/specops")
-    )
-    return base / "wheels"
+    return (root if root is not None else cache_root()) / "wheels"
 
 
 def read_stamp(path: Path) -> dict[str, object] | None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specops.errors import ValidationError
+from specops.lab.paths import lab_dir
 
 __all__ = [
     "DEFAULT_LAB_DIR",
@@ -39,7 +40,7 @@ __all__ = [
     "read_storage_cfg",
 ]
 
-DEFAULT_LAB_DIR = Path(os.environ.get("SPECOPS_LAB_DIR", "/var/lib/specops/lab"))
+DEFAULT_LAB_DIR = lab_dir()  # the CLI default; read once when the CLI starts
 DEFAULT_LXCPATH = Path(os.environ.get("SPECOPS_LAB_LXCPATH", "/var/lib/lxc"))
 _NODE_RE = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9\-]*[a-zA-Z0-9])?$")
 

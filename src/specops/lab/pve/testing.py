@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from specops.lab.paths import TEMPLATE_NAME
 from specops.lab.pve.layout import Cluster, Node, init_cluster
 from specops.lab.pve.pct import ct_exec
 
@@ -33,7 +34,6 @@ __all__ = [
 ]
 
 _REPO = Path(__file__).resolve().parents[4]
-TEMPLATE_NAME = "debian-bookworm-rootfs.tar"
 
 
 def make_test_cluster(
