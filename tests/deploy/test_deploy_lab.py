@@ -16,7 +16,6 @@ The lab's containers are destroyed before and after; pve-a's tree is rebuilt aft
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
@@ -30,6 +29,7 @@ from plugins.measurements import Record
 
 from specops.lab.assets import stage_node_assets
 from specops.lab.hosttree import build_tree, load_spec, with_cards_released, with_nvidia_loaded
+from specops.lab.paths import cache_root
 from specops.lab.pve.layout import Cluster, Node
 from specops.lab.pve.testing import open_devices_in_ct
 
@@ -37,10 +37,10 @@ pytestmark = [pytest.mark.lxc, pytest.mark.vllm, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 LAB = Path("/var/lib/specops/lab")
-CACHE = Path(os.environ.get("SPECOPS_CACHE", "/var/cache/specops"))
 CT = "lab-ct801"
 LXC_NAME = "pve-b-801"
 PORT = 18801
+HOSTS = {"localhost", "pve-a", "pve-b", CT}  # every host of the lab inventory's plays
 _RECAP = re.compile(
     r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
     r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)",
@@ -148,7 +148,7 @@ def migration(
     after = with_cards_released(with_nvidia_loaded(described), ["0000:01:00.0"])
     build_tree(after, pve_a, replace_existing=True)
     assert after.nvidia is not None
-    stage_node_assets(pve_a, CACHE, after.nvidia.version)
+    stage_node_assets(pve_a, cache_root(), after.nvidia.version)
     state = tmp_path_factory.mktemp("migrate-state")
     extra = {
         "migrate_vmid": 801,
@@ -161,10 +161,11 @@ def migration(
         "migrate_bench_plan": str(REPO / "results" / CT / "plan.yml"),
         "migrate_bench_base_url": f"http://127.0.0.1:{PORT}",
         "migrate_bench_previous": str(_results_of(first_run)),
-        # A smoke gate on a busy two-core machine: it catches a broken or far slower
-        # server, not a few per cent (the real fleet's gate keeps the defaults).
-        "migrate_bench_throughput_drop": 0.5,
-        "migrate_bench_latency_rise": 1.5,
+        # Timings on a busy two-core machine decide nothing: the gate compares and
+        # reports throughput and latency without gating on them; failed requests still
+        # fail it (its thresholds are tested on recorded results, tests/bench).
+        "migrate_bench_throughput_drop": "off",
+        "migrate_bench_latency_rise": "off",
     }
     venv = REPO / ".venv/bin"
     run = _run(
@@ -187,7 +188,7 @@ def migration(
 def test_first_run_deploys_and_reports(first_run: Run) -> None:
     assert first_run.rc == 0, first_run.output[-6000:]
     recap = first_run.recap()
-    assert set(recap) >= {"localhost", "pve-a", "pve-b", CT}, recap
+    assert set(recap) >= HOSTS, recap
     assert all(r["failed"] == 0 and r["unreachable"] == 0 for r in recap.values()), recap
     assert recap[CT]["changed"] > 0
     # The callback folds long messages at spaces: match across line breaks.
@@ -249,6 +250,7 @@ def test_container_has_its_gpu_userspace_and_server(first_run: Run) -> None:
 def test_second_run_changes_nothing(first_run: Run, second_run: Run, measurement: Record) -> None:
     assert second_run.rc == 0, second_run.output[-6000:]
     recap = second_run.recap()
+    assert set(recap) >= HOSTS, f"no recap for {HOSTS - set(recap)}: {second_run.output[-3000:]}"
     assert {h: r["changed"] for h, r in recap.items() if r["changed"]} == {}, recap
     first, again = _deploy_seconds(first_run), _deploy_seconds(second_run)
     line = (
@@ -263,6 +265,7 @@ def test_second_run_changes_nothing(first_run: Run, second_run: Run, measurement
 def test_check_diff_on_converged_lab_reports_no_change(check_run: Run) -> None:
     assert check_run.rc == 0, check_run.output[-6000:]
     recap = check_run.recap()
+    assert set(recap) >= HOSTS, f"no recap for {HOSTS - set(recap)}: {check_run.output[-3000:]}"
     assert {h: r["changed"] for h, r in recap.items() if r["changed"]} == {}, recap
 
 

@@ -1,18 +1,20 @@
-"""Real servers: three lab nodes (systemd containers) serving vLLM CPU with the tiny model.
+"""Real servers: two lab nodes (systemd containers) serving vLLM CPU with the tiny model.
 
 One session of nodes (``specops.tune.lab``: docker systemd containers sharing the lab's
 one read-only vLLM venv) serves both tests:
 
 - the rollout: a good change (ngram num_speculative_tokens 3 -> 5, the profile's
-  num_draft_tokens 4 -> 6) lands on all three, each gated; re-running it restarts
-  nothing; a bad change (``--max-num-seqs 0``: the translator's flag list takes it, vLLM
-  refuses it at start) fails on node 1, node 1 is restored and answers, nodes 2 and 3
-  keep their InvocationID and start time (never restarted);
-- P5 on node 3, through the sweep's Ansible applier: the full grid over ngram
-  num_speculative_tokens 1..8, then the ascent; every restart a new InvocationID and
-  MainPID, the canary left on the pick; both picks and both restart counts printed.
-  (A candidate the engine cannot take is recorded invalid without a restart:
-  tests/tune/test_sweep_driver.py.)
+  num_draft_tokens 4 -> 6) lands on both, each gated, one node after the other;
+  re-running it restarts nothing; a bad change (``--max-num-seqs 0``: the translator's
+  flag list takes it, vLLM refuses it at start) fails on node 1, node 1 is restored
+  and answers, node 2 keeps its InvocationID and start time (never restarted);
+- ``playbooks/sweep.yml`` (``specops sweep run`` through the inventory) on node 2: a
+  two-candidate grid, every restart a new InvocationID and MainPID, the canary left on
+  the pick; run again on the same results it measures and restarts nothing.
+
+Two nodes prove the one-at-a-time order and the untouched rest as three would, with
+one vLLM start fewer per change. P5 (the ascent against the full grid: a measurement
+of restarts and pick, not a pass/fail test) is ``scripts/bench-sweep-vs-grid.py``.
 """
 
 from __future__ import annotations
@@ -29,15 +31,14 @@ import pytest
 from ansible_collections.specops.infra.plugins.module_utils.readiness import wait_ready
 from plugins.measurements import Record
 
-from specops.tune.apply import AnsibleApplier
 from specops.tune.lab import LabNode, node_names, remove_nodes, start_nodes, write_inventory
 from specops.tune.rollout import overhead, overhead_table
-from specops.tune.versus import LAB_SEARCH, sweep_vs_grid
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.docker, pytest.mark.fleet]
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = "specops-tiny-qwen.service"
+NODES = 2
 OLD = {"method": "ngram", "num_draft_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
 GOOD = {"method": "ngram", "num_draft_tokens": 6, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
 BAD = {**GOOD, "num_draft_tokens": 5, "extra_args": ["--max-num-seqs", "0"]}
@@ -67,12 +68,12 @@ def identity(node: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[LabNode]]]:
-    # SPECOPS_TUNE_REUSE_NODES=1 (development): take the running specops-tune-node1..3
+    # SPECOPS_TUNE_REUSE_NODES=1 (development): take the running specops-tune-node1..2
     # as they are (the setup playbook still converges them) and leave them running.
     reuse = os.environ.get("SPECOPS_TUNE_REUSE_NODES") == "1"
-    nodes = [LabNode(n, 18710 + i) for i, n in enumerate(node_names(3), 1)]
+    nodes = [LabNode(n, 18710 + i) for i, n in enumerate(node_names(NODES), 1)]
     if not reuse:
-        nodes = start_nodes(3)
+        nodes = start_nodes(NODES)
     try:
         inventory = write_inventory(nodes, tmp_path_factory.mktemp("inv") / "hosts.json", OLD)
         run = playbook(inventory, "tests/fixtures/tune/lab-nodes.yml")
@@ -80,15 +81,17 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[L
         yield inventory, nodes
     finally:
         if not reuse:
-            remove_nodes(3)
+            remove_nodes(NODES)
 
 
 def rollout_vars(tmp: Path, profile: dict[str, Any]) -> str:
     data = {
         "speculative_rollout_profile": profile,
         "speculative_rollout_smoke_plan": SMOKE,
-        # three servers and other work share two cores here: only a collapse counts
-        "speculative_rollout_throughput_drop": 0.9,
+        # timings on a busy two-core machine decide nothing: throughput is measured and
+        # reported, failures gate (the throughput gate's decisions are tested on
+        # recorded results in test_rollout_gate.py)
+        "speculative_rollout_throughput_drop": None,
         "speculative_rollout_baseline_dir": str(tmp / "baselines"),
         "speculative_rollout_report_dir": str(tmp / "nodes"),
     }
@@ -113,7 +116,7 @@ def test_rollout_good_change_rerun_and_bad_change(lab, tmp_path: Path, measureme
     lines = overhead_table([recs[n] for n in sorted(recs)])
     measurement(
         "rollout-p4",
-        ["P4 rollout overhead (good change, three nodes):", *lines],
+        [f"P4 rollout overhead (good change, {NODES} nodes):", *lines],
         {n: overhead(recs[n]) for n in sorted(recs)},
     )
     after_good = {n: identity(n) for n in names}
@@ -151,40 +154,60 @@ def test_rollout_good_change_rerun_and_bad_change(lab, tmp_path: Path, measureme
         assert records(tmp_path)[n]["outcome"] == "already-on-profile"  # from the re-run
 
 
-def test_sweep_against_the_full_grid(lab, tmp_path: Path, measurement: Record) -> None:
-    """P5 on the real server (node 3): grid over num_draft_tokens 2..9, then the ascent.
+SWEEP = {
+    "served_model_name": "tiny-qwen",
+    "base_profile": GOOD,
+    "space": {"num_draft_tokens": [4, 6]},
+    "mode": "grid",
+    "plan": {"concurrency": [2], "context_lengths": [128], "output_len": 32,
+             "requests_per_cell": 8, "warmup_per_cell": 1},
+    "objective": {"min_repeats": 1, "max_repeats": 1, "tolerance": 0.0},
+}  # fmt: skip
 
-    The mechanics are asserted; the figures (same pick within noise, restarts ratio
-    against the 60 % target) are printed and kept in results/sweep-p5.json, as
-    scripts/bench-sweep-vs-grid.py prints them.
-    """
+
+def sweep_events(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (out / "sweep.jsonl").read_text().splitlines()]
+
+
+def test_sweep_playbook_on_a_canary_and_its_resume(lab, tmp_path: Path) -> None:
+    """playbooks/sweep.yml end to end on node 2: grid over num_draft_tokens 4 and 6."""
     inventory, nodes = lab
-    node = nodes[2]
-    # nodes 1 and 2 are done: their servers stop (by unit name) so as not to share the CPU
-    for other in nodes[:2]:
-        subprocess.run(["docker", "exec", other.name, "systemctl", "stop", UNIT], check=True)
-    applier = AnsibleApplier(inventory, node.name, node.base_url, "tiny-qwen",
-                             log=tmp_path / "ansible.log")  # fmt: skip
-    config = {**LAB_SEARCH, "canary": node.name, "inventory": str(inventory),
-              "base_url": node.base_url}  # fmt: skip
-    result = sweep_vs_grid(config, applier, tmp_path, log=print)
-    measurement("sweep-p5", ["P5 sweep vs full grid (node 3):", *result.lines()], result.to_dict())
-    # the grid restarted into every candidate it measured (the node ran none of them)
-    assert result.grid_restarts == 8
-    assert result.sweep_restarts < result.grid_restarts
-    for mode in ("grid", "ascent"):
-        assert (tmp_path / mode / "leaderboard.md").exists()
-        assert (tmp_path / mode / "chosen-profile.yml").exists()
-        # no races: every restart the ledger records is a new process
-        events = [json.loads(x) for x in (tmp_path / mode / "sweep.jsonl").read_text().splitlines()]
-        runs = [e for e in events if e["kind"] == "run"]
-        restarts = [e["restart"] for e in runs if (e.get("restart") or {}).get("restarted")]
-        assert restarts, mode
-        for r in restarts:
-            assert r["after"]["invocation_id"] != r["before"]["invocation_id"]
-            assert r["after"]["main_pid"] != r["before"]["main_pid"]
-    # the canary is left on the ascent's pick (the sweep ran last), serving
-    n = int(result.sweep_pick.split("=")[1])
-    left = identity(node.name)
+    canary = nodes[-1]
+    config = tmp_path / "sweep.json"
+    config.write_text(json.dumps({
+        **SWEEP, "canary": canary.name, "inventory": str(inventory),
+        "base_url": canary.base_url,
+    }))  # fmt: skip
+    out = tmp_path / "out"
+    before = identity(canary.name)
+    run = playbook(inventory, "playbooks/sweep.yml", "-e", f"sweep_config={config}",
+                   "-e", f"sweep_out={out}")  # fmt: skip
+    assert run.returncode == 0, run.stdout[-8000:]
+    events = sweep_events(out)
+    runs = [e for e in events if e["kind"] == "run"]
+    assert sorted(e["key"] for e in runs) == ["num_draft_tokens=4", "num_draft_tokens=6"]
+    assert all(e["ok"] for e in runs), runs
+    # the canary ran num_draft_tokens 6 (the rollout's profile): measuring 4 restarts
+    # it; every restart the ledger records is a new process
+    restarts = [e["restart"] for e in runs if (e.get("restart") or {}).get("restarted")]
+    assert restarts, runs
+    for r in restarts:
+        assert r["after"]["invocation_id"] != r["before"]["invocation_id"]
+        assert r["after"]["main_pid"] != r["before"]["main_pid"]
+    final = next(e for e in events if e["kind"] == "final")
+    pick = int(final["pick"].split("=")[1])
+    assert f"num_draft_tokens={pick}" in (out / "leaderboard.md").read_text()
+    assert f"num_draft_tokens: {pick}" in (out / "chosen-profile.yml").read_text()
+    left = identity(canary.name)
     assert left["ActiveState"] == "active"
-    assert f'"num_speculative_tokens":{n - 1}' in left["ExecStart"]
+    assert f'"num_speculative_tokens":{pick - 1}' in left["ExecStart"]
+    assert left["InvocationID"] != before["InvocationID"]
+    assert wait_ready(canary.base_url, "tiny-qwen", timeout=30).ready
+
+    # the same sweep again: every run is replayed from the ledger, nothing restarts
+    again = playbook(inventory, "playbooks/sweep.yml", "-e", f"sweep_config={config}",
+                     "-e", f"sweep_out={out}")  # fmt: skip
+    assert again.returncode == 0, again.stdout[-8000:]
+    new = sweep_events(out)[len(events) :]
+    assert [e for e in new if e["kind"] == "run"] == []
+    assert identity(canary.name)["InvocationID"] == left["InvocationID"]

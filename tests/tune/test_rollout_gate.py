@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import threading
@@ -15,6 +16,7 @@ from ansible_collections.specops.infra.plugins.module_utils.engine_idle import (
     wait_idle,
 )
 
+from specops.bench.compare import threshold_arg
 from specops.bench.plan import plan_from_mapping
 from specops.bench.results import Results
 from specops.bench.runner import run_plan
@@ -52,6 +54,20 @@ def test_gate_passes_same_speed_and_fails_a_slow_candidate(synthetic) -> None:
     assert bad.gate == "throughput"
     assert "output_tok_s" in bad.message
     assert "-60%" in bad.message
+    # off: a collapse is measured and reported but does not gate; failures still do
+    off = smoke_gate(base, scaled(base, 0.1), throughput_drop=None)
+    assert off.ok, off.message
+    tp = [f for f in off.findings if f["metric"] == "output_tok_s"]
+    assert tp
+    assert all(f["note"] == "not gated" and f["change"] < -0.8 for f in tp)
+
+
+def test_threshold_argument_takes_a_fraction_or_off() -> None:
+    assert threshold_arg("0.25") == 0.25
+    assert threshold_arg("off") is None
+    for bad in ("-0.1", "fast"):
+        with pytest.raises(argparse.ArgumentTypeError, match="or off"):
+            threshold_arg(bad)
 
 
 def test_gate_fails_on_failed_requests(synthetic) -> None:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specops.bench.compare import Thresholds, compare
+from specops.bench.compare import Thresholds, compare, threshold_arg
 from specops.bench.plan import load_plan, plan_from_mapping
 from specops.bench.report import fmt, write_report
 from specops.bench.results import Results, load_results
@@ -68,9 +68,16 @@ def register(subparsers: Any) -> None:
     cmp_ = sub.add_parser("compare", help="compare candidate B with baseline A (gate)")
     cmp_.add_argument("baseline")
     cmp_.add_argument("candidate")
-    cmp_.add_argument("--throughput-drop", type=float, default=Thresholds.throughput_drop)
-    cmp_.add_argument("--latency-rise", type=float, default=Thresholds.latency_rise)
-    cmp_.add_argument("--acceptance-drop", type=float, default=Thresholds.acceptance_drop)
+    off = " (a fraction, or off: measured, not gated)"
+    cmp_.add_argument(
+        "--throughput-drop", type=threshold_arg, default=Thresholds.throughput_drop, help=off
+    )
+    cmp_.add_argument(
+        "--latency-rise", type=threshold_arg, default=Thresholds.latency_rise, help=off
+    )
+    cmp_.add_argument(
+        "--acceptance-drop", type=threshold_arg, default=Thresholds.acceptance_drop, help=off
+    )
     cmp_.add_argument("--max-pass-drop", type=int, default=Thresholds.max_pass_drop)
     cmp_.add_argument("--json", action="store_true")
     cmp_.set_defaults(func=_cmd_compare)

@@ -3,24 +3,43 @@
 Cells are matched by (concurrency, context length). A regression is a relative change
 past a threshold in the bad direction: output tok/s down, TTFT p50 or TPOT p50 up,
 mean acceptance length down, any new failures, or HumanEval passing fewer problems
-than the baseline by more than ``max_pass_drop``.
+than the baseline by more than ``max_pass_drop``. A threshold of ``None`` ("off" on the
+command line) keeps the metric's finding, measured and reported, but never a regression:
+for a comparison whose timings say nothing (a busy test machine), failures and
+correctness still gate.
 """
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 
 from specops.bench.results import Cell, Results
 
-__all__ = ["Finding", "Thresholds", "compare"]
+__all__ = ["Finding", "Thresholds", "compare", "threshold_arg"]
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    throughput_drop: float = 0.05  # relative
-    latency_rise: float = 0.10  # relative, TTFT p50 and TPOT p50
-    acceptance_drop: float = 0.05  # relative
+    throughput_drop: float | None = 0.05  # relative; None: not gated
+    latency_rise: float | None = 0.10  # relative, TTFT p50 and TPOT p50; None: not gated
+    acceptance_drop: float | None = 0.05  # relative; None: not gated
     max_pass_drop: int = 2  # HumanEval problems
+
+
+def threshold_arg(text: str) -> float | None:
+    """A relative threshold from the command line: a number >= 0, or ``off``."""
+    if text.strip().lower() in ("off", "none"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a fraction such as 0.1, or off (got {text!r})"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, or off (got {text!r})")
+    return value
 
 
 @dataclass(frozen=True)
@@ -42,20 +61,25 @@ def _rel(base: float | None, cand: float | None) -> float | None:
 
 def _cell_findings(label: str, a: Cell, b: Cell, t: Thresholds) -> list[Finding]:
     out: list[Finding] = []
-    pairs = [
-        ("output_tok_s", a.stats.output_tok_s, b.stats.output_tok_s, -t.throughput_drop),
-        ("ttft_ms_p50", a.stats.ttft_ms.p50, b.stats.ttft_ms.p50, t.latency_rise),
-        ("tpot_ms_p50", a.stats.tpot_ms.p50, b.stats.tpot_ms.p50, t.latency_rise),
+    # (metric, baseline, candidate, threshold, a rise is bad)
+    pairs: list[tuple[str, float | None, float | None, float | None, bool]] = [
+        ("output_tok_s", a.stats.output_tok_s, b.stats.output_tok_s, t.throughput_drop, False),
+        ("ttft_ms_p50", a.stats.ttft_ms.p50, b.stats.ttft_ms.p50, t.latency_rise, True),
+        ("tpot_ms_p50", a.stats.tpot_ms.p50, b.stats.tpot_ms.p50, t.latency_rise, True),
         (
             "mean_acceptance_length",
             a.acceptance.mean_acceptance_length,
             b.acceptance.mean_acceptance_length,
-            -t.acceptance_drop,
+            t.acceptance_drop,
+            False,
         ),
     ]
-    for metric, base, cand, limit in pairs:
+    for metric, base, cand, limit, rise_is_bad in pairs:
         change = _rel(base, cand)
-        bad = change is not None and (change < limit if limit < 0 else change > limit)
+        if limit is None:
+            out.append(Finding(label, metric, base, cand, change, False, "not gated"))
+            continue
+        bad = change is not None and (change > limit if rise_is_bad else change < -limit)
         out.append(Finding(label, metric, base, cand, change, bad))
     new_fail = b.stats.failed - a.stats.failed
     out.append(

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specops.bench.compare import threshold_arg
 from specops.bench.results import load_results
 from specops.errors import ValidationError
 from specops.tune.apply import AnsibleApplier
@@ -18,6 +19,8 @@ from specops.tune.rollout import load_records, measure_baseline, smoke_gate, smo
 from specops.tune.sweep import load_config_file, run_sweep
 
 __all__ = ["register"]
+
+_OFF = "relative output tok/s drop that fails the gate, or off (measured, not gated)"
 
 
 def register(subparsers: Any) -> None:
@@ -40,7 +43,7 @@ def register(subparsers: Any) -> None:
     gate = rsub.add_parser("gate", help="smoke benchmark vs the node's baseline (exit 1: failed)")
     gate.add_argument("--baseline", type=Path, required=True)
     gate.add_argument("--candidate", type=Path, required=True)
-    gate.add_argument("--throughput-drop", type=float, default=0.10)
+    gate.add_argument("--throughput-drop", type=threshold_arg, default=0.10, help=_OFF)
     gate.add_argument("--max-pass-drop", type=int, default=0)
     gate.set_defaults(func=_gate)
     for name, text in (
@@ -59,7 +62,7 @@ def register(subparsers: Any) -> None:
         step.add_argument("--baseline", type=Path, required=True, help="the node's baseline file")
         step.add_argument("--humaneval-limit", type=int, default=0)
         if name == "smoke":
-            step.add_argument("--throughput-drop", type=float, default=0.10)
+            step.add_argument("--throughput-drop", type=threshold_arg, default=0.10, help=_OFF)
             step.add_argument("--max-pass-drop", type=int, default=0)
             step.add_argument("--no-update-baseline", action="store_true")
         step.set_defaults(func=_step)

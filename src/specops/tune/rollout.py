@@ -54,10 +54,18 @@ class GateResult:
 
 
 def smoke_gate(
-    baseline: Results, candidate: Results, *, throughput_drop: float = 0.10, max_pass_drop: int = 0
+    baseline: Results,
+    candidate: Results,
+    *,
+    throughput_drop: float | None = 0.10,
+    max_pass_drop: int = 0,
 ) -> GateResult:
-    if not 0 < throughput_drop < 1:
-        raise ValidationError("throughput_drop", f"must be in (0, 1) (got {throughput_drop})")
+    """Failures, then throughput (unless ``throughput_drop`` is None: measured, reported,
+    not gated), then correctness."""
+    if throughput_drop is not None and not 0 < throughput_drop < 1:
+        raise ValidationError(
+            "throughput_drop", f"must be in (0, 1), or None (off) (got {throughput_drop})"
+        )
     failed = sum(c.stats.failed + c.warmup_failed for c in candidate.cells)
     if failed or not candidate.cells:
         return GateResult(
@@ -79,7 +87,8 @@ def smoke_gate(
         ]
         return GateResult(
             False, "throughput",
-            f"throughput regression past {throughput_drop:.0%}: {'; '.join(parts)}", as_dicts,
+            f"throughput regression past {throughput_drop or 0:.0%}: {'; '.join(parts)}",
+            as_dicts,
         )  # fmt: skip
     bad_c = [f for f in keep if f.regression and f.metric in ("passed", "failed_requests")]
     if bad_c:
@@ -127,7 +136,7 @@ def smoke_step(
     work: Path,
     baseline: Path,
     *,
-    throughput_drop: float,
+    throughput_drop: float | None,
     max_pass_drop: int,
     humaneval_limit: int = 0,
     update_baseline: bool = True,
