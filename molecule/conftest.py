@@ -1,7 +1,8 @@
 """Helpers shared by every molecule scenario's testinfra verifier.
 
 pytest loads this file for any test under molecule/, so verifiers use these fixtures
-without path tricks.
+without path tricks. The verifiers run under the same strict rule as the pytest suite
+(tests/plugins/strict.py): under CI=true a skipped verifier test fails.
 """
 
 from __future__ import annotations
@@ -9,11 +10,31 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+# The strict-CI hooks of the pytest suite: this is not the root conftest, so they are
+# imported into it (hook functions of a conftest module are registered by name).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from plugins.strict import (
+    pytest_configure,
+    pytest_deselected,
+    pytest_runtest_makereport,
+    pytest_sessionfinish,
+    pytest_terminal_summary,
+)
+
+__all__ = [
+    "pytest_configure",
+    "pytest_deselected",
+    "pytest_runtest_makereport",
+    "pytest_sessionfinish",
+    "pytest_terminal_summary",
+]
 
 
 @pytest.fixture
