@@ -21,7 +21,7 @@ description:
     text at C(<path>.previous), writes the new one atomically (root, 0644) and reloads
     systemd.
   - Restarts the service only when the text changed, it is not running, or I(restart) is
-    true: a graceful stop (its processes and, where C(nvidia-smi) exists, their GPU memory
+    true, with a graceful stop (its processes and, where C(nvidia-smi) exists, their GPU memory
     gone; nothing is killed by name or device), then C(systemctl start).
   - Waits until the server is ready (C(GET /health), I(served_model_name) in
     C(GET /v1/models), one generated token) and checks that a new process serves (a new

@@ -1,0 +1,48 @@
+"""Every module's DOCUMENTATION, EXAMPLES and RETURN is valid YAML (ansible-doc and
+ansible-lint read it; a parse error there is only printed, never fatal to the lint)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+MODULES = sorted(
+    (Path(__file__).resolve().parents[2] / "collections/ansible_collections/specops/infra")
+    .joinpath("plugins/modules")
+    .glob("*.py")
+)
+
+
+def _blocks(path: Path) -> dict[str, str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id in (
+                    "DOCUMENTATION",
+                    "EXAMPLES",
+                    "RETURN",
+                ):
+                    out[target.id] = str(node.value.value)
+    return out
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.stem)
+def test_module_documentation_parses(path: Path) -> None:
+    blocks = _blocks(path)
+    assert set(blocks) == {"DOCUMENTATION", "EXAMPLES", "RETURN"}, path.name
+    doc = yaml.safe_load(blocks["DOCUMENTATION"])
+    assert doc["module"] == path.stem
+    assert doc["short_description"]
+    yaml.safe_load(blocks["EXAMPLES"])
+    yaml.safe_load(blocks["RETURN"])
+
+
+def test_a_colon_in_a_plain_description_is_caught() -> None:
+    broken = "module: x\ndescription:\n  - runs when I(restart) is\n    true: a graceful stop\n"
+    with pytest.raises(yaml.YAMLError, match="mapping values are not allowed"):
+        yaml.safe_load(broken)
