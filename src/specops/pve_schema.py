@@ -1,10 +1,16 @@
 """The Proxmox VE 9.1 API schema: look up endpoints and check calls against it.
 
 One home for "does PVE accept this call?": the lab API stand-in rejects what this module
-rejects, and a test can check every Proxmox API call the project makes (path template,
-method, parameter names and values). Checks follow ``PVE::JSONSchema`` (parameter
-names, required, type, enum, minimum/maximum, maxLength, pattern, property-string keys
-and a few named formats) and use its error wording, so the stand-in answers as PVE does.
+rejects, and tests check every Proxmox API call the project makes (path template, method,
+parameter names and values). It follows PVE's own code at the upstream commits in
+:data:`UPSTREAM` (public mirrors of Proxmox's git):
+
+- :func:`find_endpoint` = ``PVE::RESTHandler::map_path_to_methods`` (literal path
+  segments before ``{param}`` ones) and ``PVE::HTTPServer::rest_handler``'s 501;
+- :func:`check_call` = ``PVE::HTTPServer::rest_handler`` (URI parameters merged, a
+  conflicting duplicate refused) + ``PVE::RESTHandler::handle``
+  (``$normalize_legacy_param_formats``, then ``PVE::JSONSchema::validate``, which is
+  :mod:`specops.pve_jsonschema`; the named formats are :mod:`specops.pve_formats`).
 
 The schema is ``specops/data/pve-9.1-api-schema.json`` (flattened from the API viewer
 data of pve-docs 9.1.3: ``{path: {METHOD: {parameters, returns, ...}}}``).
@@ -14,14 +20,23 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specops.pve_formats import perl_str
+from specops.pve_jsonschema import (
+    ADDITIONAL,
+    check_object,
+    check_type,
+    prop_schema,
+    typed_value,
+)
+
 __all__ = [
     "SCHEMA_FILE",
+    "UPSTREAM",
     "ApiError",
     "Endpoint",
     "calls_in",
@@ -34,26 +49,17 @@ __all__ = [
 
 SCHEMA_FILE = Path(__file__).resolve().parent / "data" / "pve-9.1-api-schema.json"
 
-ADDITIONAL = "property is not defined in schema and the schema does not allow additional properties"
-MISSING = "property is missing and it is not optional"
-
-# How many instances PVE allows of each "name[n]" option (netN 0-31, mpN 0-255, ...).
-_INSTANCES = {
-    "hostpci": 16,
-    "net": 32,
-    "mp": 256,
-    "dev": 256,
-    "unused": 256,
-    "usb": 14,
-    "serial": 4,
-    "parallel": 3,
-    "ide": 4,
-    "sata": 6,
-    "scsi": 31,
-    "virtio": 16,
-    "numa": 8,
-    "ipconfig": 32,
-    "virtiofs": 10,
+# The upstream sources every "follows PVE's ..." in this module and in the lab stand-in
+# (specops.lab.pve) was read from: git.proxmox.com mirrors on GitHub, at these commits.
+UPSTREAM: dict[str, str] = {
+    "pve-common": "f665029eac78022e81810ab2e44eace57ade13fb",
+    "pve-container": "94f558522ef61f9858c39c264d0ac4e697e49268",
+    "pve-guest-common": "4a8f6cbf78e1b6992ef77facb4ff2ab3372999e7",
+    "pve-manager": "14a22df35955d97dfc1af21e117dc894a29df0c9",
+    "pve-http-server": "5c9e4ea773364bdb7ae0e2faec5750fe58129a47",
+    "pve-storage": "0c56bad8b2a7d69e5ce2c243651fe830d6caa936",
+    "pve-access-control": "5ccd07d9302562b73374d331b63d25b04b86766c",
+    "qemu-server": "e6352be67f70042a7433a3a3c712b36d02f9f7cb",
 }
 
 
@@ -95,8 +101,9 @@ def _templates(path: Path) -> list[tuple[str, tuple[str, ...]]]:
 def find_endpoint(method: str, path: str, schema_file: Path = SCHEMA_FILE) -> Endpoint:
     """The schema entry for ``METHOD /path`` (a concrete path or a ``{param}`` template).
 
-    Literal segments win over ``{param}`` ones, as in PVE's router. Unknown: HTTP 501
-    ``Method 'GET /x' not implemented`` (PVE's answer).
+    Literal segments win over ``{param}`` ones, as in ``PVE::RESTHandler::
+    map_path_to_methods``. Unknown: HTTP 501 ``Method 'GET /x' not implemented``
+    (``PVE::HTTPServer::rest_handler``'s default answer).
     """
     method = method.upper()
     segments = tuple(path.strip("/").split("/")) if path.strip("/") else ("",)
@@ -126,130 +133,6 @@ def find_endpoint(method: str, path: str, schema_file: Path = SCHEMA_FILE) -> En
     return Endpoint(template, method, load_schema(schema_file)[template][method], params)
 
 
-def _prop_schema(props: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
-    if name in props:
-        schema: Mapping[str, Any] = props[name]
-        return schema
-    m = re.fullmatch(r"([a-z][a-z\-_]*?)(\d+)", name)
-    if m and f"{m.group(1)}[n]" in props and int(m.group(2)) < _INSTANCES.get(m.group(1), 256):
-        found: Mapping[str, Any] = props[f"{m.group(1)}[n]"]
-        return found
-    return None
-
-
-def _check_named_format(fmt: str, value: str) -> str | None:
-    if fmt == "pve-node" and not re.fullmatch(r"[a-zA-Z0-9]([a-zA-Z0-9\-]*[a-zA-Z0-9])?", value):
-        return "value does not look like a valid node name"
-    if fmt == "pve-storage-id" and not re.fullmatch(
-        r"[a-z][a-z0-9\-_.]*[a-z0-9]", value, re.IGNORECASE
-    ):
-        return f"storage ID '{value}' contains illegal characters"
-    if fmt == "pve-configid" and not re.fullmatch(r"[a-z][a-z0-9_\-]*", value, re.IGNORECASE):
-        return f"invalid configuration ID '{value}'"
-    if fmt == "pve-configid-list":
-        for item in re.split(r"[,;\s]+", value.strip()):
-            if item and not re.fullmatch(r"[a-z][a-z0-9_\-.]*", item, re.IGNORECASE):
-                return f"invalid configuration ID '{item}'"
-    if fmt == "pve-vmid-list":
-        for item in re.split(r"[,;\s]+", value.strip()):
-            if item and not item.isdigit():
-                return f"value '{item}' does not look like a valid VM ID"
-    return None
-
-
-def _check_value(  # noqa: PLR0911, PLR0912  (PVE::JSONSchema's checks)
-    name: str, schema: Mapping[str, Any], value: Any
-) -> tuple[Any, str | None]:
-    """Coerce a form/query value to the schema's type; (value, error or None)."""
-    typ = schema.get("type", "string")
-    if typ == "array":
-        return (list(value) if isinstance(value, list | tuple) else [value]), None
-    if isinstance(value, list | tuple):
-        if len(value) != 1:
-            return value, "duplicate parameter (not an array)"
-        value = value[0]
-    text = str(value)
-    if typ == "boolean":
-        if isinstance(value, bool):
-            return int(value), None
-        if re.fullmatch(r"1|true|yes|on", text, re.IGNORECASE):
-            return 1, None
-        if re.fullmatch(r"0|false|no|off", text, re.IGNORECASE):
-            return 0, None
-        return value, f"type check ('boolean') failed - got '{text}'"
-    if typ == "integer":
-        if not re.fullmatch(r"[+-]?\d+", text):
-            return value, f"type check ('integer') failed - got '{text}'"
-        number: float = int(text)
-    elif typ == "number":
-        if not re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", text):
-            return value, f"type check ('number') failed - got '{text}'"
-        number = float(text)
-    if typ in ("integer", "number"):
-        if "minimum" in schema and number < schema["minimum"]:
-            return value, f"value must have a minimum value of {schema['minimum']}"
-        if "maximum" in schema and number > schema["maximum"]:
-            return value, f"value must have a maximum value of {schema['maximum']}"
-        return (int(number) if typ == "integer" else number), None
-    if "enum" in schema and text not in schema["enum"]:
-        return value, (
-            f"value '{text}' does not have a value in the enumeration '{', '.join(schema['enum'])}'"
-        )
-    if "maxLength" in schema and len(text) > schema["maxLength"]:
-        return value, f"value may only be {schema['maxLength']} characters long"
-    if "minLength" in schema and len(text) < schema["minLength"]:
-        return value, f"value must be at least {schema['minLength']} characters long"
-    pattern = schema.get("pattern")
-    if isinstance(pattern, str):
-        py = pattern[4:-1] if pattern.startswith("(?^:") and pattern.endswith(")") else pattern
-        try:
-            if not re.fullmatch(py, text):
-                return value, "value does not match the regex pattern"
-        except re.error:
-            pass
-    fmt = schema.get("format")
-    if isinstance(fmt, str):
-        err = _check_named_format(fmt, text)
-        if err:
-            return value, f"invalid format - {err}"
-    elif isinstance(fmt, Mapping):
-        err = _check_property_string(name, fmt, text)
-        if err:
-            return value, f"invalid format - format error\n{err}"
-    return text, None
-
-
-def _check_property_string(name: str, fmt: Mapping[str, Any], text: str) -> str | None:
-    default_key = next((k for k, v in fmt.items() if v.get("default_key")), None)
-    seen: set[str] = set()
-    for part in text.split(","):
-        if not part:
-            continue
-        if "=" in part:
-            key, val = part.split("=", 1)
-        elif default_key and default_key not in seen:
-            key, val = default_key, part
-        else:
-            return f"{name}: value without key, but schema does not define a default key"
-        sub = fmt.get(key)
-        if sub is None:
-            alias = next((k for k, v in fmt.items() if v.get("alias") == key), None)
-            sub = fmt.get(alias) if alias else None
-        if sub is None:
-            return f"{name}.{key}: {ADDITIONAL}"
-        if key in seen:
-            return f"{name}.{key}: duplicate key in comma-separated list property"
-        seen.add(key)
-        if sub.get("type") in ("boolean", "integer", "number") or "enum" in sub:
-            _, err = _check_value(f"{name}.{key}", sub, val)
-            if err:
-                return f"{name}.{key}: {err}"
-    for key, sub in fmt.items():
-        if not sub.get("optional") and key not in seen and not sub.get("alias"):
-            return f"{name}.{key}: {MISSING}"
-    return None
-
-
 def check_call(
     method: str,
     path: str,
@@ -259,33 +142,44 @@ def check_call(
     """Validate a call; returns the endpoint and the typed parameters (path ones included).
 
     Raises :class:`ApiError` 501 for an unknown path/method and 400 "Parameter
-    verification failed." with per-parameter ``errors`` otherwise, like PVE.
+    verification failed." with per-parameter ``errors`` otherwise, as PVE answers
+    (``PVE::HTTPServer::rest_handler`` + ``PVE::RESTHandler::handle``).
     """
     endpoint = find_endpoint(method, path, schema_file)
-    props = endpoint.properties
-    given: dict[str, Any] = dict(params or {})
-    errors: dict[str, str] = {}
+    given: dict[str, Any] = {}
     for key, value in endpoint.path_params.items():
-        if key in given and str(given[key]) != value:
-            errors[key] = "path parameter given twice with different values"
         given[key] = value
-    typed: dict[str, Any] = {}
-    for key, value in given.items():
-        schema = _prop_schema(props, key)
-        if schema is None:
-            errors[key] = ADDITIONAL
+    for key in sorted(params or {}):
+        value = (params or {})[key]
+        if key in given and perl_str(given[key]) != perl_str(value):
+            raise ApiError(
+                400,
+                "Parameter verification failed.",
+                {key: "duplicate parameter (already defined in URI) with conflicting values!"},
+            )
+        given[key] = value
+    parameters: Mapping[str, Any] = endpoint.info.get("parameters", {})
+    props: Mapping[str, Any] = parameters.get("properties", {})
+    # PVE::RESTHandler $normalize_legacy_param_formats
+    for key, value in list(given.items()):
+        sub = prop_schema(props, key)
+        if sub is None or not value:
             continue
-        coerced, err = _check_value(key, schema, value)
-        if err:
-            errors[key] = err
-        else:
-            typed[key] = coerced
-    for key, schema in props.items():
-        if "[n]" in key or schema.get("optional") or key in given:
-            continue
-        errors[key] = MISSING
+        fmt = sub.get("format")
+        if (
+            isinstance(value, list | tuple)
+            and sub.get("type") == "string"
+            and isinstance(fmt, str)
+            and fmt.endswith("-list")
+        ):
+            given[key] = ",".join(map(perl_str, value))
+        elif not isinstance(value, list | tuple) and sub.get("type") == "array":
+            given[key] = [value]
+    errors: dict[str, str] = {}
+    check_object(None, props, given, parameters.get("additionalProperties"), errors)
     if errors:
         raise ApiError(400, "Parameter verification failed.", errors)
+    typed = {key: typed_value(prop_schema(props, key), value) for key, value in given.items()}
     return endpoint, typed
 
 
@@ -307,34 +201,30 @@ def _type_ok(schema: Mapping[str, Any], value: Any) -> bool:
 
 
 def check_returns(method: str, path: str, data: Any, schema_file: Path = SCHEMA_FILE) -> list[str]:
-    """Differences between a response's ``data`` and the documented ``returns`` shape."""
+    """Differences between a response's ``data`` and the documented ``returns`` shape
+    (types, enums, required keys; array items and nested objects too)."""
     endpoint = find_endpoint(method, path, schema_file)
     returns: Mapping[str, Any] = endpoint.info.get("returns", {})
     problems: list[str] = []
 
-    def check_object(where: str, schema: Mapping[str, Any], obj: Any) -> None:
-        if not isinstance(obj, dict):
-            problems.append(f"{where}: want an object, got {type(obj).__name__}")
+    def check(where: str, schema: Mapping[str, Any], obj: Any) -> None:
+        if not _type_ok(schema, obj):
+            problems.append(f"{where}: want {schema.get('type')}, got {obj!r}")
             return
-        for key, sub in schema.get("properties", {}).items():
-            if key not in obj:
-                if not sub.get("optional"):
-                    problems.append(f"{where}.{key}: missing")
-                continue
-            if not _type_ok(sub, obj[key]):
-                problems.append(f"{where}.{key}: want {sub.get('type')}, got {obj[key]!r}")
-            elif "enum" in sub and obj[key] not in sub["enum"]:
-                problems.append(f"{where}.{key}: {obj[key]!r} not in {sub['enum']}")
+        if "enum" in schema and obj is not None and obj not in schema["enum"]:
+            problems.append(f"{where}: {obj!r} not in {schema['enum']}")
+        if isinstance(obj, dict) and isinstance(schema.get("properties"), Mapping):
+            for key, sub in schema["properties"].items():
+                if key not in obj:
+                    if not sub.get("optional"):
+                        problems.append(f"{where}.{key}: missing")
+                    continue
+                check(f"{where}.{key}", sub, obj[key])
+        if isinstance(obj, list) and isinstance(schema.get("items"), Mapping):
+            for i, item in enumerate(obj):
+                check(f"{where}[{i}]", schema["items"], item)
 
-    if not _type_ok(returns, data):
-        problems.append(f"data: want {returns.get('type')}, got {type(data).__name__}")
-    elif returns.get("type") == "object":
-        check_object("data", returns, data)
-    elif returns.get("type") == "array" and isinstance(returns.get("items"), Mapping):
-        items = returns["items"]
-        if items.get("type") == "object":
-            for i, item in enumerate(data):
-                check_object(f"data[{i}]", items, item)
+    check("data", returns, data)
     return problems
 
 
@@ -345,11 +235,11 @@ def typed_returns(method: str, path: str, data: dict[str, Any]) -> dict[str, Any
     props: Mapping[str, Any] = returns.get("properties", {})
     out: dict[str, Any] = {}
     for key, value in data.items():
-        schema = _prop_schema(props, key)
+        schema = prop_schema(props, key)
         typ = schema.get("type") if schema else None
         if isinstance(value, str) and typ in ("integer", "number", "boolean"):
-            coerced, err = _check_value(key, schema or {}, value)
-            out[key] = value if err else coerced
+            errs: dict[str, str] = {}
+            out[key] = typed_value(schema, value) if check_type(key, typ, value, errs) else value
         else:
             out[key] = value
     return out
@@ -365,6 +255,6 @@ def calls_in(paths: Sequence[tuple[str, str, Sequence[str]]]) -> list[str]:
             problems.append(exc.message)
             continue
         for name in names:
-            if _prop_schema(endpoint.properties, name) is None:
+            if prop_schema(endpoint.properties, name) is None:
                 problems.append(f"{method} {path}: parameter '{name}': {ADDITIONAL}")
     return problems
