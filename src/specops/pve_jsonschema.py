@@ -235,13 +235,12 @@ def _perl_true(value: Any) -> bool:
 
 
 def _format_size(size: int) -> str:
-    """pve-common JSONSchema.pm ``format_size``."""
-    units = ["", "K", "M", "G", "T"]
-    i = 0
-    while i < 4 and size % 1024 == 0 and size:
+    """pve-common JSONSchema.pm ``format_size`` (0 is ``0T``, as there)."""
+    for unit in ("", "K", "M", "G"):
+        if size % 1024:
+            return f"{size}{unit}"
         size //= 1024
-        i += 1
-    return f"{size}{units[i]}"
+    return f"{size}T"
 
 
 def print_property_string(data: Mapping[str, Any], fmt: str | Mapping[str, Any]) -> str:

@@ -9,7 +9,7 @@ import pytest
 
 from specops.errors import ValidationError
 from specops.lab.pve import pct
-from specops.lab.pve.conf import parse
+from specops.lab.pve.conf import parse_pct_config
 from specops.lab.pve.layout import Cluster, Node, init_cluster, read_storage_cfg
 from specops.lab.pve.lxcconf import StartError, build_lxc_config
 from specops.lab.pve.testing import make_test_cluster
@@ -41,24 +41,37 @@ def node(tmp_path: Path) -> Node:
     return node
 
 
-def _plan(node: Node, machine: str, conf: str = CONF) -> tuple[list[str], list[str]]:
+@pytest.fixture
+def lxc_config_dir(tmp_path: Path) -> Path:
+    """An LXC config dir with the Debian include (what lxc-templates / lxc-pve install)."""
+    directory = tmp_path / "lxc-config"
+    directory.mkdir()
+    (directory / "common.conf").write_text("")
+    (directory / "debian.common.conf").write_text("")
+    return directory
+
+
+def _plan(
+    node: Node, machine: str, conf: str = CONF, config_dir: Path | None = None
+) -> tuple[list[str], list[str]]:
     plan = build_lxc_config(
-        parse(conf),
+        parse_pct_config(100, conf),
         vmid=100,
         node=node,
         rootfs=Path("/r"),
         passthrough_dir=Path("/p"),
         machine_cgroup=machine,
+        lxc_config_dir=config_dir or Path("/nonexistent"),
     )
     return plan.config.splitlines(), plan.warnings
 
 
-def test_v2_host_on_this_v1_machine(node: Node) -> None:
-    lines, warnings = _plan(node, "v1")
+def test_v2_host_on_this_v1_machine(node: Node, lxc_config_dir: Path) -> None:
+    lines, warnings = _plan(node, "v1", config_dir=lxc_config_dir)
     root = node.root
     assert lines[:2] == [
         "lxc.arch = amd64",
-        "lxc.include = /usr/share/lxc/config/debian.common.conf",
+        f"lxc.include = {lxc_config_dir}/debian.common.conf",
     ]
     # devN: the node's real major:minor, a bind of the passthrough node.
     assert "lxc.cgroup.devices.allow = c 195:1 rw" in lines
@@ -76,6 +89,62 @@ def test_v2_host_on_this_v1_machine(node: Node) -> None:
     assert "lxc.uts.name = llm1" in lines
     assert "lxc.rootfs.path = dir:/r" in lines
     assert not any("509" in ln or "gone" in ln for ln in lines)  # snapshot ignored
+
+
+def test_include_falls_back_to_common_conf_as_update_lxc_config(
+    node: Node, lxc_config_dir: Path
+) -> None:
+    """``$inc = "$cfgpath/common.conf" if !-f $inc``: a config dir without the ostype's
+    file (a machine without lxc-templates) gets the generic include, not a failure."""
+    (lxc_config_dir / "debian.common.conf").unlink()
+    lines, _ = _plan(node, "v1", config_dir=lxc_config_dir)
+    assert lines[1] == f"lxc.include = {lxc_config_dir}/common.conf"
+    lines, _ = _plan(node, "v1", CONF.replace("ostype: debian", "ostype: alpine"))
+    assert lines[1] == "lxc.include = /nonexistent/common.conf"
+
+
+def test_deny_write_device_is_read_only_in_both_lines(node: Node) -> None:
+    """update_lxc_config: ``allow ... r`` and ``deny ... w`` for ``deny-write=1``."""
+    conf = CONF.replace("dev0: /dev/nvidia1,gid=44", "dev0: /dev/nvidia1,deny-write=1")
+    lines, _ = _plan(node, "v2", conf)
+    assert "lxc.cgroup2.devices.allow = c 195:1 r" in lines
+    assert "lxc.cgroup2.devices.deny = c 195:1 w" in lines
+    assert "lxc.cgroup2.devices.allow = c 195:1 rw" not in lines
+
+
+@pytest.mark.parametrize(
+    ("drop", "message"),
+    [
+        ("arch: amd64\n", "missing 'arch' - internal error"),
+        ("ostype: debian\n", "missing 'ostype'"),
+    ],
+)
+def test_missing_arch_or_ostype_is_pves_internal_error(node: Node, drop: str, message: str) -> None:
+    with pytest.raises(StartError, match=message):
+        _plan(node, "v1", CONF.replace(drop, ""))
+
+
+def test_entrypoint_console_env_and_mount_points(node: Node) -> None:
+    node.host_path("/srv/models").mkdir(parents=True)
+    extra = (
+        "entrypoint: /usr/bin/python3 -m app\nconsole: 0\ntty: 4\n"
+        "mp0: /srv/models,mp=/models,ro=1,mountoptions=nosuid;nodev\n"
+        "lxc.environment.runtime: A=1\nlxc.environment.runtime: B=2\n"
+    )
+    lines, _ = _plan(node, "v2", CONF.replace("hostname: llm1\n", f"hostname: llm1\n{extra}"))
+    assert lines[2] == "lxc.mount.entry = shm dev/shm tmpfs rw,nosuid,nodev,create=dir 0 0"
+    assert "lxc.init.cmd = /usr/bin/python3 -m app" in lines
+    assert "lxc.console.path = none" in lines
+    assert "lxc.cgroup2.devices.deny = c 5:1 rwm" in lines
+    assert "lxc.tty.max = 4" in lines
+    assert ["lxc.environment.runtime = A=1", "lxc.environment.runtime = B=2"] == [
+        ln for ln in lines if ln.startswith("lxc.environment.runtime")
+    ]
+    models = node.host_path("/srv/models")
+    assert f"lxc.mount.entry = {models} models none bind,create=dir,ro,nosuid,nodev 0 0" in lines
+    # /sbin/init as entrypoint: no tmpfs (an init system sets /dev/shm up)
+    lines, _ = _plan(node, "v2", CONF.replace("hostname: llm1\n", "entrypoint: /sbin/init\n"))
+    assert not any("dev/shm" in ln for ln in lines)
 
 
 def test_v2_host_on_a_v2_machine_keeps_v2_key(node: Node) -> None:
@@ -102,14 +171,22 @@ def test_v1_host_drops_v2_lines(tmp_path: Path) -> None:
     ("extra", "message"),
     [
         ("dev1: /dev/nvidia9\n", "Device /dev/nvidia9 does not exist"),
-        ("dev1: /etc/pve/storage.cfg\n", "/etc/pve/storage.cfg is not a device"),
+        ("dev1: /dev/../etc/pve\n", "(?s)unable to parse dev1: .*is not a valid device path"),
         ("dev1: gid=5\n", "Path is not defined for passthrough device dev1"),
         ("unprivileged: 1\n", "unprivileged containers"),
+        ("template: 1\n", "you can't start a CT if it's a template"),
     ],
 )
 def test_start_refusals(node: Node, extra: str, message: str) -> None:
     with pytest.raises(StartError, match=message):
         _plan(node, "v1", CONF.replace("hostname: llm1\n", f"hostname: llm1\n{extra}"))
+
+
+def test_a_regular_file_is_not_a_device(node: Node) -> None:
+    node.host_path("/dev/notadev").write_text("")
+    conf = CONF.replace("hostname: llm1\n", "hostname: llm1\ndev1: /dev/notadev\n")
+    with pytest.raises(StartError, match="/dev/notadev is not a device"):
+        _plan(node, "v1", conf)
 
 
 def test_layout_paths_and_validation(tmp_path: Path, node: Node) -> None:
@@ -193,8 +270,12 @@ def test_migrate_refuses_local_bind_mount_and_changes_nothing(tmp_path: Path) ->
         "rootfs: local:120/subvol-120-disk-0.subvol,size=0G\n"
     )
     a.ct_conf(120).write_text(text)
-    with pytest.raises(pct.PveError, match="cannot migrate local bind mount point 'mp0'"):
-        pct.ct_migrate(cluster, a, 120, "pvetest-b")
+    log: list[str] = []
+    # AbstractMigrate.pm: an error in prepare/phase1 ends the task with "migration aborted"
+    with pytest.raises(pct.PveError, match="^migration aborted$") as exc:
+        pct.ct_migrate(cluster, a, 120, "pvetest-b", log.append)
+    assert str(exc.value.__cause__) == "cannot migrate local bind mount point 'mp0'"
+    assert any("migration aborted" in ln and "mount point 'mp0'" in ln for ln in log)
     assert a.ct_conf(120).read_text() == text
     assert not cluster.node("pvetest-b").ct_conf(120).exists()
     # shared=1 lets it go: conf and the rootfs dir move to the target's root.

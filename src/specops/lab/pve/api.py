@@ -29,8 +29,8 @@ from typing import Any
 
 from specops.errors import SpecopsError, ValidationError
 from specops.lab.pve import pct
-from specops.lab.pve.conf import parse, parse_property_string
 from specops.lab.pve.layout import Cluster, Node
+from specops.pve_formats import split_list
 from specops.pve_schema import ApiError, check_call, typed_returns
 
 __all__ = [
@@ -278,7 +278,10 @@ class LabApi:
                 body["errors"] = exc.errors
             return exc.status, exc.message, body
         except pct.PveError as exc:
-            return exc.status, str(exc).split("\n")[0], {"data": None, "message": f"{exc}\n"}
+            body = {"data": None, "message": f"{exc}\n"}
+            if exc.errors:
+                body["errors"] = exc.errors
+            return exc.status, str(exc).split("\n")[0], body
         except SpecopsError as exc:
             return 500, str(exc).split("\n")[0], {"data": None, "message": f"{exc}\n"}
 
@@ -531,7 +534,7 @@ class LabApi:
     # -- containers --------------------------------------------------------------------
     def _ct_summary(self, node: Node, vmid: int) -> dict[str, Any]:
         conf, _ = pct.load_ct_conf(node, vmid)
-        items = conf.items()
+        items = conf.main.options
         st = pct.ct_status(node, vmid)
         out: dict[str, Any] = {
             "vmid": vmid,
@@ -589,10 +592,14 @@ class LabApi:
         vmid = int(p["vmid"])
         skip = {"node", "vmid", "delete", "digest", "revert"}
         changes = {k: _conf_value(v) for k, v in p.items() if k not in skip}
-        if p.get("revert"):
-            raise ApiError(501, "revert of pending changes is not emulated by the lab stand-in")
-        delete = [d for d in str(p.get("delete", "")).replace(";", ",").split(",") if d.strip()]
-        pct.ct_update_config(node, vmid, changes, [d.strip() for d in delete], p.get("digest"))
+        pct.ct_update_config(
+            node,
+            vmid,
+            changes,
+            delete=split_list(p.get("delete")),
+            digest=p.get("digest"),
+            revert=split_list(p.get("revert")),
+        )
         return None
 
     def lxc_resize(self, p: dict[str, Any], user: str) -> Any:
@@ -720,14 +727,13 @@ class LabApi:
         cluster = self.cluster()
         node, vmid = self.node(p), int(p["vmid"])
         target = str(p["target"])
-        if target not in cluster.nodes:
-            raise ApiError(500, f"no such cluster node '{target}'")
+        # API2/LXC.pm migrate_vm: these checks answer before a task is forked.
         if target == node.name:
             raise ApiError(
-                400,
-                "Parameter verification failed.",
-                {"target": f"target is local node '{target}'"},
+                400, "Parameter verification failed.", {"target": "target is local node."}
             )
+        if target not in cluster.nodes:  # PVE::Cluster::check_node_exists
+            raise ApiError(500, f"no such cluster node '{target}'")
         if p.get("target-storage"):
             raise ApiError(501, "target-storage is not emulated by the lab stand-in")
         pct.load_ct_conf(node, vmid)
@@ -783,11 +789,10 @@ class LabApi:
 
     # -- VMs ---------------------------------------------------------------------------
     def _vm_summary(self, node: Node, vmid: int) -> dict[str, Any]:
-        conf = parse(node.vm_conf(vmid).read_text())
-        items = conf.items()
+        items = pct.load_vm_conf(node, vmid).main.options
         running = pct.vm_running(node, vmid)
-        memory = items.get("memory", "2048")
-        mem_mb = int(parse_property_string(memory, "current").get("current", "2048"))
+        memory = re.search(r"(?:^|,)(?:current=)?(\d+)(?:,|$)", items.get("memory", "2048"))
+        mem_mb = int(memory.group(1)) if memory else 2048
         return {
             "vmid": vmid,
             "name": items.get("name", f"VM{vmid}"),

@@ -162,7 +162,7 @@ def _pct_set(node: Node, vmid: int, options: list[str], delete: str | None) -> i
         print(exc.message, file=sys.stderr)
         return 255
     keys = [d.strip() for d in (delete or "").replace(";", ",").split(",") if d.strip()]
-    pct.ct_update_config(node, vmid, changes, keys)
+    pct.ct_update_config(node, vmid, changes, delete=keys)
     return 0
 
 

@@ -3,14 +3,16 @@
 Every operation works on one lab node (:class:`~specops.lab.pve.layout.Node`), takes the
 per-CT lock ``<root>/run/lock/lxc/pve-config-<vmid>.lock`` like PVE, and drives a real
 LXC container named ``<node>-<vmid>`` in the node's lxcpath with ``lxc-start``,
-``lxc-stop``, ``lxc-info`` and ``lxc-attach``. Errors use PVE's wording where PVE has
-one. ``log`` callbacks receive the lines a PVE task log would show.
+``lxc-stop``, ``lxc-info`` and ``lxc-attach``. Confs are read and written with the
+stand-in's own PVE grammar (:mod:`specops.lab.pve.conf`). Each function names the
+upstream function it follows (commits: :data:`specops.pve_schema.UPSTREAM`; the table
+with every emulated behaviour and every deliberate difference is in README.md). Errors
+use PVE's wording. ``log`` callbacks receive the lines a PVE task log would show.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import shutil
@@ -19,11 +21,36 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from specops.errors import SpecopsError, ValidationError
-from specops.lab.pve.conf import PveConf, PveConfError, config_lock, parse, parse_property_string
+from specops.lab.pve.conf import (
+    LXC_FASTPLUG_OPTIONS,
+    ConfError,
+    GuestConf,
+    Section,
+    add_to_pending_delete,
+    cleanup_pending,
+    current_config,
+    lock_config,
+    option_exists,
+    parse_device,
+    parse_lxc_network,
+    parse_pct_config,
+    parse_pending_delete,
+    parse_vm_config,
+    parse_volume,
+    print_volume,
+    remove_from_pending_delete,
+    split_nameservers,
+    write_pct_config,
+)
+from specops.lab.pve.conf import (
+    check_type as conf_check_type,
+)
 from specops.lab.pve.layout import Cluster, Node
-from specops.lab.pve.lxcconf import StartError, build_lxc_config
+from specops.lab.pve.lxcconf import StartError, build_lxc_config, device_mode_and_rdev
+from specops.pve_formats import split_list
 
 __all__ = [
     "CtStatus",
@@ -57,11 +84,20 @@ _ATTACH_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 
 
 class PveError(SpecopsError):
-    """An operation PVE would refuse; ``status`` is the HTTP code the API answers with."""
+    """An operation PVE would refuse; ``status`` is the HTTP code the API answers with
+    (400 with per-parameter ``errors`` for PVE's ``raise_param_exc``, else 500)."""
 
-    def __init__(self, message: str, status: int = 500) -> None:
+    def __init__(
+        self, message: str, status: int = 500, errors: dict[str, str] | None = None
+    ) -> None:
         self.status = status
+        self.errors = errors
         super().__init__(message)
+
+
+def _param_error(errors: dict[str, str]) -> PveError:
+    """pve-common Exception.pm ``raise_param_exc``."""
+    return PveError("Parameter verification failed.", 400, errors)
 
 
 def _nolog(_line: str) -> None:
@@ -89,34 +125,47 @@ def _run(
 
 @contextlib.contextmanager
 def ct_lock(node: Node, vmid: int, timeout: float = 10) -> Iterator[None]:
-    """PVE's per-guest config lock (a flock on ``pve-config-<vmid>.lock``), the same
-    lock the conf-editing modules take."""
+    """``PVE::AbstractConfig::lock_config`` (see :func:`specops.lab.pve.conf.lock_config`)."""
     with contextlib.ExitStack() as stack:
         try:
-            stack.enter_context(config_lock(str(node.root), vmid, timeout))
-        except PveConfError as exc:  # only the lock's own timeout
-            raise PveError(exc.problem) from None
+            stack.enter_context(lock_config(str(node.root), vmid, timeout))
+        except ConfError as exc:  # only the lock's own timeout
+            raise PveError(str(exc)) from None
         yield
 
 
 def _conf_missing(node: Node, vmid: int, kind: str = "lxc") -> PveError:
+    """``PVE::AbstractConfig::load_config``'s error."""
     return PveError(f"Configuration file 'nodes/{node.name}/{kind}/{vmid}.conf' does not exist")
 
 
-def load_ct_conf(node: Node, vmid: int) -> tuple[PveConf, str]:
-    """The parsed conf and its raw text; PVE's error when there is none."""
+def load_ct_conf(node: Node, vmid: int) -> tuple[GuestConf, str]:
+    """``load_config``: the parsed conf (PVE's grammar) and its raw text."""
     path = node.ct_conf(vmid)
     if not path.exists():
         raise _conf_missing(node, vmid)
     text = path.read_text()
-    return parse(text), text
+    return parse_pct_config(vmid, text), text
 
 
-def _write_conf(node: Node, vmid: int, text: str, directory: Path | None = None) -> None:
+def _write_conf(node: Node, vmid: int, conf: GuestConf, directory: Path | None = None) -> None:
+    """``write_config`` (``write_pct_config`` through pmxcfs: atomic here)."""
     path = (directory or node.lxc_conf_dir) / f"{vmid}.conf"
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    tmp.write_text(text)
+    tmp.write_text(write_pct_config(conf))
     tmp.replace(path)
+
+
+def _check_lock(conf: GuestConf) -> None:
+    """``PVE::AbstractConfig::check_lock``."""
+    if conf.get("lock"):
+        raise PveError(f"CT is locked ({conf.get('lock')})")
+
+
+def _check_protection(conf: GuestConf, message: str) -> None:
+    """``PVE::AbstractConfig::check_protection``."""
+    if conf.get("protection") == "1":
+        raise PveError(f"{message} - protection mode enabled")
 
 
 def _lxc_args(node: Node, vmid: int) -> list[str]:
@@ -130,6 +179,7 @@ class CtStatus:
 
 
 def ct_status(node: Node, vmid: int) -> CtStatus:
+    """``PVE::LXC::check_running`` / ``vmstatus`` (from ``lxc-info``)."""
     if not node.ct_conf(vmid).exists():
         raise _conf_missing(node, vmid)
     lxc_dir = node.lxcpath / node.lxc_name(vmid)
@@ -146,26 +196,42 @@ def ct_status(node: Node, vmid: int) -> CtStatus:
     return CtStatus("stopped", None)
 
 
-def _rootfs_path(node: Node, conf: PveConf) -> Path:
+def _running(node: Node, vmid: int) -> bool:
+    return ct_status(node, vmid).status == "running"
+
+
+def _rootfs_path(node: Node, conf: GuestConf) -> Path:
     rootfs = conf.get("rootfs")
     if rootfs is None:
         raise StartError("missing 'rootfs' configuration")
-    volume = parse_property_string(rootfs, default_key="volume").get("volume", "")
-    return node.volume_path(volume)
+    return node.volume_path(str(parse_volume("rootfs", rootfs)["volume"]))
+
+
+# --------------------------------------------------------------------------- start / stop
 
 
 def ct_start(node: Node, vmid: int, log: Log = _nolog, *, timeout: float = 30) -> None:
-    """``pct start``: translate the conf (PVE semantics), then start the LXC container."""
+    """``pct start`` / ``POST .../status/start``: API2/LXC/Status.pm ``vm_start`` (lock,
+    template and lock checks) then LXC.pm ``vm_start``."""
     with ct_lock(node, vmid):
         _start_locked(node, vmid, log, timeout=timeout)
 
 
-def _start_locked(node: Node, vmid: int, log: Log, *, timeout: float) -> None:
+def _start_locked(
+    node: Node, vmid: int, log: Log, *, timeout: float, skiplock: bool = False
+) -> None:
     conf, _ = load_ct_conf(node, vmid)
-    if ct_status(node, vmid).status == "running":
+    if conf.get("template") == "1":
+        raise PveError("you can't start a CT if it's a template")
+    if not skiplock and conf.get("lock") != "mounted":
+        _check_lock(conf)
+    if _running(node, vmid):
         raise PveError(f"CT {vmid} already running")
-    if conf.get("lock"):
-        raise PveError(f"CT is locked ({conf.get('lock')})")
+    if conf.pending:  # LXC.pm vm_start: apply pending changes while starting
+        errors: dict[str, str] = {}
+        _apply_pending(node, conf, errors, log=log)
+        _write_conf(node, vmid, conf)
+        conf, _ = load_ct_conf(node, vmid)
     lxc_dir = node.lxcpath / node.lxc_name(vmid)
     rootfs = _rootfs_path(node, conf)
     if not rootfs.is_dir():
@@ -173,7 +239,7 @@ def _start_locked(node: Node, vmid: int, log: Log, *, timeout: float) -> None:
     plan = build_lxc_config(
         conf, vmid=vmid, node=node, rootfs=rootfs, passthrough_dir=lxc_dir / "passthrough"
     )
-    for warning in plan.warnings:
+    for warning in [*conf.warnings, *plan.warnings]:
         log(f"WARN: {warning}")
     # Nothing changed so far; now the guest's files and the LXC side.
     _setup_guest(rootfs, conf, vmid)
@@ -181,7 +247,7 @@ def _start_locked(node: Node, vmid: int, log: Log, *, timeout: float) -> None:
     passthrough = lxc_dir / "passthrough"
     if passthrough.exists():
         shutil.rmtree(passthrough)
-    for dev in plan.devices:
+    for dev in plan.devices:  # LXC.pm create_passthrough_device_node (prestart hook)
         target = passthrough / dev.path.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         kind = 0o020000 if dev.kind == "c" else 0o060000
@@ -204,49 +270,60 @@ def _start_locked(node: Node, vmid: int, log: Log, *, timeout: float) -> None:
     if proc.returncode != 0:
         detail = ""
         if logfile.exists():
-            errors = [
+            errors_seen = [
                 ln for ln in logfile.read_text(errors="replace").splitlines() if " ERROR " in ln
             ]
-            detail = "\n".join(errors[-5:])
+            detail = "\n".join(errors_seen[-5:])
         raise PveError(f"startup for container '{vmid}' failed" + (f"\n{detail}" if detail else ""))
     log(f"CT {vmid} started on node '{node.name}'")
 
 
 def ct_stop(node: Node, vmid: int, log: Log = _nolog) -> None:
-    """``pct stop``: immediate stop (no clean shutdown)."""
+    """``pct stop``: Status.pm ``vm_stop`` (lock unless ``mounted``) -> LXC.pm
+    ``vm_stop($vmid, 1)`` (``lxc-stop --kill``)."""
     with ct_lock(node, vmid):
-        if ct_status(node, vmid).status != "running":
+        conf, _ = load_ct_conf(node, vmid)
+        if conf.get("lock") != "mounted":
+            _check_lock(conf)
+        if not _running(node, vmid):
             raise PveError(f"CT {vmid} not running")
-        _run(["lxc-stop", *_lxc_args(node, vmid), "-k"], timeout=60)
+        _run(["lxc-stop", *_lxc_args(node, vmid), "--kill"], timeout=60)
         log(f"CT {vmid} stopped")
 
 
 def ct_shutdown(
     node: Node, vmid: int, log: Log = _nolog, *, timeout: int = 60, force_stop: bool = False
 ) -> None:
-    """``pct shutdown``: clean shutdown within ``timeout``; ``force_stop`` kills after it."""
+    """``pct shutdown``: Status.pm ``vm_shutdown`` (``check_lock``) -> LXC.pm ``vm_stop($vmid,
+    0, $timeout, $forceStop)``: a clean stop, killed after ``timeout`` only with
+    ``forceStop`` (else ``--nokill``, and "container did not stop")."""
     with ct_lock(node, vmid):
+        conf, _ = load_ct_conf(node, vmid)
+        _check_lock(conf)
         _shutdown_locked(node, vmid, log, timeout=timeout, force_stop=force_stop)
 
 
 def _shutdown_locked(node: Node, vmid: int, log: Log, *, timeout: int, force_stop: bool) -> None:
-    if ct_status(node, vmid).status != "running":
+    if not _running(node, vmid):
         raise PveError(f"CT {vmid} not running")
-    proc = _run(
-        ["lxc-stop", *_lxc_args(node, vmid), "-t", str(timeout)], check=False, timeout=timeout + 30
-    )
-    if proc.returncode != 0 and ct_status(node, vmid).status == "running":
-        if not force_stop:
-            raise PveError(f"CT {vmid}: shutdown timeout (use forceStop to kill it)")
-        _run(["lxc-stop", *_lxc_args(node, vmid), "-k"], timeout=60)
+    argv = ["lxc-stop", *_lxc_args(node, vmid), "--timeout", str(timeout)]
+    if not force_stop:
+        argv.append("--nokill")
+    proc = _run(argv, check=False, timeout=timeout + 30)
+    if proc.returncode != 0 and _running(node, vmid):
+        raise PveError("container did not stop")
     log(f"CT {vmid} shut down")
 
 
 def ct_reboot(node: Node, vmid: int, log: Log = _nolog, *, timeout: int = 60) -> None:
-    """``pct reboot``: shutdown then start, so config changes apply (as PVE does)."""
+    """``pct reboot``: LXC.pm ``vm_reboot``: under the lock, ``vm_stop($vmid, 0, $timeout,
+    1)`` (killed after the timeout), then ``vm_start`` (pending changes applied, the LXC
+    config regenerated)."""
     with ct_lock(node, vmid):
+        if not _running(node, vmid):
+            return
         _shutdown_locked(node, vmid, log, timeout=timeout, force_stop=True)
-        _start_locked(node, vmid, log, timeout=30)
+        _start_locked(node, vmid, log, timeout=30, skiplock=True)
 
 
 def ct_exec(
@@ -259,7 +336,7 @@ def ct_exec(
     capture: bool = True,
 ) -> subprocess.CompletedProcess[bytes]:
     """``pct exec``: run a command in the running container (clean environment)."""
-    if ct_status(node, vmid).status != "running":
+    if not _running(node, vmid):
         raise PveError(f"CT {vmid} not running")
     cmd = ["lxc-attach", *_lxc_args(node, vmid), "--clear-env", "-v", _ATTACH_PATH, "--", *argv]
     if capture:
@@ -304,30 +381,30 @@ def ct_push(
         )
 
 
+# --------------------------------------------------------------------------- config GET / PUT
+
+
 def ct_config_dict(
     node: Node, vmid: int, *, snapshot: str | None = None, current: bool = False
 ) -> dict[str, object]:
-    """What ``GET .../lxc/{vmid}/config`` answers: options, ``lxc`` pairs, ``digest``."""
-    conf, text = load_ct_conf(node, vmid)
-    if snapshot is not None:
-        if snapshot not in conf.snapshot_names():
+    """``GET .../lxc/{vmid}/config``: API2/LXC/Config.pm ``vm_config`` ->
+    ``load_snapshot_config`` or ``load_current_config`` (pending merged unless
+    ``current``), the raw ``lxc`` pairs, the file's ``digest``."""
+    if snapshot and current:
+        message = "cannot use 'snapshot' parameter with 'current'"
+        raise _param_error({"snapshot": message, "current": message})
+    conf, _ = load_ct_conf(node, vmid)
+    if snapshot:
+        if snapshot not in conf.snapshots:
             raise PveError(f"snapshot '{snapshot}' does not exist")
-        section = conf.section(snapshot)
-        out: dict[str, object] = dict(section.items())
-        pairs = section.lxc()
+        section: Section = conf.snapshots[snapshot]
+        out: dict[str, object] = dict(section.options)
     else:
-        out = dict(conf.items())
-        pairs = conf.lxc()
-        if not current and "pve:pending" in [s.name for s in conf.sections]:
-            pending = conf.section("pve:pending").items()
-            for key in pending.get("delete", "").split(","):
-                out.pop(key.strip(), None)
-            out.update({k: v for k, v in pending.items() if k != "delete"})
-        if conf.description is not None:
-            out["description"] = conf.description + "\n"
-    if pairs:
-        out["lxc"] = [[k, v] for k, v in pairs]
-    out["digest"] = hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+        section = conf.main
+        out = dict(current_config(conf, current=current))
+    if section.lxc:
+        out["lxc"] = [[k, v] for k, v in section.lxc]
+    out["digest"] = conf.digest
     return out
 
 
@@ -335,58 +412,234 @@ def ct_update_config(
     node: Node,
     vmid: int,
     changes: dict[str, str],
+    *,
     delete: Sequence[str] = (),
     digest: str | None = None,
+    revert: Sequence[str] = (),
+    log: Log = _nolog,
 ) -> None:
-    """``PUT .../config``: set and delete main-section options; snapshots stay byte-identical."""
+    """``PUT .../config`` / ``pct set``: API2/LXC/Config.pm ``update_vm`` ->
+    Config.pm ``update_pct_config`` (changes go to ``[pve:pending]``), then
+    ``vmconfig_apply_pending`` for a stopped CT or ``vmconfig_hotplug_pending`` for a
+    running one, then ``write_config``."""
+    if not changes and not delete and not revert:
+        raise PveError("no options specified")
     with ct_lock(node, vmid):
-        conf, text = load_ct_conf(node, vmid)
-        if digest and digest != hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest():
+        conf, _ = load_ct_conf(node, vmid)
+        _check_lock(conf)
+        if digest and conf.digest and digest != conf.digest:  # PVE::Tools::assert_if_modified
             raise PveError(
                 "detected modified configuration - file changed by other user? Try again."
             )
-        for key in delete:
-            if key in changes:
-                raise PveError(f"unable to delete '{key}' - option is also set", 400)
-        for key, value in changes.items():
-            if key == "description":
-                conf.set_description(value.rstrip("\n"))
-            else:
-                conf.set(key, value)
-        for key in delete:
-            if key == "description":
-                conf.set_description(None)
-            else:
-                conf.delete(key)
-        _write_conf(node, vmid, conf.render())
+        for opt in revert:
+            if not option_exists("lxc", opt):
+                raise _param_error({"revert": f"unknown option '{opt}'"})
+            if opt in changes:
+                raise _param_error(
+                    {"revert": f"you can't use '-{opt}' and '-revert {opt}' at the same time"}
+                )
+        for opt in delete:
+            if not option_exists("lxc", opt):
+                raise _param_error({"delete": f"unknown option '{opt}'"})
+            if opt in changes:
+                raise _param_error(
+                    {"delete": f"you can't use '-{opt}' and -delete {opt}' at the same time"}
+                )
+            if opt in revert:
+                both = f"you can't use '-delete {opt}' and '-revert {opt}' at the same time"
+                raise _param_error({"delete": both})
+        running = _running(node, vmid)
+        errors = _update_pct_config(
+            node, vmid, conf, running=running, param=changes, delete=delete, revert=revert, log=log
+        )
+        if errors:  # "don't write to config if we get any errors"
+            raise _param_error(errors)
+        _write_conf(node, vmid, conf)
 
 
-def _gib(size: str) -> float:
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", size.strip())
-    if not m:
-        raise PveError(f"unable to parse size '{size}'", 400)
-    factor = {"K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0, "": 1 / 1024**3}[m.group(2)]
-    return float(m.group(1)) * factor
+def _unique_tags(value: str) -> str:
+    """pve-guest-common GuestHelpers.pm ``get_unique_tags`` with datacenter.cfg defaults
+    (no ``tag-style``: case-insensitive, sorted, lower-cased, ``;``-joined)."""
+    seen: list[str] = []
+    for tag in sorted(split_list(value), key=str.lower):
+        if tag.lower() not in seen:
+            seen.append(tag.lower())
+    return ";".join(seen)
+
+
+def _update_pct_config(  # noqa: PLR0912  (update_pct_config's branches)
+    node: Node,
+    vmid: int,
+    conf: GuestConf,
+    *,
+    running: bool,
+    param: dict[str, str],
+    delete: Sequence[str],
+    revert: Sequence[str],
+    log: Log,
+) -> dict[str, str]:
+    """Config.pm ``update_pct_config``."""
+    for opt in revert:
+        conf.pending.options.pop(opt, None)
+        remove_from_pending_delete(conf, opt)
+    modified: set[str] = set()
+    for opt in delete:
+        if opt not in conf.main.options and opt not in conf.pending.options:
+            log(f"cannot delete '{opt}' - not set in current configuration!")
+            continue
+        modified.add(opt)
+        if opt in ("memory", "rootfs", "ostype"):
+            raise PveError(f"unable to delete required option '{opt}'")
+        if re.fullmatch(r"(unused|mp)\d+", opt):
+            _check_protection(conf, f"can't remove CT {vmid} drive '{opt}'")
+        elif opt == "unprivileged":
+            raise PveError(f"unable to delete read-only option: '{opt}'")
+        add_to_pending_delete(conf, opt)
+    for opt in sorted(param):
+        modified.add(opt)
+        value = param[opt]
+        if re.fullmatch(r"mp\d+", opt) or opt == "rootfs":
+            _check_protection(conf, f"can't update CT {vmid} drive '{opt}'")
+            mount = _parse_or_die(parse_volume, opt, value)
+            if mount["type"] == "volume":
+                sid = str(mount["volume"]).split(":", 1)[0]
+                if "rootdir" not in node.storage(sid).content:
+                    raise PveError(
+                        f"storage '{sid}' does not allow content type 'rootdir' (Container)"
+                    )
+        elif opt in ("nameserver", "searchdomain"):
+            value = split_nameservers(value)
+        elif opt == "unprivileged":
+            raise PveError(f"unable to modify read-only option: '{opt}'")
+        elif opt == "tags":
+            value = _unique_tags(value)
+        elif re.fullmatch(r"net\d+", opt):
+            _parse_or_die(lambda _k, v: parse_lxc_network(v), opt, value)
+        elif re.fullmatch(r"dev\d+", opt):
+            device = _parse_or_die(lambda _k, v: parse_device(v), opt, value)
+            device_mode_and_rdev(node, str(device["path"]))  # "Device ... does not exist"
+        conf.pending.options[opt] = value
+        remove_from_pending_delete(conf, opt)
+    cleanup_pending(conf)
+    errors: dict[str, str] = {}
+    if running:
+        _hotplug_pending(conf, modified)
+    else:
+        _apply_pending(node, conf, errors, log=log, selection=modified)
+    return errors
+
+
+def _parse_or_die(
+    parser: Callable[[str, str], dict[str, Any]], key: str, value: str
+) -> dict[str, Any]:
+    try:
+        return parser(key, value)
+    except ConfError as exc:
+        raise PveError(str(exc).rstrip("\n")) from None
+
+
+def _hotplug_pending(conf: GuestConf, selection: set[str]) -> None:
+    """Config.pm ``vmconfig_hotplug_pending`` for a running CT, as far as the lab can:
+    fast-plug options, memory/swap/cpulimit/cpuunits (cgroup limits are not emulated, so
+    the value is taken as PVE takes it after a successful hotplug) and ``netN`` (no veth
+    here) apply at once; a new ``mpN``/``devN`` stays pending (the stand-in cannot
+    hotplug a mount or a device node into a running container: PVE would) as does
+    every other option, until the next start."""
+    pending = conf.pending.options
+    for opt in sorted(pending):
+        if opt in selection and opt in LXC_FASTPLUG_OPTIONS:
+            conf.main.options[opt] = pending.pop(opt)
+    for opt in sorted(parse_pending_delete(pending.get("delete"))):
+        if opt not in selection:
+            continue
+        hotpluggable = opt in LXC_FASTPLUG_OPTIONS or opt in ("swap", "cpulimit", "cpuunits")
+        if not (hotpluggable or re.fullmatch(r"unused\d+|net\d", opt)):
+            continue  # "skip non-hotpluggable opts"
+        conf.main.options.pop(opt, None)
+        remove_from_pending_delete(conf, opt)
+    for opt in sorted(pending):
+        if opt == "delete" or opt not in selection:
+            continue
+        if opt in ("cpulimit", "cpuunits", "memory", "swap") or re.fullmatch(r"net\d+", opt):
+            conf.main.options[opt] = pending.pop(opt)
+
+
+def _apply_pending(
+    node: Node,
+    conf: GuestConf,
+    errors: dict[str, str],
+    *,
+    log: Log,
+    selection: set[str] | None = None,
+) -> None:
+    """Config.pm ``vmconfig_apply_pending`` (a stopped CT, or at start)."""
+    pending = conf.pending.options
+    for opt in sorted(parse_pending_delete(pending.get("delete"))):
+        if selection is not None and opt not in selection:
+            continue
+        try:
+            if re.fullmatch(r"mp\d+", opt):
+                mount = parse_volume(opt, conf.main.options[opt])
+                if mount["type"] == "volume":
+                    _add_unused_volume(conf, str(mount["volume"]))
+            elif re.fullmatch(r"unused\d+", opt):
+                path = node.volume_path(conf.main.options[opt])
+                shutil.rmtree(path, ignore_errors=True)
+        except (ConfError, SpecopsError, KeyError) as exc:
+            message = f"unable to apply pending change {opt} : {exc}"
+            errors[opt] = message
+            log(message)
+            continue
+        conf.main.options.pop(opt, None)
+        remove_from_pending_delete(conf, opt)
+    cleanup_pending(conf)
+    for opt in sorted(pending):
+        if opt == "delete" or (selection is not None and opt not in selection):
+            continue
+        conf.main.options[opt] = pending.pop(opt)
+
+
+def _add_unused_volume(conf: GuestConf, volid: str) -> None:
+    """``PVE::AbstractConfig::add_unused_volume``."""
+    key = None
+    for index in range(255, -1, -1):
+        existing = conf.main.options.get(f"unused{index}")
+        if existing == volid:
+            return
+        if existing is None:
+            key = f"unused{index}"
+    if key is None:
+        raise PveError("Too many unused volumes - please delete them first.")
+    conf.main.options[key] = volid
 
 
 def ct_resize(node: Node, vmid: int, disk: str, size: str, log: Log = _nolog) -> None:
-    """``pct resize``: grow a volume (``size`` absolute or ``+N``); shrinking is refused as
-    on PVE. A lab ``subvol`` directory has no real size, so only ``size=`` in the conf moves."""
+    """``pct resize`` / ``PUT .../resize``: API2/LXC.pm ``resize_vm`` with the volume's
+    current size taken from its ``size=`` (the lab's dir storage stands in for a storage
+    that can grow a subvol, as ZFS does; see README)."""
     with ct_lock(node, vmid):
         conf, _ = load_ct_conf(node, vmid)
+        _check_lock(conf)
         value = conf.get(disk)
         if value is None:
-            raise PveError(f"no such disk '{disk}'", 400)
-        props = parse_property_string(value, default_key="volume")
-        old = _gib(props.get("size", "0"))
-        new = old + _gib(size[1:]) if size.startswith("+") else _gib(size)
+            raise PveError(f"parse_volume - unknown type: {disk}")
+        mount = _parse_or_die(parse_volume, disk, value)
+        ext = size.startswith("+")
+        m = re.match(r"^(\d+(\.\d+)?)([KMGT](?:iB)?)?$", size.lstrip("+"))
+        if not m:
+            raise PveError("invalid size string")
+        factor = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+        request = int(float(m.group(1)) * factor[(m.group(3) or "")[:1]])
+        old = int(mount.get("size") or 0)
+        new = int(old + request if ext else request)
         if new < old:
             raise PveError("unable to shrink disk size")
-        props["size"] = f"{new:g}G"
-        volume = props.pop("volume")
-        conf.set(disk, ",".join([volume, *(f"{k}={v}" for k, v in props.items())]))
-        _write_conf(node, vmid, conf.render())
-        log(f"resized {disk} of CT {vmid} from {old:g}G to {new:g}G")
+        if new == old:
+            raise PveError("disk is already at specified size")
+        mount["size"] = new
+        conf.main.options[disk] = print_volume(disk, mount)
+        _write_conf(node, vmid, conf)
+        log(f"update CT {vmid}: resize --disk {disk} --size {size}")
 
 
 def list_cts(node: Node) -> list[int]:
@@ -417,18 +670,29 @@ def vm_set_running(node: Node, vmid: int, running: bool) -> None:
         flag.unlink(missing_ok=True)
 
 
-def vm_config_dict(node: Node, vmid: int, *, snapshot: str | None = None) -> dict[str, object]:
+def load_vm_conf(node: Node, vmid: int) -> GuestConf:
+    """qemu-server ``load_config`` with ``parse_vm_config``."""
     path = node.vm_conf(vmid)
     if not path.exists():
         raise _conf_missing(node, vmid, "qemu-server")
-    text = path.read_text()
-    conf = parse(text)
-    section = conf.section(snapshot) if snapshot else conf.main
-    out: dict[str, object] = dict(section.items())
-    if snapshot is None and conf.description is not None:
-        out["description"] = conf.description + "\n"
-    out["digest"] = hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+    return parse_vm_config(vmid, path.read_text())
+
+
+def vm_config_dict(node: Node, vmid: int, *, snapshot: str | None = None) -> dict[str, object]:
+    """``GET .../qemu/{vmid}/config`` (qemu-server ``load_current_config`` /
+    ``load_snapshot_config``)."""
+    conf = load_vm_conf(node, vmid)
+    if snapshot:
+        if snapshot not in conf.snapshots:
+            raise PveError(f"snapshot '{snapshot}' does not exist")
+        out: dict[str, object] = dict(conf.snapshots[snapshot].options)
+    else:
+        out = dict(current_config(conf))
+    out["digest"] = conf.digest
     return out
+
+
+# --------------------------------------------------------------------------- create / destroy
 
 
 def ct_create(
@@ -441,7 +705,9 @@ def ct_create(
     log: Log = _nolog,
     start: bool = False,
 ) -> None:
-    """``pct create``: conf + rootfs (a ``subvol`` dir) from a local template tarball."""
+    """``pct create``: conf + rootfs (a ``subvol`` dir) from a local template tarball
+    (API2/LXC.pm ``create_vm``: ``check_vmid_unused``, the ``create`` lock while the
+    archive is extracted, then the conf)."""
     where = cluster.find_guest(vmid) if cluster else None
     if node.ct_conf(vmid).exists() or node.vm_conf(vmid).exists() or where:
         raise PveError(
@@ -452,14 +718,14 @@ def ct_create(
         raise PveError(f"volume '{ostemplate}' does not exist")
     storage_opt = options.pop("storage", "local")
     rootfs_opt = options.pop("rootfs", f"{storage_opt}:0")
-    props = parse_property_string(rootfs_opt, default_key="volume")
-    sid, _, size = props["volume"].partition(":")
+    rootfs = _parse_or_die(parse_volume, "rootfs", rootfs_opt)
+    sid, _, size = str(rootfs["volume"]).partition(":")
     st = node.storage(sid)
     if "rootdir" not in st.content:
         raise PveError(f"storage '{sid}' does not support container directories")
     volname = f"{vmid}/subvol-{vmid}-disk-0.subvol"
     rootfs_dir = node.volume_path(f"{sid}:{volname}")
-    conf_text = _new_conf_text(vmid, f"{sid}:{volname},size={size or 0}G", options)
+    conf = _new_conf(vmid, f"{sid}:{volname},size={size or 0}G", options)
     with ct_lock(node, vmid):
         rootfs_dir.mkdir(parents=True, exist_ok=False)
         try:
@@ -471,7 +737,7 @@ def ct_create(
             hostname = options.get("hostname", f"CT{vmid}")
             (rootfs_dir / "etc").mkdir(exist_ok=True)
             (rootfs_dir / "etc" / "hostname").write_text(f"{hostname}\n")
-            _write_conf(node, vmid, conf_text)
+            _write_conf(node, vmid, conf)
         except BaseException:
             shutil.rmtree(rootfs_dir, ignore_errors=True)
             raise
@@ -480,8 +746,9 @@ def ct_create(
         ct_start(node, vmid, log)
 
 
-def _setup_guest(rootfs_dir: Path, conf: PveConf, vmid: int) -> None:
-    """What PVE's setup writes into the CT at each start: hostname, /etc/hosts, DNS."""
+def _setup_guest(rootfs_dir: Path, conf: GuestConf, vmid: int) -> None:
+    """What PVE's setup writes into the CT at each start (LXC/Setup/Base.pm
+    ``pre_start_hook``: ``set_hostname``, ``set_dns``): hostname, /etc/hosts, DNS."""
     etc = rootfs_dir / "etc"
     etc.mkdir(exist_ok=True)
     hostname = conf.get("hostname") or f"CT{vmid}"
@@ -511,8 +778,10 @@ def _ensure_etc_hosts(rootfs_dir: Path, hostname: str) -> None:
     hosts.write_text("".join(f"{ln}\n" for ln in lines))
 
 
-def _new_conf_text(vmid: int, rootfs: str, options: dict[str, str]) -> str:
-    conf = parse("")
+def _new_conf(vmid: int, rootfs: str, options: dict[str, str]) -> GuestConf:
+    """The conf ``create_vm`` writes: the given options (checked like a conf value) plus
+    ``arch`` and ``ostype`` (which PVE detects from the template; the lab's template is
+    Debian amd64), ``rootfs``; memory/swap defaults (512) written as the lab always did."""
     items = {
         "arch": "amd64",
         "ostype": "debian",
@@ -522,22 +791,28 @@ def _new_conf_text(vmid: int, rootfs: str, options: dict[str, str]) -> str:
         **options,
         "rootfs": rootfs,
     }
-    description = items.pop("description", None)
-    for key in sorted(items):
-        conf.set(key, items[key])
-    if description:
-        conf.set_description(description.rstrip("\n"))
-    return conf.render()
+    conf = GuestConf(Section(), Section(), {}, "")
+    for key, value in items.items():
+        if key == "description":
+            conf.main.options[key] = value
+            continue
+        try:
+            conf.main.options[key] = conf_check_type("lxc", key, value)
+        except ConfError as exc:
+            raise PveError(f"unable to parse value of '{key}' - {exc}".rstrip("\n"), 400) from None
+    return conf
 
 
 def ct_destroy(node: Node, vmid: int, log: Log = _nolog, *, force: bool = False) -> None:
     """``pct destroy``: remove conf, rootfs volume(s) and the LXC side."""
     with ct_lock(node, vmid):
         conf, _ = load_ct_conf(node, vmid)
-        if ct_status(node, vmid).status == "running":
+        _check_lock(conf)
+        _check_protection(conf, f"can't remove CT {vmid}")
+        if _running(node, vmid):
             if not force:
                 raise PveError(f"CT {vmid} is running - destroy failed")
-            _run(["lxc-stop", *_lxc_args(node, vmid), "-k"], timeout=60)
+            _run(["lxc-stop", *_lxc_args(node, vmid), "--kill"], timeout=60)
         rootfs = _rootfs_path(node, conf)
         node.ct_conf(vmid).unlink()
         shutil.rmtree(rootfs, ignore_errors=True)
@@ -545,6 +820,43 @@ def ct_destroy(node: Node, vmid: int, log: Log = _nolog, *, force: bool = False)
             rootfs.parent.rmdir()  # images/<vmid>/ when now empty
         shutil.rmtree(node.lxcpath / node.lxc_name(vmid), ignore_errors=True)
         log(f"CT {vmid} destroyed")
+
+
+# --------------------------------------------------------------------------- migration
+
+
+def _migration_volumes(
+    source: Node, dest: Node, conf: GuestConf, running: bool, restart: bool
+) -> list[tuple[str, str]]:
+    """Migrate.pm ``prepare``: every mount point of ``foreach_volume_full``
+    (``include_unused``); a bind/device one needs ``shared``; volumes on local storages
+    move, the storage must allow ``rootdir`` on both nodes."""
+    keys = ["rootfs", *[f"mp{n}" for n in conf.indexed("mp")]]
+    keys += [f"unused{n}" for n in conf.indexed("unused")]
+    out: list[tuple[str, str]] = []
+    for key in keys:
+        value = conf.get(key)
+        if value is None:
+            continue
+        mount = _parse_or_die(parse_volume, key, value)
+        if mount["type"] != "volume":
+            if mount.get("shared"):
+                continue
+            raise PveError(f"cannot migrate local {mount['type']} mount point '{key}'")
+        volid = str(mount.get("volume") or "")
+        if not volid:
+            raise PveError(f"missing volume for mount point '{key}'")
+        sid = volid.split(":", 1)[0]
+        if "rootdir" not in source.storage(sid).content:
+            raise PveError(f"content type 'rootdir' is not available on storage '{sid}'")
+        if source.storage(sid).shared:
+            continue
+        if running and not restart:
+            raise PveError(f"unable to migrate local mount point '{volid}' while CT is running")
+        if "rootdir" not in dest.storage(sid).content:
+            raise PveError(f"{volid}: content type 'rootdir' is not available on storage '{sid}'")
+        out.append((key, volid))
+    return out
 
 
 def ct_migrate(  # noqa: PLR0912, PLR0915  (PVE's phases in order, with rollback)
@@ -558,50 +870,43 @@ def ct_migrate(  # noqa: PLR0912, PLR0915  (PVE's phases in order, with rollback
     online: bool = False,
     timeout: int = 180,
 ) -> None:
-    """Restart-mode migration to another node of the cluster (conf + local volumes move).
-
-    As in pve-container: a running CT needs ``restart`` (``online`` is not implemented);
-    local bind/device mount points without ``shared=1`` refuse; a failure before the conf
-    moves leaves the CT on the source (restarted when it ran); a failed start on the
-    target leaves it there, stopped, and the task fails with "migration problems".
-    """
+    """Restart-mode migration to another node (pve-guest-common AbstractMigrate.pm
+    ``migrate`` with pve-container Migrate.pm ``prepare``/``phase1``/``phase3``/
+    ``final_cleanup``): under the CT lock, ``check_lock``; a running CT needs ``restart``
+    and is shut down (no kill: "container did not stop" when it will not); ``lock:
+    migrate`` is written; local volumes and the conf move to the target's root; then
+    ``pct unlock`` and, if it ran, ``pct start`` on the target. A failure before the conf
+    moved: the lock is removed, the CT restarted on the source, the task fails with
+    "migration aborted". A failure after (e.g. the start on the target): "migration
+    problems", the CT stays on the target."""
     dest = cluster.node(target)
-    if dest.name == source.name:
-        raise PveError(f"target is local node '{dest.name}'", 400)
+    started = time.monotonic()
+
+    def duration() -> str:
+        secs = int(time.monotonic() - started)
+        return f"{secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}"
+
+    conf_migrated = was_running = False
+    problems = False
     with ct_lock(source, vmid):
-        conf, text = load_ct_conf(source, vmid)
-        if conf.get("lock"):
-            raise PveError(f"CT is locked ({conf.get('lock')})")
-        running = ct_status(source, vmid).status == "running"
-        if running and online:
-            raise PveError("lxc live migration is currently not implemented")
-        if running and not restart:
-            raise PveError("can't migrate running container without --online or --restart")
-        if dest.ct_conf(vmid).exists() or dest.vm_conf(vmid).exists():
-            raise PveError(f"guest {vmid} already exists on node '{dest.name}'")
-        volumes: list[tuple[str, str]] = []
-        for key in ["rootfs", *[f"mp{n}" for n in conf.indexed("mp")]]:
-            value = conf.get(key)
-            if value is None:
-                continue
-            props = parse_property_string(value, default_key="volume")
-            volid = props.get("volume", "")
-            if volid.startswith("/"):
-                if props.get("shared") == "1":
-                    continue
-                kind = "device" if volid.startswith("/dev/") else "bind"
-                raise PveError(f"cannot migrate local {kind} mount point '{key}'")
-            sid = volid.split(":", 1)[0]
-            if source.storage(sid).shared:
-                continue
-            dest.storage(sid)  # must exist on the target too
-            volumes.append((key, volid))
-        log(f"starting migration of CT {vmid} to node '{dest.name}'")
-        if running:
-            log(f"shutdown CT {vmid}")
-            _shutdown_locked(source, vmid, log, timeout=timeout, force_stop=True)
         moved: list[tuple[Path, Path]] = []
         try:
+            conf, _ = load_ct_conf(source, vmid)  # prepare
+            _check_lock(conf)
+            was_running = _running(source, vmid)
+            if was_running and online:
+                raise PveError("lxc live migration is currently not implemented")
+            if was_running and not restart:
+                raise PveError("running container can only be migrated in restart mode")
+            if dest.ct_conf(vmid).exists() or dest.vm_conf(vmid).exists():
+                raise PveError(f"guest {vmid} already exists on node '{dest.name}'")
+            volumes = _migration_volumes(source, dest, conf, was_running, restart)
+            if was_running:
+                log(f"shutdown CT {vmid}")
+                _shutdown_locked(source, vmid, log, timeout=timeout, force_stop=False)
+            log(f"starting migration of CT {vmid} to node '{dest.name}' (127.0.0.1)")  # phase1
+            conf.main.options["lock"] = "migrate"
+            _write_conf(source, vmid, conf)
             for key, volid in volumes:
                 src, dst = source.volume_path(volid), dest.volume_path(volid)
                 log(f"found local volume '{volid}' (in current VM config)")
@@ -612,28 +917,49 @@ def ct_migrate(  # noqa: PLR0912, PLR0915  (PVE's phases in order, with rollback
                 moved.append((src, dst))
                 log(f"volume '{volid}' is '{volid}' on the target ({key})")
             dest.lxc_conf_dir.mkdir(parents=True, exist_ok=True)
-            _write_conf(dest, vmid, text)
-            source.ct_conf(vmid).unlink()
-        except BaseException as exc:
-            log(f"ERROR: migration aborted: {exc}")
+            os.replace(source.ct_conf(vmid), dest.ct_conf(vmid))  # move_config_to_node
+            conf_migrated = True
+        except SpecopsError as exc:
+            log(f"ERROR: {exc}")
+            if moved or source.ct_conf(vmid).exists():
+                log("aborting phase 1 - cleanup resources")
             for src, dst in reversed(moved):
                 shutil.move(dst, src)
-            dest.ct_conf(vmid).unlink(missing_ok=True)
-            if running:
-                log(f"restarting CT {vmid} on node '{source.name}'")
-                _start_locked(source, vmid, log, timeout=30)
-            raise
+            if source.ct_conf(vmid).exists():  # final_cleanup before the conf moved
+                log("start final cleanup")
+                with contextlib.suppress(SpecopsError):
+                    current, _ = load_ct_conf(source, vmid)
+                    if current.get("lock") == "migrate":
+                        current.main.options.pop("lock")
+                        _write_conf(source, vmid, current)
+                if restart and was_running:
+                    log("start container on source node")
+                    _start_locked(source, vmid, log, timeout=30, skiplock=True)
+            log(f"ERROR: migration aborted (duration {duration()}): {exc}")
+            raise PveError("migration aborted") from exc
         shutil.rmtree(source.lxcpath / source.lxc_name(vmid), ignore_errors=True)
-    if running:
+    assert conf_migrated
+    log("start final cleanup")
+    with ct_lock(dest, vmid):  # pct unlock on the target
+        moved_conf, _ = load_ct_conf(dest, vmid)
+        moved_conf.main.options.pop("lock", None)
+        _write_conf(dest, vmid, moved_conf)
+    if restart and was_running:
         log("start container on target node")
         try:
             ct_start(dest, vmid, log)
         except SpecopsError as exc:
             log(f"ERROR: {exc}")
-            raise PveError("migration problems") from exc
-    log("migration finished successfully")
+            problems = True
+    if problems:
+        log(f"ERROR: migration finished with problems (duration {duration()})")
+        raise PveError("migration problems")
+    log(f"migration finished successfully (duration {duration()})")
 
 
+# --------------------------------------------------------------------------- backup / restore
+
+_PCT_CONF = "./etc/vzdump/pct.conf"
 _COMPRESS: dict[str, tuple[str, list[str]]] = {
     "0": ("", []),
     "gzip": (".gz", ["gzip", "-q"]),
@@ -642,7 +968,29 @@ _COMPRESS: dict[str, tuple[str, list[str]]] = {
 }
 
 
-def ct_vzdump(
+def _set_lock(node: Node, vmid: int, lock: str) -> GuestConf:
+    """``PVE::AbstractConfig::set_lock`` (under the CT lock; ``check_lock`` first)."""
+    with ct_lock(node, vmid):
+        conf, _ = load_ct_conf(node, vmid)
+        _check_lock(conf)
+        conf.main.options["lock"] = lock
+        _write_conf(node, vmid, conf)
+        return conf
+
+
+def _remove_lock(node: Node, vmid: int, lock: str) -> None:
+    """``PVE::AbstractConfig::remove_lock``."""
+    with ct_lock(node, vmid):
+        conf, _ = load_ct_conf(node, vmid)
+        if not conf.get("lock"):
+            raise PveError(f"no lock found trying to remove '{lock}' lock")
+        if conf.get("lock") != lock:
+            raise PveError(f"found lock '{conf.get('lock')}' trying to remove '{lock}' lock")
+        conf.main.options.pop("lock")
+        _write_conf(node, vmid, conf)
+
+
+def ct_vzdump(  # noqa: PLR0915  (VZDump/LXC.pm's steps in order)
     node: Node,
     vmid: int,
     log: Log = _nolog,
@@ -651,46 +999,51 @@ def ct_vzdump(
     mode: str = "snapshot",
     compress: str = "0",
 ) -> str:
-    """``vzdump`` of one CT to a dir storage; returns the backup's volume id.
-
-    The archive is the rootfs plus ``./etc/vzdump/pct.conf`` (the main section of the
-    conf, no snapshots), named ``vzdump-lxc-<vmid>-<YYYY_MM_DD-HH_MM_SS>.tar[.gz|.zst]``.
-    ``stop`` mode shuts a running CT down and starts it again; ``snapshot`` (unsupported
-    by dir storages, as on PVE) and ``suspend`` archive the running rootfs as is.
-    """
+    """``vzdump`` of one CT to a dir storage (pve-container VZDump/LXC.pm): the CT is
+    locked ``backup`` (``set_lock``) while it runs; ``snapshot`` mode fails on a dir
+    storage ("mode failure - some volumes do not support snapshots") and PVE::VZDump
+    falls back to ``suspend``; ``stop`` mode shuts a running CT down and starts it again.
+    The archive is the rootfs plus ``./etc/vzdump/pct.conf`` (``write_pct_config`` of the
+    conf without ``lock``, snapshots and pending), named
+    ``vzdump-lxc-<vmid>-<YYYY_MM_DD-HH_MM_SS>.tar[.gz|.zst]``. Returns the volume id."""
     if compress not in _COMPRESS:
         raise PveError(f"compression '{compress}' is not emulated (use 0, gzip or zstd)", 400)
     suffix, compressor = _COMPRESS[compress]
     st = node.storage(storage)
     if "backup" not in st.content:
         raise PveError(f"storage '{storage}' does not support backups")
-    with ct_lock(node, vmid):
-        conf, _ = load_ct_conf(node, vmid)
+    conf = _set_lock(node, vmid, "backup")
+    try:
         rootfs = _rootfs_path(node, conf)
-        running = ct_status(node, vmid).status == "running"
+        running = _running(node, vmid)
         stamp = time.strftime("%Y_%m_%d-%H_%M_%S")
         volname = f"vzdump-lxc-{vmid}-{stamp}.tar{suffix}"
         volid = f"{storage}:backup/{volname}"
         target = node.volume_path(volid)
         target.parent.mkdir(parents=True, exist_ok=True)
         log(f"Starting Backup of VM {vmid} (lxc)")
-        log(f"CT Name: {conf.get('hostname', f'CT{vmid}')}")
+        log(f"CT Name: {conf.get('hostname') or f'CT{vmid}'}")
         if mode == "snapshot":
             log("mode failure - some volumes do not support snapshots")
             log("trying 'suspend' mode instead")
             mode = "suspend"
         log(f"Backup started at {time.strftime('%Y-%m-%d %H:%M:%S')}")
-        main = parse("".join(ln.raw for ln in conf.main.lines))
-        main.delete("lock")
+        saved = GuestConf(
+            Section({k: v for k, v in conf.main.options.items() if k != "lock"}, conf.main.lxc),
+            Section(),
+            {},
+            "",
+        )
         meta = node.lxcpath / node.lxc_name(vmid) / "vzdump"
         shutil.rmtree(meta, ignore_errors=True)
         (meta / "etc" / "vzdump").mkdir(parents=True)
-        (meta / "etc" / "vzdump" / "pct.conf").write_text(main.render())
+        (meta / "etc" / "vzdump" / "pct.conf").write_text(write_pct_config(saved))
         stopped = False
         try:
             if running and mode == "stop":
                 log("stopping virtual guest")
-                _shutdown_locked(node, vmid, log, timeout=60, force_stop=True)
+                with ct_lock(node, vmid):
+                    _shutdown_locked(node, vmid, log, timeout=60, force_stop=True)
                 stopped = True
             tmp = target.with_name(f".{target.name}.tmp.tar")
             _run(
@@ -708,15 +1061,7 @@ def ct_vzdump(
                 timeout=900,
             )
             _run(
-                [
-                    "tar",
-                    "-rpf",
-                    str(tmp),
-                    "--numeric-owner",
-                    "-C",
-                    str(meta),
-                    "./etc/vzdump/pct.conf",
-                ],
+                ["tar", "-rpf", str(tmp), "--numeric-owner", "-C", str(meta), _PCT_CONF],
                 timeout=60,
             )
             if compressor:
@@ -727,9 +1072,12 @@ def ct_vzdump(
             shutil.rmtree(meta, ignore_errors=True)
             if stopped:
                 log("restarting virtual guest")
-                _start_locked(node, vmid, log, timeout=30)
+                with ct_lock(node, vmid):
+                    _start_locked(node, vmid, log, timeout=30, skiplock=True)
         log(f"creating vzdump archive '{target}'")
         log(f"Finished Backup of VM {vmid}")
+    finally:
+        _remove_lock(node, vmid, "backup")
     return volid
 
 
@@ -743,7 +1091,9 @@ def ct_restore(
     force: bool = False,
     cluster: Cluster | None = None,
 ) -> None:
-    """``pct restore`` / create with ``restore=1``: a new rootfs and conf from a backup."""
+    """``pct restore`` / create with ``restore=1`` (API2/LXC.pm ``create_vm``,
+    LXC/Create.pm ``recover_config``/``restore_configuration``): a new rootfs and the
+    conf from the archive's ``etc/vzdump/pct.conf``, the given options over it."""
     source = node.volume_path(archive)
     if not source.is_file():
         raise PveError(f"volume '{archive}' does not exist")
@@ -753,35 +1103,36 @@ def ct_restore(
     if node.ct_conf(vmid).exists():
         if not force:
             raise PveError(f"unable to restore CT {vmid} - CT {vmid} already exists")
-        if ct_status(node, vmid).status == "running":
-            raise PveError(f"unable to restore CT {vmid} - CT is running")
+        if _running(node, vmid):
+            raise PveError("can't overwrite running container")
         ct_destroy(node, vmid, log)
     storage_opt = options.pop("storage", "local")
-    sid = parse_property_string(options.pop("rootfs", f"{storage_opt}:0"), "volume")[
-        "volume"
-    ].split(":", 1)[0]
+    rootfs_opt = options.pop("rootfs", f"{storage_opt}:0")
+    sid = str(_parse_or_die(parse_volume, "rootfs", rootfs_opt)["volume"]).split(":", 1)[0]
     if "rootdir" not in node.storage(sid).content:
         raise PveError(f"storage '{sid}' does not support container directories")
     rootfs_dir = node.volume_path(f"{sid}:{vmid}/subvol-{vmid}-disk-0.subvol")
     with ct_lock(node, vmid):
         rootfs_dir.mkdir(parents=True, exist_ok=False)
         try:
-            log(f"restoring '{archive}' now..")
+            log(f"recovering backed-up configuration from '{archive}'")
             _run(
                 ["tar", "-xpf", str(source), "--numeric-owner", "-C", str(rootfs_dir)], timeout=900
             )
             saved = rootfs_dir / "etc" / "vzdump" / "pct.conf"
             if not saved.is_file():
                 raise PveError(f"unable to restore CT {vmid} - archive has no etc/vzdump/pct.conf")
-            conf = parse(saved.read_text())
+            conf = parse_pct_config(vmid, saved.read_text())
             shutil.rmtree(rootfs_dir / "etc" / "vzdump")
-            old = parse_property_string(conf.get("rootfs") or "", "volume")
-            conf.set(
-                "rootfs", f"{sid}:{vmid}/subvol-{vmid}-disk-0.subvol,size={old.get('size', '0G')}"
+            old = _parse_or_die(parse_volume, "rootfs", conf.get("rootfs") or "none:0")
+            size = int(old.get("size") or 0)
+            conf.main.options["rootfs"] = print_volume(
+                "rootfs", {"volume": f"{sid}:{vmid}/subvol-{vmid}-disk-0.subvol", "size": size}
             )
             for key, value in options.items():
-                conf.set(key, value)
-            _write_conf(node, vmid, conf.render())
+                conf.main.options[key] = value
+            conf.pending, conf.snapshots = Section(), {}
+            _write_conf(node, vmid, conf)
         except BaseException:
             shutil.rmtree(rootfs_dir, ignore_errors=True)
             raise
