@@ -137,8 +137,9 @@ def test_entrypoint_console_env_and_mount_points(node: Node) -> None:
     assert "lxc.console.path = none" in lines
     assert "lxc.cgroup2.devices.deny = c 5:1 rwm" in lines
     assert "lxc.tty.max = 4" in lines
-    assert ["lxc.environment.runtime = A=1", "lxc.environment.runtime = B=2"] == [
-        ln for ln in lines if ln.startswith("lxc.environment.runtime")
+    assert [ln for ln in lines if ln.startswith("lxc.environment.runtime")] == [
+        "lxc.environment.runtime = A=1",
+        "lxc.environment.runtime = B=2",
     ]
     models = node.host_path("/srv/models")
     assert f"lxc.mount.entry = {models} models none bind,create=dir,ro,nosuid,nodev 0 0" in lines
@@ -272,7 +273,7 @@ def test_migrate_refuses_local_bind_mount_and_changes_nothing(tmp_path: Path) ->
     a.ct_conf(120).write_text(text)
     log: list[str] = []
     # AbstractMigrate.pm: an error in prepare/phase1 ends the task with "migration aborted"
-    with pytest.raises(pct.PveError, match="^migration aborted$") as exc:
+    with pytest.raises(pct.PveError, match=r"^migration aborted$") as exc:
         pct.ct_migrate(cluster, a, 120, "pvetest-b", log.append)
     assert str(exc.value.__cause__) == "cannot migrate local bind mount point 'mp0'"
     assert any("migration aborted" in ln and "mount point 'mp0'" in ln for ln in log)
