@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -162,7 +163,12 @@ def test_property_strings() -> None:
 
 _word = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=8)
 _value_chars = st.characters(min_codepoint=0x20, max_codepoint=0x7E, blacklist_characters="\n\r")
-_value = st.text(alphabet=_value_chars, min_size=1, max_size=30).map(str.strip).filter(bool)
+_value = (
+    st.text(alphabet=_value_chars, min_size=1, max_size=30)
+    .map(str.strip)
+    .filter(bool)
+    .filter(lambda v: re.search(r"snapstate:\s*(prepare|delete)\s*$", v) is None)
+)
 _spaces = st.sampled_from(["", " ", "  ", "\t"])
 
 _pve_key = st.one_of(
@@ -173,12 +179,17 @@ _pve_key = st.one_of(
         st.integers(0, 255),
     ),
 )
-_lxc_key = st.builds(
-    lambda parts: "lxc." + ".".join(parts),
-    st.lists(
-        st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=8),
-        min_size=1,
-        max_size=3,
+# Keys PVE applies (is_valid_lxc_conf_key): known ones and the prefixes it allows.
+_lxc_key = st.one_of(
+    st.sampled_from(["lxc.mount.entry", "lxc.idmap", "lxc.apparmor.profile", "lxc.cap.drop"]),
+    st.builds(
+        lambda prefix, parts: prefix + ".".join(parts),
+        st.sampled_from(["lxc.cgroup2.", "lxc.cgroup.", "lxc.prlimit.", "lxc.net."]),
+        st.lists(
+            st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=8),
+            min_size=1,
+            max_size=3,
+        ),
     ),
 )
 
@@ -203,7 +214,10 @@ _comment = st.builds(
 )
 _blank = st.builds(lambda s: ("blank", "", "", f"{s}\n"), _spaces)
 _line = st.one_of(_kv_line(), _lxc_line(), _comment, _blank)
-_snapname = st.builds(lambda a, b: a + b, _word, st.text(alphabet="abc0123_-", max_size=6))
+# PVE's snapshot names: [a-z][a-z0-9_-]+ (two characters at least)
+_snapname = st.builds(
+    lambda a, b: a + b, _word, st.text(alphabet="abc0123_-", min_size=1, max_size=6)
+)
 
 
 @st.composite

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +143,41 @@ def test_report_cells_read_as_text() -> None:
     assert "| cards | 0000:01:00.0 X | - |" in text
     assert "| driver | 580.126.09 | - |" in text
     assert "| total | 2.5 |" in text
+
+
+def test_stale_line_removal_keeps_crlf_bytes_elsewhere(tmp_path: Path) -> None:
+    """Found by the two-reader test: the module read the conf with newline translation,
+    so removing one line rewrote every CRLF ending (snapshots included) as LF."""
+    conf = tmp_path / "etc/pve/lxc/801.conf"
+    conf.parent.mkdir(parents=True)
+    text = (
+        "arch: amd64\r\nlxc.cgroup2.devices.allow: c 511:* rwm\r\nostype: debian\r\n"
+        "\r\n[snap1]\r\nlxc.cgroup2.devices.allow: c 511:* rwm\r\n"
+    )
+    conf.write_bytes(text.encode())
+    module = (
+        Path(__file__).resolve().parents[2] / "collections/ansible_collections/specops/infra"
+        "/plugins/modules/lxc_stale_gpu_lines.py"
+    )
+    args = tmp_path / "args.json"
+    args.write_text(
+        json.dumps(
+            {
+                "ANSIBLE_MODULE_ARGS": {
+                    "vmid": 801,
+                    "root": str(tmp_path),
+                    "lines": ["lxc.cgroup2.devices.allow: c 511:* rwm"],
+                    "gpu_facts": {"char_majors": {"nvidia": 195}, "gpus": []},
+                }
+            }
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": str(module.parents[5])}
+    proc = subprocess.run(
+        [sys.executable, str(module), str(args)], capture_output=True, env=env, check=False
+    )
+    assert json.loads(proc.stdout)["changed"] is True, proc.stdout + proc.stderr
+    assert (
+        conf.read_bytes()
+        == text.replace("lxc.cgroup2.devices.allow: c 511:* rwm\r\nostype", "ostype", 1).encode()
+    )

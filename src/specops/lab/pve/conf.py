@@ -60,6 +60,7 @@ __all__ = [
     "check_type",
     "classify_mountpoint",
     "cleanup_pending",
+    "conf_bytes",
     "config_lock_path",
     "current_config",
     "decode_text",
@@ -76,6 +77,7 @@ __all__ = [
     "parse_volume",
     "print_pending_delete",
     "print_volume",
+    "read_conf",
     "remove_from_pending_delete",
     "split_nameservers",
     "write_pct_config",
@@ -349,8 +351,21 @@ def is_valid_lxc_conf_key(vmid: int, key: str, warnings: list[str]) -> int | str
 # --------------------------------------------------------------------------- parse / write
 
 
+def read_conf(path: os.PathLike[str] | str) -> str:
+    """A conf's text byte for byte (pmxcfs hands PVE the raw bytes: no newline
+    translation; bytes that are not UTF-8 survive as surrogates)."""
+    with open(path, "rb") as fh:
+        return fh.read().decode("utf-8", "surrogateescape")
+
+
+def conf_bytes(text: str) -> bytes:
+    """The bytes of a conf text read by :func:`read_conf` (the inverse)."""
+    return text.encode("utf-8", "surrogateescape")
+
+
 def _digest(raw: str) -> str:
-    return hashlib.sha1(raw.encode("utf-8"), usedforsecurity=False).hexdigest()
+    """``Digest::SHA::sha1_hex($raw)`` of the file's bytes."""
+    return hashlib.sha1(conf_bytes(raw), usedforsecurity=False).hexdigest()
 
 
 def _perl_lines(raw: str) -> list[str]:

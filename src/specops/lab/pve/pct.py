@@ -31,6 +31,7 @@ from specops.lab.pve.conf import (
     Section,
     add_to_pending_delete,
     cleanup_pending,
+    conf_bytes,
     current_config,
     lock_config,
     option_exists,
@@ -41,6 +42,7 @@ from specops.lab.pve.conf import (
     parse_vm_config,
     parse_volume,
     print_volume,
+    read_conf,
     remove_from_pending_delete,
     split_nameservers,
     write_pct_config,
@@ -144,7 +146,7 @@ def load_ct_conf(node: Node, vmid: int) -> tuple[GuestConf, str]:
     path = node.ct_conf(vmid)
     if not path.exists():
         raise _conf_missing(node, vmid)
-    text = path.read_text()
+    text = read_conf(path)
     return parse_pct_config(vmid, text), text
 
 
@@ -152,7 +154,7 @@ def _write_conf(node: Node, vmid: int, conf: GuestConf, directory: Path | None =
     """``write_config`` (``write_pct_config`` through pmxcfs: atomic here)."""
     path = (directory or node.lxc_conf_dir) / f"{vmid}.conf"
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    tmp.write_text(write_pct_config(conf))
+    tmp.write_bytes(conf_bytes(write_pct_config(conf)))
     tmp.replace(path)
 
 
@@ -675,7 +677,7 @@ def load_vm_conf(node: Node, vmid: int) -> GuestConf:
     path = node.vm_conf(vmid)
     if not path.exists():
         raise _conf_missing(node, vmid, "qemu-server")
-    return parse_vm_config(vmid, path.read_text())
+    return parse_vm_config(vmid, read_conf(path))
 
 
 def vm_config_dict(node: Node, vmid: int, *, snapshot: str | None = None) -> dict[str, object]:
@@ -1122,7 +1124,7 @@ def ct_restore(
             saved = rootfs_dir / "etc" / "vzdump" / "pct.conf"
             if not saved.is_file():
                 raise PveError(f"unable to restore CT {vmid} - archive has no etc/vzdump/pct.conf")
-            conf = parse_pct_config(vmid, saved.read_text())
+            conf = parse_pct_config(vmid, read_conf(saved))
             shutil.rmtree(rootfs_dir / "etc" / "vzdump")
             old = _parse_or_die(parse_volume, "rootfs", conf.get("rootfs") or "none:0")
             size = int(old.get("size") or 0)

@@ -394,7 +394,7 @@ def privilege_problems(conf: PveConf, method: str, stats: Iterable[NodeStat]) ->
     node's owner: the container's users can open it when the node is world read-write
     (the driver's default 0666) or when ``lxc.idmap`` maps the node's host uid/gid.
     """
-    if conf.get("unprivileged", "0") != "1" or method == "dev":
+    if not conf.get_bool("unprivileged") or method == "dev":
         return []
     problems = []
     for st in stats:

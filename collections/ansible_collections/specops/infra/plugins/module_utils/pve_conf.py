@@ -7,7 +7,15 @@ Covers ``/etc/pve/lxc/<vmid>.conf`` and ``/etc/pve/qemu-server/<vmid>.conf``:
   order matters; PVE also reads the ``lxc.key = value`` spelling;
 - ``#`` comment lines, which PVE uses to store the guest description (``%XX`` escaped);
 - blank lines;
-- sections: snapshots ``[name]`` and pending changes ``[pve:pending]``.
+- sections: snapshots ``[name]`` and pending changes (``[pve:pending]`` in a container's
+  config, ``[PENDING]`` in a VM's: ``kind="qemu"``).
+
+Reading follows PVE's parsers (pve-container ``PVE::LXC::Config::parse_pct_config``,
+qemu-server ``PVE::QemuServer::parse_vm_config``): a line PVE would not apply (an ``lxc.*``
+key PVE does not know or refuses, ``delete:`` outside the pending section, a one-letter
+``[x]`` header, a ``snapstate:`` line in the main section) is kept byte for byte but not
+read as an option. ``tests/lab/test_pve_conf_grammar.py`` runs this parser and the lab
+stand-in's own (independent) reader over the same confs.
 
 ``parse(text).render() == text`` for every input (byte-lossless: every line keeps its
 raw text, including odd spacing, CRLF endings and lines PVE itself would warn about).
@@ -42,12 +50,115 @@ __all__ = [
     "write_conf_atomic",
 ]
 
-# pve-container / qemu-server: `^([a-z][a-z_]*\d*):\s*(.*\S)\s*$`; raw LXC keys
-# `^(lxc\.[a-z0-9_\-\.]+)(:|\s*=)\s*(.*?)\s*$`; sections `^\[([a-z][a-z0-9_\-]+)\]\s*$`
-# and `^\[PENDING\]`/`^\[pve:pending\]`.
-_KEY_RE = re.compile(r"^([a-z][a-z_\-]*\d*):\s*(.*?)\s*$")
+# pve-container parse_pct_config: keys `^([a-z][a-z_]*\d*):\s*(.+?)\s*$` (qemu-server's
+# parse_vm_config also allows '-'); raw LXC keys `^(lxc\.[a-z0-9_\-\.]+)(:|\s*=)\s*(.*?)\s*$`;
+# snapshots `^\[([a-z][a-z0-9_\-]+)\]\s*$` (two characters at least); pending
+# `^\[pve:pending\]\s*$` (containers) or `^\[PENDING\]\s*$` (VMs), case-insensitive.
+_KEY_RE = {
+    "lxc": re.compile(r"^([a-z][a-z_]*\d*):\s*(.*?)\s*$"),
+    "qemu": re.compile(r"^([a-z][a-z_\-]*\d*):\s*(.*?)\s*$"),
+}
 _LXC_RE = re.compile(r"^(lxc\.[a-z0-9_\-.]+)(?::|\s*=)\s*(.*?)\s*$")
-_SECTION_RE = re.compile(r"^\[([a-z][a-z0-9_\-]*|pve:pending|PENDING)\]\s*$", re.IGNORECASE)
+_SECTION_RE = re.compile(r"^\[([a-z][a-z0-9_\-]+|pve:pending)\]\s*$", re.IGNORECASE)
+_SNAPSTATE_RE = re.compile(r"snapstate:\s*(prepare|delete)\s*$")
+# pve-container Config.pm is_valid_lxc_conf_key: known keys, then prefixes it allows.
+_LXC_KEYS = frozenset(
+    [
+        "lxc.apparmor.profile",
+        "lxc.apparmor.allow_incomplete",
+        "lxc.apparmor.allow_nesting",
+        "lxc.apparmor.raw",
+        "lxc.selinux.context",
+        "lxc.include",
+        "lxc.arch",
+        "lxc.uts.name",
+        "lxc.signal.halt",
+        "lxc.signal.reboot",
+        "lxc.signal.stop",
+        "lxc.init.cmd",
+        "lxc.init.cwd",
+        "lxc.init.uid",
+        "lxc.init.gid",
+        "lxc.init.groups",
+        "lxc.pty.max",
+        "lxc.console.logfile",
+        "lxc.console.path",
+        "lxc.tty.max",
+        "lxc.devtty.dir",
+        "lxc.hook.autodev",
+        "lxc.autodev",
+        "lxc.kmsg",
+        "lxc.mount.fstab",
+        "lxc.mount.entry",
+        "lxc.mount.auto",
+        "lxc.rootfs.mount",
+        "lxc.cap.drop",
+        "lxc.cap.keep",
+        "lxc.seccomp.profile",
+        "lxc.seccomp.notify.proxy",
+        "lxc.seccomp.notify.cookie",
+        "lxc.idmap",
+        "lxc.hook.pre-start",
+        "lxc.hook.pre-mount",
+        "lxc.hook.mount",
+        "lxc.hook.start",
+        "lxc.hook.stop",
+        "lxc.hook.post-stop",
+        "lxc.hook.clone",
+        "lxc.hook.destroy",
+        "lxc.hook.version",
+        "lxc.log.level",
+        "lxc.log.file",
+        "lxc.start.auto",
+        "lxc.start.delay",
+        "lxc.start.order",
+        "lxc.group",
+        "lxc.environment",
+        "lxc.environment.runtime",
+        "lxc.environment.hooks",
+        "lxc.sysctl.fs.mqueue",
+        "lxc.sysctl.kernel.msgmax",
+        "lxc.sysctl.kernel.msgmnb",
+        "lxc.sysctl.kernel.msgmni",
+        "lxc.sysctl.kernel.sem",
+        "lxc.sysctl.kernel.shmall",
+        "lxc.sysctl.kernel.shmmax",
+        "lxc.sysctl.kernel.shmmni",
+        "lxc.sysctl.kernel.shm_rmid_forced",
+        "lxc.aa_profile",
+        "lxc.aa_allow_incomplete",
+        "lxc.console",
+        "lxc.devttydir",
+        "lxc.haltsignal",
+        "lxc.rebootsignal",
+        "lxc.stopsignal",
+        "lxc.id_map",
+        "lxc.init_cmd",
+        "lxc.loglevel",
+        "lxc.logfile",
+        "lxc.mount",
+        "lxc.network.type",
+        "lxc.network.flags",
+        "lxc.network.link",
+        "lxc.network.mtu",
+        "lxc.network.name",
+        "lxc.network.hwaddr",
+        "lxc.network.ipv4",
+        "lxc.network.ipv4.gateway",
+        "lxc.network.ipv6",
+        "lxc.network.ipv6.gateway",
+        "lxc.network.script.up",
+        "lxc.network.script.down",
+        "lxc.pts",
+        "lxc.se_context",
+        "lxc.seccomp",
+        "lxc.tty",
+        "lxc.utsname",
+    ]
+)
+_LXC_PREFIXES = ("lxc.limit.", "lxc.cgroup.", "lxc.cgroup2.", "lxc.prlimit.", "lxc.net.")
+_BOOLEAN_TRUE = re.compile(r"^(1|on|yes|true)$", re.IGNORECASE)
+_BOOLEAN_FALSE = re.compile(r"^(0|off|no|false)$", re.IGNORECASE)
 _SNAPNAME_RE = re.compile(r"^[a-z][a-z0-9_\-]+$", re.IGNORECASE)
 _SETKEY_RE = re.compile(r"^[a-z][a-z_\-]*\d*$")
 _LXCKEY_RE = re.compile(r"^lxc\.[a-z0-9_\-.]+$")
@@ -111,33 +222,56 @@ def _split_lines(text: str) -> list[str]:
     return out
 
 
-def _classify(raw: str) -> Line:
+def _valid_lxc_key(key: str) -> bool:
+    return key in _LXC_KEYS or key.startswith(_LXC_PREFIXES)
+
+
+def _classify(raw: str, section: str | None, kind: str) -> Line:  # noqa: PLR0911
     body = raw.rstrip("\n").removesuffix("\r")
     if body.strip() == "":
         return Line(raw, "blank")
-    if body.startswith("#"):
-        return Line(raw, "comment", value=body[1:])
     m = _SECTION_RE.match(body)
+    if kind == "qemu":  # [PENDING], [special:...] and unknown sections end the main one
+        m = re.match(r"^\[([^\]]*)\]\s*$", body)
+        if m and m.group(1).upper() == "PENDING":
+            return Line(raw, "section", key=PENDING_SECTION)
     if m:
         name = m.group(1)
-        if name.upper() == "PENDING":
-            name = PENDING_SECTION
-        return Line(raw, "section", key=name.lower() if name == PENDING_SECTION else name)
+        return Line(
+            raw, "section", key=PENDING_SECTION if name.lower() == PENDING_SECTION else name
+        )
+    if body.startswith("#"):
+        # parse_pct_config's `^\#(.*)$` keeps a CR before the newline in the description
+        return Line(raw, "comment", value=raw.removesuffix("\n")[1:])
     m = _LXC_RE.match(body)
-    if m:
+    if m and kind == "lxc":
+        if not _valid_lxc_key(m.group(1)):
+            return Line(raw, "invalid", value=body)
         return Line(raw, "lxc", key=m.group(1), value=m.group(2))
-    m = _KEY_RE.match(body)
+    if re.match(r"^description:\s*(.*\S)\s*$", body):
+        return Line(raw, "description", key="description", value=body.split(":", 1)[1].strip())
+    m = _SNAPSTATE_RE.search(body)
+    if m:  # PVE reads it anywhere in the line; in the main section it is dropped
+        if section is None:
+            return Line(raw, "invalid", value=body)
+        return Line(raw, "key", key="snapstate", value=m.group(1))
+    if re.match(r"^delete:", body) and section != PENDING_SECTION:
+        return Line(raw, "invalid", value=body)
+    m = _KEY_RE[kind].match(body)
     if m and m.group(2) != "":
         return Line(raw, "key", key=m.group(1), value=m.group(2))
     return Line(raw, "invalid", value=body)
 
 
-def parse(text: str, *, strict: bool = False) -> PveConf:
-    """Parse a PVE guest config. ``strict`` raises on lines PVE would warn about."""
+def parse(text: str, *, strict: bool = False, kind: str = "lxc") -> PveConf:
+    """Parse a PVE guest config (``kind``: ``lxc`` or ``qemu``). ``strict`` raises on
+    lines PVE would warn about."""
+    if kind not in _KEY_RE:
+        raise PveConfError("kind", f"want 'lxc' or 'qemu' (got {kind!r})")
     sections: list[Section] = [Section(None)]
     seen: set[str] = set()
     for number, raw in enumerate(_split_lines(text), start=1):
-        line = _classify(raw)
+        line = _classify(raw, sections[-1].name, kind)
         if line.kind == "section":
             if strict and line.key in seen:
                 raise PveConfError(f"line {number}", f"duplicate section [{line.key}]")
@@ -147,8 +281,8 @@ def parse(text: str, *, strict: bool = False) -> PveConf:
         if strict and line.kind == "invalid":
             raise PveConfError(
                 f"line {number}",
-                f"unable to parse {line.value!r} (want 'key: value', 'lxc.key: value', "
-                "'# comment', a blank line or '[section]')",
+                f"unable to parse {line.value!r} (want 'key: value', a known 'lxc.key: value', "
+                "'# comment', a blank line or '[section]'; 'delete:' only in the pending section)",
             )
         sections[-1].lines.append(line)
     return PveConf(sections)
@@ -205,11 +339,27 @@ class PveConf:
 
     @property
     def description(self) -> str | None:
-        """The description PVE keeps as the main section's ``#`` lines, or None."""
-        comments = [ln.value for ln in self.main.lines if ln.kind == "comment"]
-        if not comments:
-            return None
-        return "\n".join(_decode_comment(c) for c in comments)
+        """The description PVE reads from the main section: its ``#`` lines (one line
+        each) and ``description:`` lines (appended as they are), or None."""
+        text = ""
+        for ln in self.main.lines:
+            if ln.kind == "comment":
+                text += _decode_comment(ln.value) + "\n"
+            elif ln.kind == "description":
+                text += _decode_comment(ln.value)
+        return text.removesuffix("\n") if text else None
+
+    def get_bool(self, key: str, default: bool = False) -> bool:
+        """A boolean option as PVE's ``check_type`` reads it (``1|on|yes|true`` /
+        ``0|off|no|false``, any case); ``default`` when unset or unreadable."""
+        value = self.get(key)
+        if value is None:
+            return default
+        if _BOOLEAN_TRUE.match(value):
+            return True
+        if _BOOLEAN_FALSE.match(value):
+            return False
+        return default
 
     def indexed(self, prefix: str) -> dict[int, str]:
         """``devN``/``mpN``/``hostpciN``/``netN`` entries of the main section by N."""
@@ -298,12 +448,12 @@ class PveConf:
         return removed
 
     def set_description(self, text: str | None) -> None:
-        """Replace the main section's comment lines (the description)."""
-        lines = [ln for ln in self.main.lines if ln.kind != "comment"]
+        """Replace the main section's comment lines (the description). The lines end in
+        ``\n`` even in a CRLF file: PVE would read a CR into the description."""
+        lines = [ln for ln in self.main.lines if ln.kind not in ("comment", "description")]
         if text:
-            eol = self._eol()
             new = [
-                Line(f"#{_encode_comment(part)}{eol}", "comment", value=_encode_comment(part))
+                Line(f"#{_encode_comment(part)}\n", "comment", value=_encode_comment(part))
                 for part in text.split("\n")
             ]
             lines = new + lines
@@ -321,13 +471,17 @@ def _check_value(key: str, value: str) -> None:
 
 
 def parse_property_string(value: str, default_key: str | None = None) -> dict[str, str]:
-    """Split ``path=/dev/x,mode=0660`` (or ``/dev/x,mode=0660`` with a default key)."""
+    """Split ``path=/dev/x,mode=0660`` (or ``/dev/x,mode=0660`` with a default key), as
+    pve-common's ``parse_property_string`` splits: on every ``,`` (no quoting), blank
+    parts skipped, ``key=value`` with both sides non-empty."""
     out: dict[str, str] = {}
     for part in value.split(","):
-        if part == "":
+        if part.strip() == "":
             continue
         if "=" in part:
             k, v = part.split("=", 1)
+            if not k or not v:
+                raise PveConfError(part, "missing key or value in comma-separated list property")
         elif default_key is not None and default_key not in out:
             k, v = default_key, part
         else:

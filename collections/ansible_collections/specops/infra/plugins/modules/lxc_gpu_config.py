@@ -306,7 +306,7 @@ def configure(params: dict[str, Any], *, check_mode: bool) -> dict[str, Any]:
         "devices": [d.as_dict() for d in devices],
         "added": result.added,
         "removed": result.removed,
-        "unprivileged": conf.get("unprivileged", "0") == "1",
+        "unprivileged": conf.get_bool("unprivileged"),
         "warnings_kept": result.warnings,
         "diff": {
             "before": result.before,

@@ -153,7 +153,7 @@ def run_module() -> None:
     stale = stale_lines(p["lines"], p["gpu_facts"], p["gpus"])
     try:
         with config_lock(p["root"], p["vmid"], p["lock_timeout"]):
-            with open(path, encoding="utf-8") as fh:
+            with open(path, encoding="utf-8", newline="") as fh:  # CRLF kept byte for byte
                 before = fh.read()
             conf = parse(before)
             removed = drop(conf, stale)
