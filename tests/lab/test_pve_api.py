@@ -285,7 +285,7 @@ def test_unknown_paths_and_auth(prox: ProxmoxAPI, pve_api: ApiHandle) -> None:
             "Authorization": f"PVEAPIToken={pve_api.user}!{pve_api.token_name}=not-the-secret"
         },
     )
-    assert (wrong.status_code, wrong.reason, wrong.content) == (401, "authentication failure", b"")
+    assert (wrong.status_code, wrong.reason, wrong.content) == (401, "Authentication failed!", b"")
     assert pve_api.token_value not in wrong.text
     ok = requests.get(
         url, verify=str(pve_api.cert), timeout=10, headers={"Authorization": pve_api.auth_header}

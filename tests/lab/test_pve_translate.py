@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specops.errors import ValidationError
-from specops.lab.pve import pct
+from specops.lab.pve import migrate, pct
 from specops.lab.pve.conf import parse_pct_config
 from specops.lab.pve.layout import Cluster, Node, init_cluster, read_storage_cfg
 from specops.lab.pve.lxcconf import StartError, build_lxc_config
@@ -274,14 +274,14 @@ def test_migrate_refuses_local_bind_mount_and_changes_nothing(tmp_path: Path) ->
     log: list[str] = []
     # AbstractMigrate.pm: an error in prepare/phase1 ends the task with "migration aborted"
     with pytest.raises(pct.PveError, match=r"^migration aborted$") as exc:
-        pct.ct_migrate(cluster, a, 120, "pvetest-b", log.append)
+        migrate.ct_migrate(cluster, a, 120, "pvetest-b", log.append)
     assert str(exc.value.__cause__) == "cannot migrate local bind mount point 'mp0'"
     assert any("migration aborted" in ln and "mount point 'mp0'" in ln for ln in log)
     assert a.ct_conf(120).read_text() == text
     assert not cluster.node("pvetest-b").ct_conf(120).exists()
     # shared=1 lets it go: conf and the rootfs dir move to the target's root.
     a.ct_conf(120).write_text(text.replace("mp=/models", "mp=/models,shared=1"))
-    pct.ct_migrate(cluster, a, 120, "pvetest-b")
+    migrate.ct_migrate(cluster, a, 120, "pvetest-b")
     b = cluster.node("pvetest-b")
     assert b.volume_path("local:120/subvol-120-disk-0.subvol").is_dir()
     assert not a.ct_conf(120).exists()

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from specops.errors import SpecopsError, ValidationError
-from specops.lab.pve import pct
+from specops.lab.pve import backup, migrate, pct
 from specops.lab.pve.layout import Cluster, Node
 from specops.pve_formats import split_list
 from specops.pve_schema import ApiError, check_call, typed_returns
@@ -227,7 +227,9 @@ class LabApi:
 
     # -- plumbing ----------------------------------------------------------------------
     def authenticate(self, header: str | None) -> str:
-        """The token's user (``user@realm!id``) or 401 like PVE."""
+        """The token's user (``user@realm!id``) or 401 like PVE (pve-manager
+        PVE/HTTPServer.pm ``auth_handler``: "No ticket" without credentials,
+        "Authentication failed!" for a token that does not verify)."""
         if not header:
             raise ApiError(401, "No ticket")
         scheme, _, rest = header.partition("=")
@@ -236,7 +238,8 @@ class LabApi:
         ident, _, secret = rest.partition("=")
         known = self.tokens.get(ident.strip())
         if known is None or not hmac.compare_digest(known.encode(), secret.strip().encode()):
-            raise ApiError(401, "authentication failure")
+            # pve-manager PVE/HTTPServer.pm auth_handler: die "Authentication failed!\n"
+            raise ApiError(401, "Authentication failed!")
         return ident.strip()
 
     def cluster(self) -> Cluster:
@@ -643,7 +646,7 @@ class LabApi:
 
         def work(log: Callable[[str], None]) -> None:
             if restore:
-                pct.ct_restore(
+                backup.ct_restore(
                     node, vmid, str(p["ostemplate"]), options, log, force=force, cluster=cluster
                 )
                 if start:
@@ -664,8 +667,15 @@ class LabApi:
     def lxc_destroy(self, p: dict[str, Any], user: str) -> Any:
         node = self.node(p)
         vmid = int(p["vmid"])
-        pct.load_ct_conf(node, vmid)
+        conf, _ = pct.load_ct_conf(node, vmid)
         force = bool(p.get("force"))
+        # API2/LXC.pm destroy_vm's early checks, before the task is forked
+        if conf.get("protection") == "1":
+            raise pct.PveError(f"can't remove CT {vmid} - protection mode enabled")
+        if conf.get("lock"):
+            raise pct.PveError(f"CT is locked ({conf.get('lock')})")
+        if not force and pct.ct_status(node, vmid).status == "running":
+            raise pct.PveError(f"unable to destroy CT {vmid} - container is running")
         return self._task(
             node,
             "vzdestroy",
@@ -747,7 +757,7 @@ class LabApi:
             "vzmigrate",
             str(vmid),
             user,
-            lambda log: pct.ct_migrate(
+            lambda log: migrate.ct_migrate(
                 cluster, node, vmid, target, log, restart=restart, online=online, timeout=timeout
             ),
         )
@@ -764,7 +774,7 @@ class LabApi:
 
         def work(log: Callable[[str], None]) -> None:
             for vmid in ids:
-                pct.ct_vzdump(node, vmid, log, storage=storage, mode=mode, compress=compress)
+                backup.ct_vzdump(node, vmid, log, storage=storage, mode=mode, compress=compress)
 
         return self._task(
             node, "vzdump", ",".join(map(str, ids)) if len(ids) > 1 else str(ids[0]), user, work

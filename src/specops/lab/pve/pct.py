@@ -62,17 +62,14 @@ __all__ = [
     "ct_destroy",
     "ct_exec",
     "ct_lock",
-    "ct_migrate",
     "ct_push",
     "ct_reboot",
     "ct_resize",
-    "ct_restore",
     "ct_shutdown",
     "ct_start",
     "ct_status",
     "ct_stop",
     "ct_update_config",
-    "ct_vzdump",
     "list_cts",
     "list_vms",
     "load_ct_conf",
@@ -806,14 +803,17 @@ def _new_conf(vmid: int, rootfs: str, options: dict[str, str]) -> GuestConf:
 
 
 def ct_destroy(node: Node, vmid: int, log: Log = _nolog, *, force: bool = False) -> None:
-    """``pct destroy``: remove conf, rootfs volume(s) and the LXC side."""
+    """``pct destroy`` / ``DELETE .../lxc/{vmid}``: API2/LXC.pm ``destroy_vm``
+    (``check_protection``, ``check_lock``, a running CT only with ``force``) then
+    LXC.pm ``destroy_lxc_container``: conf, rootfs volume(s) and the LXC side."""
     with ct_lock(node, vmid):
         conf, _ = load_ct_conf(node, vmid)
         _check_lock(conf)
         _check_protection(conf, f"can't remove CT {vmid}")
         if _running(node, vmid):
             if not force:
-                raise PveError(f"CT {vmid} is running - destroy failed")
+                raise PveError(f"unable to destroy CT {vmid} - container is running")
+            log(f"forced to stop CT {vmid} before destroying!")
             _run(["lxc-stop", *_lxc_args(node, vmid), "--kill"], timeout=60)
         rootfs = _rootfs_path(node, conf)
         node.ct_conf(vmid).unlink()
@@ -822,320 +822,3 @@ def ct_destroy(node: Node, vmid: int, log: Log = _nolog, *, force: bool = False)
             rootfs.parent.rmdir()  # images/<vmid>/ when now empty
         shutil.rmtree(node.lxcpath / node.lxc_name(vmid), ignore_errors=True)
         log(f"CT {vmid} destroyed")
-
-
-# --------------------------------------------------------------------------- migration
-
-
-def _migration_volumes(
-    source: Node, dest: Node, conf: GuestConf, running: bool, restart: bool
-) -> list[tuple[str, str]]:
-    """Migrate.pm ``prepare``: every mount point of ``foreach_volume_full``
-    (``include_unused``); a bind/device one needs ``shared``; volumes on local storages
-    move, the storage must allow ``rootdir`` on both nodes."""
-    keys = ["rootfs", *[f"mp{n}" for n in conf.indexed("mp")]]
-    keys += [f"unused{n}" for n in conf.indexed("unused")]
-    out: list[tuple[str, str]] = []
-    for key in keys:
-        value = conf.get(key)
-        if value is None:
-            continue
-        mount = _parse_or_die(parse_volume, key, value)
-        if mount["type"] != "volume":
-            if mount.get("shared"):
-                continue
-            raise PveError(f"cannot migrate local {mount['type']} mount point '{key}'")
-        volid = str(mount.get("volume") or "")
-        if not volid:
-            raise PveError(f"missing volume for mount point '{key}'")
-        sid = volid.split(":", 1)[0]
-        if "rootdir" not in source.storage(sid).content:
-            raise PveError(f"content type 'rootdir' is not available on storage '{sid}'")
-        if source.storage(sid).shared:
-            continue
-        if running and not restart:
-            raise PveError(f"unable to migrate local mount point '{volid}' while CT is running")
-        if "rootdir" not in dest.storage(sid).content:
-            raise PveError(f"{volid}: content type 'rootdir' is not available on storage '{sid}'")
-        out.append((key, volid))
-    return out
-
-
-def ct_migrate(  # noqa: PLR0912, PLR0915  (PVE's phases in order, with rollback)
-    cluster: Cluster,
-    source: Node,
-    vmid: int,
-    target: str,
-    log: Log = _nolog,
-    *,
-    restart: bool = False,
-    online: bool = False,
-    timeout: int = 180,
-) -> None:
-    """Restart-mode migration to another node (pve-guest-common AbstractMigrate.pm
-    ``migrate`` with pve-container Migrate.pm ``prepare``/``phase1``/``phase3``/
-    ``final_cleanup``): under the CT lock, ``check_lock``; a running CT needs ``restart``
-    and is shut down (no kill: "container did not stop" when it will not); ``lock:
-    migrate`` is written; local volumes and the conf move to the target's root; then
-    ``pct unlock`` and, if it ran, ``pct start`` on the target. A failure before the conf
-    moved: the lock is removed, the CT restarted on the source, the task fails with
-    "migration aborted". A failure after (e.g. the start on the target): "migration
-    problems", the CT stays on the target."""
-    dest = cluster.node(target)
-    started = time.monotonic()
-
-    def duration() -> str:
-        secs = int(time.monotonic() - started)
-        return f"{secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}"
-
-    conf_migrated = was_running = False
-    problems = False
-    with ct_lock(source, vmid):
-        moved: list[tuple[Path, Path]] = []
-        try:
-            conf, _ = load_ct_conf(source, vmid)  # prepare
-            _check_lock(conf)
-            was_running = _running(source, vmid)
-            if was_running and online:
-                raise PveError("lxc live migration is currently not implemented")
-            if was_running and not restart:
-                raise PveError("running container can only be migrated in restart mode")
-            if dest.ct_conf(vmid).exists() or dest.vm_conf(vmid).exists():
-                raise PveError(f"guest {vmid} already exists on node '{dest.name}'")
-            volumes = _migration_volumes(source, dest, conf, was_running, restart)
-            if was_running:
-                log(f"shutdown CT {vmid}")
-                _shutdown_locked(source, vmid, log, timeout=timeout, force_stop=False)
-            log(f"starting migration of CT {vmid} to node '{dest.name}' (127.0.0.1)")  # phase1
-            conf.main.options["lock"] = "migrate"
-            _write_conf(source, vmid, conf)
-            for key, volid in volumes:
-                src, dst = source.volume_path(volid), dest.volume_path(volid)
-                log(f"found local volume '{volid}' (in current VM config)")
-                if dst.exists():
-                    raise PveError(f"volume '{volid}' already exists on node '{dest.name}'")
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(src, dst)
-                moved.append((src, dst))
-                log(f"volume '{volid}' is '{volid}' on the target ({key})")
-            dest.lxc_conf_dir.mkdir(parents=True, exist_ok=True)
-            os.replace(source.ct_conf(vmid), dest.ct_conf(vmid))  # move_config_to_node
-            conf_migrated = True
-        except SpecopsError as exc:
-            log(f"ERROR: {exc}")
-            if moved or source.ct_conf(vmid).exists():
-                log("aborting phase 1 - cleanup resources")
-            for src, dst in reversed(moved):
-                shutil.move(dst, src)
-            if source.ct_conf(vmid).exists():  # final_cleanup before the conf moved
-                log("start final cleanup")
-                with contextlib.suppress(SpecopsError):
-                    current, _ = load_ct_conf(source, vmid)
-                    if current.get("lock") == "migrate":
-                        current.main.options.pop("lock")
-                        _write_conf(source, vmid, current)
-                if restart and was_running:
-                    log("start container on source node")
-                    _start_locked(source, vmid, log, timeout=30, skiplock=True)
-            log(f"ERROR: migration aborted (duration {duration()}): {exc}")
-            raise PveError("migration aborted") from exc
-        shutil.rmtree(source.lxcpath / source.lxc_name(vmid), ignore_errors=True)
-    assert conf_migrated
-    log("start final cleanup")
-    with ct_lock(dest, vmid):  # pct unlock on the target
-        moved_conf, _ = load_ct_conf(dest, vmid)
-        moved_conf.main.options.pop("lock", None)
-        _write_conf(dest, vmid, moved_conf)
-    if restart and was_running:
-        log("start container on target node")
-        try:
-            ct_start(dest, vmid, log)
-        except SpecopsError as exc:
-            log(f"ERROR: {exc}")
-            problems = True
-    if problems:
-        log(f"ERROR: migration finished with problems (duration {duration()})")
-        raise PveError("migration problems")
-    log(f"migration finished successfully (duration {duration()})")
-
-
-# --------------------------------------------------------------------------- backup / restore
-
-_PCT_CONF = "./etc/vzdump/pct.conf"
-_COMPRESS: dict[str, tuple[str, list[str]]] = {
-    "0": ("", []),
-    "gzip": (".gz", ["gzip", "-q"]),
-    "1": (".gz", ["gzip", "-q"]),
-    "zstd": (".zst", ["zstd", "-q", "--rm", "-T0"]),
-}
-
-
-def _set_lock(node: Node, vmid: int, lock: str) -> GuestConf:
-    """``PVE::AbstractConfig::set_lock`` (under the CT lock; ``check_lock`` first)."""
-    with ct_lock(node, vmid):
-        conf, _ = load_ct_conf(node, vmid)
-        _check_lock(conf)
-        conf.main.options["lock"] = lock
-        _write_conf(node, vmid, conf)
-        return conf
-
-
-def _remove_lock(node: Node, vmid: int, lock: str) -> None:
-    """``PVE::AbstractConfig::remove_lock``."""
-    with ct_lock(node, vmid):
-        conf, _ = load_ct_conf(node, vmid)
-        if not conf.get("lock"):
-            raise PveError(f"no lock found trying to remove '{lock}' lock")
-        if conf.get("lock") != lock:
-            raise PveError(f"found lock '{conf.get('lock')}' trying to remove '{lock}' lock")
-        conf.main.options.pop("lock")
-        _write_conf(node, vmid, conf)
-
-
-def ct_vzdump(  # noqa: PLR0915  (VZDump/LXC.pm's steps in order)
-    node: Node,
-    vmid: int,
-    log: Log = _nolog,
-    *,
-    storage: str = "local",
-    mode: str = "snapshot",
-    compress: str = "0",
-) -> str:
-    """``vzdump`` of one CT to a dir storage (pve-container VZDump/LXC.pm): the CT is
-    locked ``backup`` (``set_lock``) while it runs; ``snapshot`` mode fails on a dir
-    storage ("mode failure - some volumes do not support snapshots") and PVE::VZDump
-    falls back to ``suspend``; ``stop`` mode shuts a running CT down and starts it again.
-    The archive is the rootfs plus ``./etc/vzdump/pct.conf`` (``write_pct_config`` of the
-    conf without ``lock``, snapshots and pending), named
-    ``vzdump-lxc-<vmid>-<YYYY_MM_DD-HH_MM_SS>.tar[.gz|.zst]``. Returns the volume id."""
-    if compress not in _COMPRESS:
-        raise PveError(f"compression '{compress}' is not emulated (use 0, gzip or zstd)", 400)
-    suffix, compressor = _COMPRESS[compress]
-    st = node.storage(storage)
-    if "backup" not in st.content:
-        raise PveError(f"storage '{storage}' does not support backups")
-    conf = _set_lock(node, vmid, "backup")
-    try:
-        rootfs = _rootfs_path(node, conf)
-        running = _running(node, vmid)
-        stamp = time.strftime("%Y_%m_%d-%H_%M_%S")
-        volname = f"vzdump-lxc-{vmid}-{stamp}.tar{suffix}"
-        volid = f"{storage}:backup/{volname}"
-        target = node.volume_path(volid)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        log(f"Starting Backup of VM {vmid} (lxc)")
-        log(f"CT Name: {conf.get('hostname') or f'CT{vmid}'}")
-        if mode == "snapshot":
-            log("mode failure - some volumes do not support snapshots")
-            log("trying 'suspend' mode instead")
-            mode = "suspend"
-        log(f"Backup started at {time.strftime('%Y-%m-%d %H:%M:%S')}")
-        saved = GuestConf(
-            Section({k: v for k, v in conf.main.options.items() if k != "lock"}, conf.main.lxc),
-            Section(),
-            {},
-            "",
-        )
-        meta = node.lxcpath / node.lxc_name(vmid) / "vzdump"
-        shutil.rmtree(meta, ignore_errors=True)
-        (meta / "etc" / "vzdump").mkdir(parents=True)
-        (meta / "etc" / "vzdump" / "pct.conf").write_text(write_pct_config(saved))
-        stopped = False
-        try:
-            if running and mode == "stop":
-                log("stopping virtual guest")
-                with ct_lock(node, vmid):
-                    _shutdown_locked(node, vmid, log, timeout=60, force_stop=True)
-                stopped = True
-            tmp = target.with_name(f".{target.name}.tmp.tar")
-            _run(
-                [
-                    "tar",
-                    "-cpf",
-                    str(tmp),
-                    "--numeric-owner",
-                    "--one-file-system",
-                    "--exclude=./etc/vzdump",
-                    "-C",
-                    str(rootfs),
-                    ".",
-                ],
-                timeout=900,
-            )
-            _run(
-                ["tar", "-rpf", str(tmp), "--numeric-owner", "-C", str(meta), _PCT_CONF],
-                timeout=60,
-            )
-            if compressor:
-                _run([*compressor, str(tmp)], timeout=900)
-                tmp = tmp.with_name(tmp.name + suffix)
-            tmp.replace(target)
-        finally:
-            shutil.rmtree(meta, ignore_errors=True)
-            if stopped:
-                log("restarting virtual guest")
-                with ct_lock(node, vmid):
-                    _start_locked(node, vmid, log, timeout=30, skiplock=True)
-        log(f"creating vzdump archive '{target}'")
-        log(f"Finished Backup of VM {vmid}")
-    finally:
-        _remove_lock(node, vmid, "backup")
-    return volid
-
-
-def ct_restore(
-    node: Node,
-    vmid: int,
-    archive: str,
-    options: dict[str, str],
-    log: Log = _nolog,
-    *,
-    force: bool = False,
-    cluster: Cluster | None = None,
-) -> None:
-    """``pct restore`` / create with ``restore=1`` (API2/LXC.pm ``create_vm``,
-    LXC/Create.pm ``recover_config``/``restore_configuration``): a new rootfs and the
-    conf from the archive's ``etc/vzdump/pct.conf``, the given options over it."""
-    source = node.volume_path(archive)
-    if not source.is_file():
-        raise PveError(f"volume '{archive}' does not exist")
-    where = cluster.find_guest(vmid) if cluster else None
-    if where and where[0].name != node.name:
-        raise PveError(f"CT {vmid} already exists on node '{where[0].name}'")
-    if node.ct_conf(vmid).exists():
-        if not force:
-            raise PveError(f"unable to restore CT {vmid} - CT {vmid} already exists")
-        if _running(node, vmid):
-            raise PveError("can't overwrite running container")
-        ct_destroy(node, vmid, log)
-    storage_opt = options.pop("storage", "local")
-    rootfs_opt = options.pop("rootfs", f"{storage_opt}:0")
-    sid = str(_parse_or_die(parse_volume, "rootfs", rootfs_opt)["volume"]).split(":", 1)[0]
-    if "rootdir" not in node.storage(sid).content:
-        raise PveError(f"storage '{sid}' does not support container directories")
-    rootfs_dir = node.volume_path(f"{sid}:{vmid}/subvol-{vmid}-disk-0.subvol")
-    with ct_lock(node, vmid):
-        rootfs_dir.mkdir(parents=True, exist_ok=False)
-        try:
-            log(f"recovering backed-up configuration from '{archive}'")
-            _run(
-                ["tar", "-xpf", str(source), "--numeric-owner", "-C", str(rootfs_dir)], timeout=900
-            )
-            saved = rootfs_dir / "etc" / "vzdump" / "pct.conf"
-            if not saved.is_file():
-                raise PveError(f"unable to restore CT {vmid} - archive has no etc/vzdump/pct.conf")
-            conf = parse_pct_config(vmid, read_conf(saved))
-            shutil.rmtree(rootfs_dir / "etc" / "vzdump")
-            old = _parse_or_die(parse_volume, "rootfs", conf.get("rootfs") or "none:0")
-            size = int(old.get("size") or 0)
-            conf.main.options["rootfs"] = print_volume(
-                "rootfs", {"volume": f"{sid}:{vmid}/subvol-{vmid}-disk-0.subvol", "size": size}
-            )
-            for key, value in options.items():
-                conf.main.options[key] = value
-            conf.pending, conf.snapshots = Section(), {}
-            _write_conf(node, vmid, conf)
-        except BaseException:
-            shutil.rmtree(rootfs_dir, ignore_errors=True)
-            raise
-        log(f"CT {vmid} restored on node '{node.name}'")
