@@ -52,6 +52,7 @@ from specops.lab.pve.conf import (
 )
 from specops.lab.pve.layout import Cluster, Node
 from specops.lab.pve.lxcconf import StartError, build_lxc_config, device_mode_and_rdev
+from specops.lab.pve.setup import setup_guest
 from specops.pve_formats import split_list
 
 __all__ = [
@@ -241,7 +242,7 @@ def _start_locked(
     for warning in [*conf.warnings, *plan.warnings]:
         log(f"WARN: {warning}")
     # Nothing changed so far; now the guest's files and the LXC side.
-    _setup_guest(rootfs, conf, vmid)
+    setup_guest(rootfs, conf)  # LXC/Setup/Base.pm set_hostname + set_dns
     lxc_dir.mkdir(parents=True, exist_ok=True)
     passthrough = lxc_dir / "passthrough"
     if passthrough.exists():
@@ -743,38 +744,6 @@ def ct_create(
         log(f"CT {vmid} created on node '{node.name}'")
     if start:
         ct_start(node, vmid, log)
-
-
-def _setup_guest(rootfs_dir: Path, conf: GuestConf, vmid: int) -> None:
-    """What PVE's setup writes into the CT at each start (LXC/Setup/Base.pm
-    ``pre_start_hook``: ``set_hostname``, ``set_dns``): hostname, /etc/hosts, DNS."""
-    etc = rootfs_dir / "etc"
-    etc.mkdir(exist_ok=True)
-    hostname = conf.get("hostname") or f"CT{vmid}"
-    (etc / "hostname").write_text(f"{hostname}\n")
-    _ensure_etc_hosts(rootfs_dir, hostname)
-    resolv = etc / "resolv.conf"
-    if resolv.is_symlink():  # managed inside the CT (systemd-resolved): left alone
-        return
-    servers, search = (conf.get("nameserver") or "").split(), conf.get("searchdomain") or ""
-    if servers or search:
-        text = (f"search {search}\n" if search else "") + "".join(
-            f"nameserver {ns}\n" for ns in servers
-        )
-    else:  # PVE's default: the host's own DNS settings
-        text = Path("/etc/resolv.conf").read_text() if Path("/etc/resolv.conf").is_file() else ""
-    resolv.write_text(text)
-
-
-def _ensure_etc_hosts(rootfs_dir: Path, hostname: str) -> None:
-    """PVE's setup (``set_hostname``) keeps ``127.0.1.1 <hostname>`` in the CT's /etc/hosts."""
-    hosts = rootfs_dir / "etc" / "hosts"
-    lines = hosts.read_text().splitlines() if hosts.is_file() else []
-    if not any(ln.split()[:1] == ["127.0.0.1"] for ln in lines):
-        lines.insert(0, "127.0.0.1 localhost.localdomain localhost")
-    lines = [ln for ln in lines if ln.split()[:1] != ["127.0.1.1"]]
-    lines.append(f"127.0.1.1 {hostname}")
-    hosts.write_text("".join(f"{ln}\n" for ln in lines))
 
 
 def _new_conf(vmid: int, rootfs: str, options: dict[str, str]) -> GuestConf:
