@@ -1,11 +1,15 @@
 """The lab PVE REST API stand-in: ``/api2/json/...`` over HTTPS on 127.0.0.1.
 
-Every request is checked against the PVE 9.1 schema (:mod:`specops.pve_schema`) before a
-handler runs: unknown paths/methods answer 501 ``Method 'GET /x' not implemented``,
-bad parameters 400 ``Parameter verification failed.`` with ``errors`` per parameter.
-Auth is PVE's API-token header ``Authorization: PVEAPIToken=USER@REALM!ID=SECRET``
-(401 without a known token). Long operations run as tasks with PVE-format UPIDs.
-Tokens are never logged.
+Follows (commits in :data:`specops.pve_schema.UPSTREAM`; README.md has the full table):
+pve-manager ``PVE/HTTPServer.pm`` ``rest_handler`` and ``auth_handler`` (501
+``Method 'GET /x' not implemented``, 401 "No ticket" / "Authentication failed!", a
+``die`` is a 500 with its message, ``raise_param_exc`` a 400), pve-common
+``src/PVE/RESTHandler.pm`` ``handle`` with ``src/PVE/JSONSchema.pm`` ``validate``
+(:mod:`specops.pve_schema`: 400 ``Parameter verification failed.`` with ``errors`` per
+parameter), pve-http-server ``src/PVE/APIServer/Formatter/Standard.pm``
+``prepare_response_data`` (``{"data": ..., "message": ..., "errors": ...}``), and
+pve-common ``src/PVE/UPID.pm`` ``encode`` for the UPIDs of long operations (tasks).
+Each handler names the API2 method it stands for. Tokens are never logged.
 """
 
 from __future__ import annotations
@@ -300,6 +304,7 @@ class LabApi:
 
     # -- cluster and nodes -------------------------------------------------------------
     def version(self, _p: dict[str, Any], _u: str) -> Any:
+        """pve-manager PVE/API2.pm ``version``."""
         return {"version": PVE_VERSION, "release": PVE_RELEASE, "repoid": "5ec0a11a"}
 
     def _node_entry(self, node: Node) -> dict[str, Any]:
@@ -321,9 +326,11 @@ class LabApi:
         }
 
     def nodes(self, _p: dict[str, Any], _u: str) -> Any:
+        """pve-manager PVE/API2/Nodes.pm ``index`` (``GET /nodes``)."""
         return [self._node_entry(n) for n in self.cluster().nodes.values()]
 
     def node_status(self, p: dict[str, Any], _u: str) -> Any:
+        """pve-manager PVE/API2/Nodes.pm ``status``."""
         node = self.node(p)
         mem = _meminfo()
         uname = os.uname()
@@ -378,6 +385,7 @@ class LabApi:
         return out
 
     def resources(self, p: dict[str, Any], _u: str) -> Any:
+        """pve-manager PVE/API2/Cluster.pm ``resources``."""
         kind = p.get("type")
         out: list[dict[str, Any]] = []
         for node in self.cluster().nodes.values():
@@ -406,6 +414,7 @@ class LabApi:
         return out
 
     def cluster_status(self, _p: dict[str, Any], _u: str) -> Any:
+        """pve-manager PVE/API2/Cluster.pm ``get_status``."""
         cluster = self.cluster()
         out: list[dict[str, Any]] = [
             {
@@ -433,7 +442,8 @@ class LabApi:
         return out
 
     def mapping_pci(self, _p: dict[str, Any], _u: str) -> Any:
-        """Cluster-wide PCI mappings (``/etc/pve/mapping/pci.cfg`` of every lab node)."""
+        """pve-manager PVE/API2/Cluster/Mapping/PCI.pm ``index``: cluster-wide PCI
+        mappings (``/etc/pve/mapping/pci.cfg`` of every lab node)."""
         merged: dict[str, dict[str, Any]] = {}
         for node in self.cluster().nodes.values():
             if not node.pci_mapping_cfg.exists():
@@ -459,6 +469,7 @@ class LabApi:
         return list(merged.values())
 
     def storage(self, p: dict[str, Any], _u: str) -> Any:
+        """pve-storage src/PVE/API2/Storage/Status.pm ``index``."""
         node = self.node(p)
         out = []
         for st in node.storages().values():
@@ -485,7 +496,8 @@ class LabApi:
         return out
 
     def storage_content(self, p: dict[str, Any], _u: str) -> Any:
-        """Volumes of a ``dir`` storage: templates, backups, ISOs and guest volumes."""
+        """pve-storage src/PVE/API2/Storage/Content.pm ``index``: volumes of a ``dir``
+        storage (templates, backups, ISOs and guest volumes)."""
         node = self.node(p)
         sid = str(p["storage"])
         st = node.storage(sid)
@@ -566,6 +578,7 @@ class LabApi:
         return out
 
     def lxc_list(self, p: dict[str, Any], _u: str) -> Any:
+        """pve-container src/PVE/API2/LXC.pm ``vmlist``."""
         node = self.node(p)
         out = []
         for vmid in pct.list_cts(node):
@@ -576,6 +589,7 @@ class LabApi:
         return out
 
     def lxc_current(self, p: dict[str, Any], _u: str) -> Any:
+        """pve-container src/PVE/API2/LXC/Status.pm ``vm_status``."""
         node = self.node(p)
         out = self._ct_summary(node, int(p["vmid"]))
         out.pop("node", None)
@@ -584,6 +598,7 @@ class LabApi:
         return out
 
     def lxc_config(self, p: dict[str, Any], _u: str) -> Any:
+        """pve-container src/PVE/API2/LXC/Config.pm ``vm_config``."""
         node, vmid = self.node(p), int(p["vmid"])
         data = pct.ct_config_dict(
             node, vmid, snapshot=p.get("snapshot"), current=bool(p.get("current"))
@@ -591,6 +606,7 @@ class LabApi:
         return typed_returns("GET", f"/nodes/{node.name}/lxc/{vmid}/config", data)
 
     def lxc_config_put(self, p: dict[str, Any], _u: str) -> Any:
+        """pve-container src/PVE/API2/LXC/Config.pm ``update_vm``."""
         node = self.node(p)
         vmid = int(p["vmid"])
         skip = {"node", "vmid", "delete", "digest", "revert"}
@@ -606,6 +622,7 @@ class LabApi:
         return None
 
     def lxc_resize(self, p: dict[str, Any], user: str) -> Any:
+        """pve-container src/PVE/API2/LXC.pm ``resize_vm``."""
         node, vmid = self.node(p), int(p["vmid"])
         pct.load_ct_conf(node, vmid)
         disk, size = str(p["disk"]), str(p["size"])
@@ -614,6 +631,7 @@ class LabApi:
         )
 
     def lxc_create(self, p: dict[str, Any], user: str) -> Any:
+        """pve-container src/PVE/API2/LXC.pm ``create_vm`` (create and restore)."""
         cluster = self.cluster()
         node = self.node(p)
         vmid = int(p["vmid"])
@@ -665,6 +683,7 @@ class LabApi:
         return self._task(node, "vzrestore" if restore else "vzcreate", str(vmid), user, work)
 
     def lxc_destroy(self, p: dict[str, Any], user: str) -> Any:
+        """pve-container src/PVE/API2/LXC.pm ``destroy_vm``."""
         node = self.node(p)
         vmid = int(p["vmid"])
         conf, _ = pct.load_ct_conf(node, vmid)
@@ -698,6 +717,7 @@ class LabApi:
             raise pct.PveError(f"CT {vmid} already running")
 
     def lxc_start(self, p: dict[str, Any], user: str) -> Any:
+        """pve-container src/PVE/API2/LXC/Status.pm ``vm_start``."""
         node, vmid = self.node(p), int(p["vmid"])
         self._check_ct(node, vmid, running=False)
         return self._task(
@@ -705,11 +725,13 @@ class LabApi:
         )
 
     def lxc_stop(self, p: dict[str, Any], user: str) -> Any:
+        """pve-container src/PVE/API2/LXC/Status.pm ``vm_stop``."""
         node, vmid = self.node(p), int(p["vmid"])
         self._check_ct(node, vmid, running=True)
         return self._task(node, "vzstop", str(vmid), user, lambda log: pct.ct_stop(node, vmid, log))
 
     def lxc_shutdown(self, p: dict[str, Any], user: str) -> Any:
+        """pve-container src/PVE/API2/LXC/Status.pm ``vm_shutdown``."""
         node, vmid = self.node(p), int(p["vmid"])
         self._check_ct(node, vmid, running=True)
         timeout, force = int(p.get("timeout", 60)), bool(p.get("forceStop"))
@@ -722,6 +744,7 @@ class LabApi:
         )
 
     def lxc_reboot(self, p: dict[str, Any], user: str) -> Any:
+        """pve-container src/PVE/API2/LXC/Status.pm ``vm_reboot``."""
         node, vmid = self.node(p), int(p["vmid"])
         self._check_ct(node, vmid, running=True, noun="VM")
         timeout = int(p.get("timeout", 60))
@@ -734,6 +757,7 @@ class LabApi:
         )
 
     def lxc_migrate(self, p: dict[str, Any], user: str) -> Any:
+        """pve-container src/PVE/API2/LXC.pm ``migrate_vm``."""
         cluster = self.cluster()
         node, vmid = self.node(p), int(p["vmid"])
         target = str(p["target"])
@@ -763,6 +787,7 @@ class LabApi:
         )
 
     def vzdump(self, p: dict[str, Any], user: str) -> Any:
+        """pve-manager PVE/API2/VZDump.pm ``vzdump``."""
         node = self.node(p)
         ids = [int(v) for v in re.split(r"[,;\s]+", str(p.get("vmid", "")).strip()) if v]
         if not ids or p.get("all") or p.get("pool"):
@@ -789,9 +814,11 @@ class LabApi:
         return task
 
     def task_status(self, p: dict[str, Any], _u: str) -> Any:
+        """pve-manager PVE/API2/Tasks.pm ``read_task_status``."""
         return self._node_task(p).status()
 
     def task_log(self, p: dict[str, Any], _u: str) -> Any:
+        """pve-manager PVE/API2/Tasks.pm ``read_task_log``."""
         task = self._node_task(p)
         start, limit = int(p.get("start", 0)), int(p.get("limit", 50))
         lines = task.lines[start : start + limit] if limit else task.lines[start:]
@@ -820,6 +847,7 @@ class LabApi:
         }
 
     def qemu_list(self, p: dict[str, Any], _u: str) -> Any:
+        """qemu-server src/PVE/API2/Qemu.pm ``vmlist``."""
         node = self.node(p)
         out = []
         for vmid in pct.list_vms(node):
@@ -829,11 +857,13 @@ class LabApi:
         return out
 
     def qemu_config(self, p: dict[str, Any], _u: str) -> Any:
+        """qemu-server src/PVE/API2/Qemu.pm ``vm_config``."""
         node, vmid = self.node(p), int(p["vmid"])
         data = pct.vm_config_dict(node, vmid, snapshot=p.get("snapshot"))
         return typed_returns("GET", f"/nodes/{node.name}/qemu/{vmid}/config", data)
 
     def qemu_current(self, p: dict[str, Any], _u: str) -> Any:
+        """qemu-server src/PVE/API2/Qemu.pm ``vm_status``."""
         node, vmid = self.node(p), int(p["vmid"])
         if not node.vm_conf(vmid).exists():
             raise pct.PveError(
