@@ -19,22 +19,31 @@ HARDWARE = REPO / "inventory" / "lab" / "hardware"
 BASE = "arch: amd64\nhostname: ct901\nostype: debian\nrootfs: local:901/vm-901-disk-0.raw\n"
 
 
-def _facts(name: str, root: Path) -> dict[str, Any]:
-    tree = hosttree.build_tree(hosttree.load_spec(HARDWARE / f"{name}.yml"), root)
+def _tree(name: str, root: Path) -> Path:
+    return hosttree.build_tree(hosttree.load_spec(HARDWARE / f"{name}.yml"), root)
+
+
+def _facts(tree: Path) -> dict[str, Any]:
     facts: dict[str, Any] = gpu.gather_facts(gpu.HostRoots.under(tree)).to_dict()
     return facts
 
 
 @pytest.fixture(scope="session")
-def pve_b(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def host_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pve-b's simulated tree (sysfs, procfs, mknod'd /dev)."""
+    return _tree("pve-b", tmp_path_factory.mktemp("doctor-hw") / "pve-b")
+
+
+@pytest.fixture(scope="session")
+def pve_b(host_tree: Path) -> dict[str, Any]:
     """pve-b: 4x RTX PRO 6000 on nvidia (minors 0-3), uvm 511, nvswitch 509, cgroup v2."""
-    return _facts("pve-b", tmp_path_factory.mktemp("doctor-hw") / "pve-b")
+    return _facts(host_tree)
 
 
 @pytest.fixture(scope="session")
 def pve_a(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """pve-a: A6000s on vfio-pci, 3090s held by running VMs, no driver loaded."""
-    return _facts("pve-a", tmp_path_factory.mktemp("doctor-hw-a") / "pve-a")
+    return _facts(_tree("pve-a", tmp_path_factory.mktemp("doctor-hw-a") / "pve-a"))
 
 
 def generated(facts: Mapping[str, Any], cards: list[str], method: str = "raw") -> str:

@@ -121,12 +121,11 @@ def diagnose(
         )
         return _finish(c, [])
     if conf is None:
-        problem = node_ev.get("conf_error")
         c.add(
             Finding(
                 "no_conf",
-                "container conf unreadable" if problem else "container not on the node",
-                problem or f"/etc/pve/lxc/{vmid}.conf does not exist on {node}",
+                "container not on the node",
+                f"/etc/pve/lxc/{vmid}.conf does not exist on {node}",
                 f"pve_container_node / pve_container_vmid of {name}, or create it: "
                 f"playbooks/container.yml --limit {name}",
             )

@@ -176,20 +176,13 @@ def node_evidence(
         ],
         "cards": [_card(g) for g in facts.get("gpus") or []],
     }
-    conf: dict[str, Any] | None = None
-    conf_error = None
-    if conf_text is not None:
-        try:
-            conf = conf_evidence(parse(conf_text))
-        except PveConfError as exc:
-            conf_error = str(exc)
+    conf = conf_evidence(parse(conf_text)) if conf_text is not None else None
     return {
         "schema": EVIDENCE_SCHEMA,
         "vmid": vmid,
         "running": running,
         "host": host,
         "conf": conf,
-        "conf_error": conf_error,
         "paths": required_paths(conf) if conf else [],
     }
 

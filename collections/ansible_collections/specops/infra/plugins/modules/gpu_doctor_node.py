@@ -49,7 +49,7 @@ ansible_facts:
   type: dict
   contains:
     specops_gpu_doctor_node:
-      description: vmid (string) -> evidence (schema, vmid, running, host, conf, conf_error, paths).
+      description: vmid (string) -> evidence (schema, vmid, running, host, conf, paths).
       type: dict
 """
 
