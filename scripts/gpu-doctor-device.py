@@ -421,6 +421,17 @@ def run_case(
     finally:
         stop(env, lxcpath)
         result["stopped"] = state(env, lxcpath)
+        result["log_warnings"] = _log_warnings(logfile)
+
+
+def _log_warnings(logfile: Path, keep: int = 40) -> list[str]:
+    """The WARN and ERROR lines of an LXC log (what the README quotes), at most ``keep``."""
+    try:
+        lines = logfile.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    hits = [ln.split(" - ", 1)[-1].strip() for ln in lines if " WARN " in ln or " ERROR " in ln]
+    return hits[:keep]
 
 
 def host_record(env: dict[str, str], host_root: str) -> dict[str, Any]:
