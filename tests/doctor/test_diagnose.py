@@ -89,6 +89,9 @@ def test_removed_allow_line(pve_b: dict[str, Any]) -> None:
     result = diagnose("ct901", node_ev(pve_b, text), ct, WANT)
     assert codes(result) == ["not_allowed"]
     assert result.findings[0].paths == tuple(PATHS)
+    # A deny line of the node's key takes the card away again.
+    text = generated(pve_b, [CARD]) + "lxc.cgroup2.devices.deny: c 195:2 rwm\n"
+    assert codes(diagnose("ct901", node_ev(pve_b, text), ct, WANT)) == ["not_allowed"]
 
 
 def test_userspace_mismatch(pve_b: dict[str, Any]) -> None:
@@ -160,7 +163,7 @@ def test_allowed_but_missing_and_restart_pending(pve_b: dict[str, Any]) -> None:
 def test_wrong_key_stale_node_no_driver(pve_b: dict[str, Any]) -> None:
     text = generated(pve_b, [CARD]).replace("lxc.cgroup2.", "lxc.cgroup.")
     result = diagnose("ct901", node_ev(pve_b, text), None, WANT)
-    assert codes(result) == ["wrong_cgroup_key", "container_unreachable"][::-1]
+    assert codes(result) == ["container_unreachable", "wrong_cgroup_key"]
     ct = ct_ev(pve_b, PATHS, numbers={"/dev/nvidia-uvm": (509, 0)})
     result = diagnose("ct901", node_ev(pve_b, generated(pve_b, [CARD])), ct, WANT)
     assert codes(result) == ["stale_node"]

@@ -106,6 +106,8 @@ def _join(items: Iterable[str]) -> str:
 
 @dataclass
 class Ctx:
+    """One container's diagnosis under way: its evidence and the findings so far."""
+
     name: str
     node: str
     vmid: int | None
@@ -294,15 +296,28 @@ def minor_checks(c: Ctx, expect: Expectation, given: Mapping[str, str]) -> None:
             )
 
 
-def _allowed(c: Ctx, path: str, major: int, minor: int, given: Mapping[str, str]) -> str:
-    """``yes``, ``other-key`` (only the other cgroup version's key), or ``no``."""
+def _allowed(c: Ctx, path: str, major: int, minor: int) -> str:
+    """``yes``, ``other-key`` (only the other cgroup version's key), or ``no``.
+
+    A ``devN`` entry is allowed (PVE stats the node at every start and allows its
+    numbers). Raw lines: an allow line of the node's cgroup key covers it and no deny
+    line of that key names it (a bare ``deny a`` resets, as LXC's own default does).
+    """
     if any(d["path"] == path for d in c.conf.get("devs", [])):
-        return "yes"  # PVE stats the node at every start and allows its numbers
-    version = c.host.get("cgroup_version")
-    rules = c.conf.get("allow", [])
-    if any(_rule_covers(r, major, minor) for r in rules if version in (None, r["cgroup"])):
         return "yes"
-    if any(_rule_covers(r, major, minor) for r in rules):
+    version = c.host.get("cgroup_version")
+
+    def ours(rule: Mapping[str, Any]) -> bool:
+        return version in (None, rule["cgroup"])
+
+    denied = any(
+        ours(r) and r["type"] != "a" and _rule_covers(dict(r, access="rw"), major, minor)
+        for r in c.conf.get("deny", [])
+    )
+    rules = c.conf.get("allow", [])
+    if not denied and any(_rule_covers(r, major, minor) for r in rules if ours(r)):
+        return "yes"
+    if any(_rule_covers(r, major, minor) for r in rules if not ours(r)):
         return "other-key"
     return "no"
 
@@ -347,7 +362,7 @@ def device_checks(c: Ctx, given: Mapping[str, str], required: Sequence[str]) -> 
                 host_missing.append(path)
             continue
         major, minor = nodes[path]
-        allowed = _allowed(c, path, major, minor, given)
+        allowed = _allowed(c, path, major, minor)
         dev = c.ct_device(path)
         seen = None
         if dev is not None:
@@ -378,7 +393,7 @@ def device_checks(c: Ctx, given: Mapping[str, str], required: Sequence[str]) -> 
                 denied_rules.append(f"c {major}:{minor}")
                 evidence.setdefault("denied", []).append(note)
             continue
-        if path not in given:
+        if path not in given and not (dev is not None and dev.get("present")):
             missing.append(path)
             evidence.setdefault("missing", []).append(f"{path}: allowed, no mount or devN entry")
             continue
@@ -386,7 +401,8 @@ def device_checks(c: Ctx, given: Mapping[str, str], required: Sequence[str]) -> 
             continue
         if seen == "ENOENT":
             missing.append(path)
-            evidence.setdefault("missing", []).append(f"{path}: given ({given[path]}), absent")
+            how = given.get(path, "no entry")
+            evidence.setdefault("missing", []).append(f"{path}: given ({how}), absent")
         elif seen == _DENIED:
             pending.append(path)
             evidence.setdefault("pending", []).append(note)
