@@ -232,7 +232,7 @@ def test_healthy_and_verify_changes_nothing(lab: DoctorLab) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     stats = json.loads(proc.stdout)["stats"]
-    assert set(stats) == {NODE, CT}
+    assert set(stats) == {"localhost", NODE, CT}  # localhost: the shared preflight
     assert all(s["changed"] == 0 and s["failures"] == 0 for s in stats.values())
     assert lab.conf.read_text() == lab.generated
     assert pct.ct_status(lab.node, VMID).pid == pid
