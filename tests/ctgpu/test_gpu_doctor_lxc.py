@@ -133,10 +133,11 @@ def _inventory(path: Path, node: Node) -> Path:
 
 @pytest.fixture(scope="module")
 def lab(
-    tmp_path_factory: pytest.TempPathFactory, host_builder: Callable[..., Path]
+    tmp_path_factory: pytest.TempPathFactory,
+    host_builder: Callable[..., Path],
+    rootfs_tarball: Path,
 ) -> Iterator[DoctorLab]:
-    tarball = Path(os.environ.get("SPECOPS_CACHE", "/var/cache/specops")) / TEMPLATE_NAME
-    assert tarball.exists(), f"needs {tarball} (scripts/setup.sh image)"
+    tarball = rootfs_tarball
     base = tmp_path_factory.mktemp("doctor-lab")
     node = Node(name=NODE, root=base / NODE, cgroup="v2", lxcpath=DEFAULT_LXCPATH)
     cluster = init_cluster(base / "cluster", [node], name="doctorlab")

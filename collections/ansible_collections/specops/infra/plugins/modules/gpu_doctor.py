@@ -11,15 +11,15 @@ description:
   - Turns each container's record (its node's evidence from C(gpu_doctor_node), its own
     from C(gpu_doctor_container), what the inventory wants) into findings, each with
     the cause in one line and the fix (the variable or playbook that corrects it), and
-    renders the summary table. Pure: reads its arguments only.
-  - Runs on the controller (C(delegate_to: localhost)); check mode is the same run.
+    renders the summary table. Pure, it reads its arguments only.
+  - Runs on the controller (delegated to localhost); check mode is the same run.
 version_added: "0.1.0"
 author: specops
 options:
   records:
     description:
       - One per container - name, node_evidence, container_evidence (null when nothing
-        came from inside), unreachable (bool), error (str), expect (gpus, gpu_model,
+        came from inside), unreachable (bool), error (str), expect (gpu, gpus, gpu_model,
         gpu_count, userspace_version), simulated_hardware (bool, the lab's stand-in).
     type: list
     elements: dict

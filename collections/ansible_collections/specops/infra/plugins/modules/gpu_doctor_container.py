@@ -10,11 +10,11 @@ short_description: Read what a serving container shows of its GPU path (GPU doct
 description:
   - Runs inside the container. For each device path (those its node's conf gives, plus
     every C(/dev/nvidia*) there) records whether it is there, its major:minor and what
-    C(open(O_RDWR)) answers (C(OK) or the errno name: C(EPERM) when the device cgroup
-    denies it). Runs C(nvidia-smi --query-gpu=driver_version --format=csv,noheader),
+    C(open(O_RDWR)) answers (C(OK), or the errno name such as C(EPERM) when the device
+    cgroup denies it). Runs C(nvidia-smi --query-gpu=driver_version --format=csv,noheader),
     reads the userspace driver (the file the loader resolves C(libnvidia-ml.so.1) to,
     the installed libnvidia-ml versions), initialises CUDA (driver API through
-    C(libcuda.so.1): init, a context, a 1 MiB allocation; then torch when the engine's
+    C(libcuda.so.1) - init, a context, a 1 MiB allocation - then torch when the engine's
     Python has a CUDA build) with the engine venv's own Python, and probes the server's
     readiness (health, model list, one generated token).
   - Returns C(evidence) and C(ansible_facts.specops_gpu_doctor_container).
