@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "migrate": "specops.migrate.cli",
     "sweep": "specops.tune.cli",
     "rollout": "specops.tune.cli",
+    "doctor": "specops.doctor.cli",
 }
 COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 

@@ -1,0 +1,160 @@
+"""``specops doctor``: run ``playbooks/verify.yml`` through the inventory and print the
+GPU doctor's summary table (or ``--json`` for cron and CI).
+
+The playbook does all the work (evidence on the nodes and in the containers, the
+diagnosis on the controller: the ``gpu_doctor`` role); this command reads its results
+from Ansible's JSON callback and renders them with the same function the playbook's
+table comes from. No second implementation. Exit 0 when every container is healthy (or
+only has warnings), 1 when one is unhealthy, 2 when the run gave no diagnosis (bad
+inventory, unreachable nodes: Ansible's messages are printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (
+    DIAGNOSIS_SCHEMA,
+    render_table,
+    summary,
+)
+
+from specops.errors import SpecopsError
+
+__all__ = ["register", "report_from_callback", "run_verify"]
+
+REPO = Path(__file__).resolve().parents[3]
+REPORT_TASK = "Diagnose every container of this run from its evidence."
+
+
+def _ansible_playbook() -> str:
+    local = Path(sys.executable).parent / "ansible-playbook"
+    if local.exists():
+        return str(local)
+    found = shutil.which("ansible-playbook")
+    if found is None:
+        raise SpecopsError("ansible-playbook not found (scripts/setup.sh venv installs it)")
+    return found
+
+
+def run_verify(
+    inventory: str | None, limit: str | None, extra_vars: list[str], playbook: Path
+) -> tuple[int, dict[str, Any], str]:
+    """``ansible-playbook verify.yml`` with the JSON callback: (rc, output, stderr)."""
+    if not playbook.is_file():
+        raise SpecopsError(f"--playbook: {playbook} does not exist")
+    argv = [_ansible_playbook(), str(playbook)]
+    if inventory:
+        argv += ["-i", inventory]
+    if limit:
+        argv += ["--limit", limit]
+    for extra in extra_vars:
+        argv += ["-e", extra]
+    env = dict(os.environ)
+    env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
+    env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.builtin.json"
+    env["ANSIBLE_NOCOLOR"] = "1"
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    try:
+        out: dict[str, Any] = json.loads(proc.stdout)
+    except ValueError as exc:
+        raise SpecopsError(
+            f"ansible-playbook gave no JSON (exit {proc.returncode}): "
+            f"{(proc.stdout + proc.stderr).strip()[-800:]}"
+        ) from exc
+    return proc.returncode, out, proc.stderr
+
+
+def _failures(callback: Mapping[str, Any]) -> list[str]:
+    out = []
+    for play in callback.get("plays", []):
+        for task in play.get("tasks", []):
+            for host, result in task.get("hosts", {}).items():
+                if result.get("failed") or result.get("unreachable"):
+                    if task["task"]["name"].endswith(
+                        "Fail when a container's GPU path is unhealthy."
+                    ):
+                        continue
+                    out.append(f"{host}: {task['task']['name']}: {result.get('msg', '')}")
+    return out
+
+
+def report_from_callback(callback: Mapping[str, Any]) -> dict[str, Any]:
+    """The doctor's report out of ``verify.yml``'s JSON-callback output (or a report
+    this command wrote with ``--json``)."""
+    if "plays" not in callback:
+        if callback.get("schema") == DIAGNOSIS_SCHEMA and "results" in callback:
+            return dict(callback)
+        raise SpecopsError("--from: neither ansible's JSON callback output nor a doctor report")
+    diagnosis: Mapping[str, Any] | None = None
+    for play in callback["plays"]:
+        for task in play.get("tasks", []):
+            if not task["task"]["name"].endswith(REPORT_TASK):
+                continue
+            for result in task.get("hosts", {}).values():
+                if "results" in result:
+                    diagnosis = result
+    stats = {h: dict(s) for h, s in (callback.get("stats") or {}).items()}
+    if diagnosis is None:
+        problems = _failures(callback) or ["the diagnosis task did not run"]
+        raise SpecopsError("verify.yml gave no diagnosis: " + "; ".join(problems))
+    results = list(diagnosis["results"])
+    counts = summary(results)
+    return {
+        "schema": DIAGNOSIS_SCHEMA,
+        "healthy": counts["unhealthy"] == 0,
+        "counts": counts,
+        "results": results,
+        "changed": sum(int(s.get("changed", 0)) for s in stats.values()),
+        "stats": stats,
+    }
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    if args.from_file:
+        try:
+            data = json.loads(Path(args.from_file).read_text())
+        except (OSError, ValueError) as exc:
+            raise SpecopsError(f"--from: cannot read {args.from_file}: {exc}") from exc
+        report = report_from_callback(data)
+    else:
+        _rc, callback, _err = run_verify(
+            args.inventory, args.limit, args.extra_vars, Path(args.playbook)
+        )
+        report = report_from_callback(callback)
+    if args.json:
+        print(json.dumps(report, indent=1, sort_keys=True))
+    else:
+        print("\n".join(render_table(report["results"])))
+    return 0 if report["healthy"] else 1
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "doctor",
+        help="diagnose serving containers' GPU path (runs playbooks/verify.yml, check-only)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("-i", "--inventory", help="inventory (default: ansible.cfg's)")
+    p.add_argument("-l", "--limit", help="limit the run; a container needs its node too (NODE,CT)")
+    p.add_argument("-e", "--extra-vars", action="append", default=[], help="passed to Ansible")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--from",
+        dest="from_file",
+        help="read a saved run instead (ansible-playbook verify.yml with "
+        "ANSIBLE_STDOUT_CALLBACK=ansible.builtin.json, or specops doctor --json)",
+    )
+    p.add_argument(
+        "--playbook", default=str(REPO / "playbooks" / "verify.yml"), help=argparse.SUPPRESS
+    )
+    p.set_defaults(func=_doctor)

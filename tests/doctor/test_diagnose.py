@@ -1,0 +1,220 @@
+"""The GPU doctor's diagnosis on evidence built from the lab hosts' facts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (
+    Expectation,
+    diagnose,
+    render_table,
+)
+from ansible_collections.specops.infra.plugins.modules.gpu_doctor import diagnose_records
+from doctor.conftest import ct_ev, generated, node_ev
+
+CARD = "0000:41:00.0"  # Device Minor 2 on pve-b
+PATHS = ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia2", "/dev/nvidiactl"]
+WANT = Expectation(gpus=(CARD,))
+
+
+def codes(diagnosis: Any) -> list[str]:
+    return [f.code for f in diagnosis.findings]
+
+
+def test_generated_lines_are_healthy(pve_b: dict[str, Any]) -> None:
+    node = node_ev(pve_b, generated(pve_b, [CARD]))
+    assert node["paths"] == PATHS
+    result = diagnose("ct901", node, ct_ev(pve_b, PATHS), WANT)
+    assert codes(result) == []
+    assert result.status == "healthy"
+    assert result.checks["devices"] == "4/4 open"
+    # devN entries (PVE >= 8.1): PVE allows each node's own numbers at start.
+    node = node_ev(pve_b, generated(pve_b, [CARD], method="dev"))
+    assert node["conf"]["devs"]
+    assert not node["conf"]["allow"]
+    assert codes(diagnose("ct901", node, ct_ev(pve_b, PATHS), WANT)) == []
+
+
+def test_stale_uvm_major(pve_b: dict[str, Any]) -> None:
+    """Allow lines of another host's uvm major (506): nvidia-smi works, CUDA does not."""
+    text = generated(pve_b, [CARD]).replace("c 511:", "c 506:")
+    failed = {"ok": False, "step": "cuInit", "cuInit": "CUDA_ERROR_UNKNOWN"}
+    ct = ct_ev(
+        pve_b,
+        PATHS,
+        opens={"/dev/nvidia-uvm": "EPERM", "/dev/nvidia-uvm-tools": "EPERM"},
+        cuda={"python": "/x/bin/python3", "driver_api": failed},
+    )
+    result = diagnose("ct901", node_ev(pve_b, text), ct, WANT)
+    assert codes(result) == ["stale_uvm_major"]
+    (finding,) = result.findings
+    assert finding.title == "stale nvidia-uvm major"
+    assert "major 506" in finding.cause
+    assert "nvidia-uvm is major 511 on pve-b" in finding.cause
+    assert "playbooks/container.yml --limit pve-b,ct901" in finding.fix
+    assert finding.paths == ("/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+    assert result.checks["nvidia_smi"] == "580.126.09"
+    assert result.checks["cuda"] == "cuInit: CUDA_ERROR_UNKNOWN"
+    # 509 is nvidia-nvswitch on pve-b: an allow line for it is still another host's uvm.
+    text = generated(pve_b, [CARD]).replace("c 511:", "c 509:")
+    assert codes(diagnose("ct901", node_ev(pve_b, text), ct, WANT)) == ["stale_uvm_major"]
+
+
+def test_removed_allow_line(pve_b: dict[str, Any]) -> None:
+    text = generated(pve_b, [CARD]).replace("lxc.cgroup2.devices.allow: c 195:2 rwm\n", "")
+    ct = ct_ev(
+        pve_b,
+        PATHS,
+        opens={"/dev/nvidia2": "EPERM"},
+        smi={
+            "present": True,
+            "rc": 255,
+            "ok": False,
+            "mismatch": False,
+            "output": "Failed to initialize NVML: Unknown Error\n",
+        },
+        cuda={"driver_api": {"ok": False, "step": "cuInit", "cuInit": "CUDA_ERROR_NO_DEVICE"}},
+    )
+    result = diagnose("ct901", node_ev(pve_b, text), ct, WANT)
+    assert codes(result) == ["not_allowed"]
+    assert result.findings[0].cause == (
+        "/dev/nvidia2 is not allowed by the device cgroup (no lxc.cgroup2.devices.allow line "
+        "for c 195:2 in /etc/pve/lxc/901.conf)"
+    )
+    assert result.findings[0].title == "node present but not allowed"
+    # Every GPU allow line gone: every node, and no stale major claimed.
+    text = "".join(
+        ln for ln in generated(pve_b, [CARD]).splitlines(keepends=True) if "devices.allow" not in ln
+    )
+    result = diagnose("ct901", node_ev(pve_b, text), ct, WANT)
+    assert codes(result) == ["not_allowed"]
+    assert result.findings[0].paths == tuple(PATHS)
+    # A deny line of the node's key takes the card away again.
+    text = generated(pve_b, [CARD]) + "lxc.cgroup2.devices.deny: c 195:2 rwm\n"
+    assert codes(diagnose("ct901", node_ev(pve_b, text), ct, WANT)) == ["not_allowed"]
+
+
+def test_userspace_mismatch(pve_b: dict[str, Any]) -> None:
+    smi = {
+        "present": True,
+        "rc": 18,
+        "ok": False,
+        "mismatch": True,
+        "output": "Failed to initialize NVML: Driver/library version mismatch\n"
+        "NVML library version: 575.64\n",
+    }
+    ct = ct_ev(pve_b, PATHS, smi=smi, userspace="575.64.05")
+    result = diagnose("ct901", node_ev(pve_b, generated(pve_b, [CARD])), ct, WANT)
+    assert codes(result) == ["userspace_mismatch"]
+    finding = result.findings[0]
+    assert finding.title == "userspace ≠ module"
+    assert "575.64.05" in finding.cause
+    assert "580.126.09" in finding.cause
+    assert "--tags nvidia_userspace" in finding.fix
+    assert finding.evidence[0] == "Failed to initialize NVML: Driver/library version mismatch"
+
+
+def test_cards_on_vfio_and_held_by_vms(pve_a: dict[str, Any]) -> None:
+    text = "arch: amd64\nrootfs: x\nlxc.cgroup2.devices.allow: c 195:0 rwm\n"
+    node = node_ev(pve_a, text)
+    result = diagnose("ct901", node, None, Expectation(gpus=("01:00.0",)))
+    assert "card_on_vfio" in codes(result)
+    assert "host_driver" in codes(result)  # pve-a has no driver loaded: checked first
+    vfio = next(f for f in result.findings if f.code == "card_on_vfio")
+    assert "bound to vfio-pci" in vfio.cause
+    assert "vfio_release_addresses" in vfio.fix
+    held = [g["address"] for g in pve_a["gpus"] if g["held_by_running_vm"]]
+    result = diagnose("ct901", node, None, Expectation(gpus=(held[0],)))
+    finding = next(f for f in result.findings if f.code == "card_held_by_vm")
+    assert "running VM" in finding.cause
+
+
+def test_card_held_when_model_and_count(pve_a: dict[str, Any]) -> None:
+    facts = dict(pve_a, nvidia_module={"loaded": True, "version": "580.126.09"}, uvm_major=508)
+    node = node_ev(facts, "arch: amd64\nrootfs: x\n")
+    want = Expectation(gpu_model="NVIDIA GeForce RTX 3090", gpu_count=1)
+    result = diagnose("ct901", node, None, want)
+    assert "card_held_by_vm" in codes(result)
+
+
+def test_minor_mismatch(pve_b: dict[str, Any]) -> None:
+    text = generated(pve_b, [CARD]).replace("nvidia2", "nvidia7").replace("195:2", "195:7")
+    result = diagnose("ct901", node_ev(pve_b, text), None, WANT)
+    found = [f for f in result.findings if f.code == "minor_mismatch"]
+    assert len(found) == 2
+    assert "no card on pve-b has Device Minor 7" in found[0].cause
+    assert "0000:41:00.0 has Device Minor 2" in found[1].cause
+
+
+def test_allowed_but_missing_and_restart_pending(pve_b: dict[str, Any]) -> None:
+    text = generated(pve_b, [CARD]).replace(
+        "lxc.mount.entry: /dev/nvidia-uvm dev/nvidia-uvm none bind,optional,create=file\n", ""
+    )
+    ct = ct_ev(pve_b, PATHS, opens={"/dev/nvidia-uvm": "ENOENT"})
+    result = diagnose("ct901", node_ev(pve_b, text), ct, WANT)
+    assert codes(result) == ["allowed_missing"]
+    assert result.findings[0].paths == ("/dev/nvidia-uvm",)
+    ct = ct_ev(pve_b, PATHS, opens={"/dev/nvidia2": "EPERM"})
+    result = diagnose("ct901", node_ev(pve_b, generated(pve_b, [CARD])), ct, WANT)
+    assert codes(result) == ["restart_pending"]
+    assert "pct reboot 901 on pve-b" in result.findings[0].fix
+
+
+def test_wrong_key_stale_node_no_driver(pve_b: dict[str, Any]) -> None:
+    text = generated(pve_b, [CARD]).replace("lxc.cgroup2.", "lxc.cgroup.")
+    result = diagnose("ct901", node_ev(pve_b, text), None, WANT)
+    assert codes(result) == ["container_unreachable", "wrong_cgroup_key"]
+    ct = ct_ev(pve_b, PATHS, numbers={"/dev/nvidia-uvm": (509, 0)})
+    result = diagnose("ct901", node_ev(pve_b, generated(pve_b, [CARD])), ct, WANT)
+    assert codes(result) == ["stale_node"]
+    ct = ct_ev(pve_b, PATHS, opens={"/dev/nvidia2": "ENXIO"})
+    node = node_ev(pve_b, generated(pve_b, [CARD]))
+    assert codes(diagnose("ct901", node, ct, WANT)) == ["no_driver_answer"]
+    # The lab's hardware stand-in: ENXIO is what an allowed node gives there.
+    assert codes(diagnose("ct901", node, ct, WANT, simulated_hardware=True)) == []
+
+
+def test_server_stopped_unreachable_no_conf(pve_b: dict[str, Any]) -> None:
+    node = node_ev(pve_b, generated(pve_b, [CARD]))
+    server = {
+        "url": "http://127.0.0.1:9",
+        "ok": False,
+        "stage": "health",
+        "detail": "http://127.0.0.1:9: cannot connect (Connection refused)",
+    }
+    result = diagnose("ct901", node, ct_ev(pve_b, PATHS, server=server), WANT)
+    assert codes(result) == ["server_down"]
+    assert "playbooks/serve.yml --limit ct901" in result.findings[0].fix
+    stopped = node_ev(pve_b, generated(pve_b, [CARD]), running=False)
+    assert codes(diagnose("ct901", stopped, None, WANT)) == ["container_stopped"]
+    assert codes(diagnose("ct901", node_ev(pve_b, None), None, WANT)) == ["no_conf"]
+
+
+def test_module_records_and_table(pve_b: dict[str, Any]) -> None:
+    node = node_ev(pve_b, generated(pve_b, [CARD]))
+    out = diagnose_records(
+        [
+            {
+                "name": "ct901",
+                "node_evidence": node,
+                "container_evidence": ct_ev(pve_b, PATHS),
+                "expect": {"gpus": [CARD]},
+            },
+            {
+                "name": "ct902",
+                "node": "pve-c",
+                "vmid": 902,
+                "node_evidence": {},
+                "container_evidence": None,
+            },
+        ]
+    )
+    assert out["healthy"] is False
+    assert out["counts"] == {"healthy": 1, "warning": 0, "unhealthy": 1}
+    assert [r["status"] for r in out["results"]] == ["healthy", "unhealthy"]
+    assert out["results"][1]["findings"][0]["code"] == "no_node_evidence"
+    table = out["table"]
+    assert table[0].startswith("| container | node | CT | devices | nvidia-smi | CUDA |")
+    assert table[2].startswith("| ct901 | pve-b | 901 | 4/4 open | 580.126.09 | ok |")
+    assert table[-1] == "2 container(s): 1 healthy, 0 warning, 1 unhealthy"
+    assert render_table(out["results"]) == table
