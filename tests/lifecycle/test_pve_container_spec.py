@@ -175,6 +175,9 @@ def test_matching_config_plans_nothing() -> None:
     assert plan_changes(spec(), LIVE) == []
     # tag order and extra live features / net keys (hwaddr) are not differences
     assert plan_changes(spec(tags=["specops", "qwen"]), {**LIVE, "tags": "specops;qwen"}) == []
+    # PVE stores tags lower-cased (get_unique_tags): "Qwen" as described is no change
+    assert plan_changes(spec(tags=["specops", "Qwen"]), {**LIVE, "tags": "qwen;specops"}) == []
+    assert wanted_config(spec(tags=["Specops", "QWEN", "qwen"]))["tags"] == "qwen;specops"
 
 
 def test_plan_sorts_each_difference() -> None:

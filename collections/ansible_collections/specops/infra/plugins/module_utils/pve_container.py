@@ -258,7 +258,10 @@ def parse_spec(data: Mapping[str, Any]) -> ContainerSpec:
         mounts=_mounts(data.get("mounts")),
         net=_net(data.get("net")),
         onboot=_bool(data.get("onboot", True), _name("onboot")),
-        tags=tuple(sorted(set(tags_raw))),
+        # PVE keeps tags unique, sorted and lower-cased unless datacenter.cfg's tag-style
+        # says case-sensitive (pve-guest-common src/PVE/GuestHelpers.pm get_unique_tags):
+        # described the same way, a tag written "LLM" is no change on every run.
+        tags=tuple(sorted({t.lower() for t in tags_raw})),
     )
 
 
@@ -440,7 +443,9 @@ def live_settings(config: Mapping[str, Any], spec: ContainerSpec) -> dict[str, A
         "memory": int(config.get("memory", 512)),
         "swap": int(config.get("swap", 512)),
         "onboot": bool(int(config.get("onboot", 0))),
-        "tags": sorted(t for t in re.split(r"[;, ]+", str(config.get("tags", ""))) if t),
+        "tags": sorted(
+            {t.lower() for t in re.split(r"[;, ]+", str(config.get("tags", ""))) if t}
+        ),
         "features": {
             k: v in ("1", "true", "yes", "on")
             for k, v in _props(str(config.get("features", "")), None).items()
