@@ -51,7 +51,7 @@ def test_a_hung_apply_is_stopped_with_its_children(tmp_path: Path) -> None:
     def apply() -> None:
         try:
             applier.apply({"method": "none"})
-        except BaseException as exc:  # noqa: BLE001  (handed to the test thread)
+        except BaseException as exc:  # handed to the test thread
             errors.append(exc)
 
     worker = threading.Thread(target=apply)

@@ -102,7 +102,7 @@ def test_ctrl_c_ends_without_a_traceback(tmp_path: Path) -> None:
         conn, _ = server.accept()  # the client is inside its first request now
         with conn:
             proc.send_signal(signal.SIGINT)
-            out, err = proc.communicate(timeout=60)
+            _out, err = proc.communicate(timeout=60)
     assert "Traceback" not in err, err
     assert err.strip().endswith("specops: interrupted"), err
     assert proc.returncode == 130
