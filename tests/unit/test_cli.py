@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import socket
 import subprocess
@@ -11,6 +12,8 @@ import pytest
 
 from specops import cli
 from specops.errors import ValidationError
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -97,6 +100,7 @@ def test_ctrl_c_ends_without_a_traceback(tmp_path: Path) -> None:
              "--context-lengths", "1K", "--output-len", "8", "--requests-per-cell", "1",
              "--out", str(tmp_path)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'collections'}"},
         )  # fmt: skip
         server.settimeout(60)
         conn, _ = server.accept()  # the client is inside its first request now

@@ -34,8 +34,9 @@ class ApiEndpoint:
     timeout: int = 30
 
     def secret(self) -> str:
-        """The token secret: from the environment variable, else the file."""
-        value = os.environ.get(self.token_secret_env, "")
+        """The token secret: from the environment variable (none when its name is
+        empty), else the file."""
+        value = os.environ.get(self.token_secret_env, "") if self.token_secret_env else ""
         if not value and self.token_secret_file:
             try:
                 value = Path(self.token_secret_file).read_text().strip()
@@ -44,9 +45,9 @@ class ApiEndpoint:
                     "api.token_secret_file", f"cannot read the token secret file ({exc.strerror})"
                 ) from None
         if not value:
+            where = f"set {self.token_secret_env} or" if self.token_secret_env else "give"
             raise ValidationError(
-                "api.token_secret_file",
-                f"no API token secret: set {self.token_secret_env} or token_secret_file",
+                "api.token_secret_file", f"no API token secret: {where} token_secret_file"
             )
         return value
 
