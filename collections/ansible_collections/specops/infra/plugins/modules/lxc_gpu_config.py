@@ -40,7 +40,7 @@ options:
     description:
       - Instead of I(gpus), the product name exactly as the facts' C(gpus[].name) say
         (case aside) or a vendor:device id (C(10de:2bb1)); a part of a name is refused.
-        I(gpu_count) free cards of it are chosen (module_utils C(gpu_select): no running
+        I(gpu_count) free cards of it are chosen (module_utils C(gpu_select), no running
         VM and no process holds them), cards this container already has first, then
         cards no other container of this node has, by address.
     type: str

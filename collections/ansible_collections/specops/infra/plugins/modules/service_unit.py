@@ -23,7 +23,7 @@ description:
     text at C(<path>.previous), writes the new one atomically (root, 0644) and reloads
     systemd.
   - Secrets never go into the unit (systemd shows every C(Environment=) to any local
-    user over D-Bus, and the unit text comes back in the result): I(secret_environment)
+    user over D-Bus, and the unit text comes back in the result); I(secret_environment)
     is written to I(environment_file) (root, 0600) for the unit's C(EnvironmentFile=),
     and a unit text whose C(Environment=) sets a secret-looking name (C(*TOKEN*),
     C(*SECRET*), C(*PASSWORD*), C(*API_KEY*), ...) is refused before anything changes.

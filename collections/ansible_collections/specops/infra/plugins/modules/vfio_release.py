@@ -13,7 +13,7 @@ description:
     anything when the request cannot be met; the message lists every card and the VM
     that holds it.
   - Which cards O(model) means and which are free is module_utils C(gpu_select)'s one
-    rule (shared with M(specops.infra.lxc_gpu_config) and the migration preflight): a
+    rule (shared with M(specops.infra.lxc_gpu_config) and the migration preflight). A
     card a running VM holds (C(hostpciN) host= or mapping=, C(args:) C(-device
     vfio-pci,host=)) or whose vfio device any process has open is never unbound. A card
     assigned to a stopped VM is taken only with O(allow_stopped_vm_cards), and then
