@@ -2,7 +2,9 @@
 
 Each feature module that has commands exposes ``register(subparsers)``; this file only
 lists them. A :class:`~specops.errors.SpecopsError` becomes a one-line message and exit
-code 2, never a traceback.
+code 2, never a traceback; so does a command group named without its subcommand (usage,
+exit 2). Ctrl-C ends with ``specops: interrupted`` and exit 130 (128 + SIGINT), no
+traceback.
 """
 
 from __future__ import annotations
@@ -45,11 +47,19 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("specops: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(args_in)
     args = parser.parse_args(args_in)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
-    if func is None:
+    if func is None:  # `specops` alone (every command group requires its subcommand)
         parser.print_help()
         return 0
     try:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,12 +39,15 @@ __all__ = [
     "SCHEMA_FILE",
     "UPSTREAM",
     "ApiError",
+    "CallPrivileges",
     "Endpoint",
     "calls_in",
     "check_call",
     "check_returns",
     "find_endpoint",
     "load_schema",
+    "privileges_of",
+    "pveum_commands",
     "typed_returns",
 ]
 
@@ -258,3 +262,100 @@ def calls_in(paths: Sequence[tuple[str, str, Sequence[str]]]) -> list[str]:
             if prop_schema(endpoint.properties, name) is None:
                 problems.append(f"{method} {path}: parameter '{name}': {ADDITIONAL}")
     return problems
+
+
+# --------------------------------------------------------------------------- privileges
+
+_PRIV_NAME = re.compile(
+    r"\b(?:VM|Sys|Datastore|Pool|SDN|Mapping|Realm|User|Group|Permissions)(?:\.[A-Z][A-Za-z]*)+"
+)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z'])")
+
+
+@dataclass(frozen=True)
+class CallPrivileges:
+    """What one call needs: privileges (from the schema's ``permissions``) and the
+    sentences that reserve something of it to ``root@pam`` (no API token is that)."""
+
+    method: str
+    template: str
+    privileges: tuple[str, ...]
+    root_only: tuple[str, ...]
+
+
+def _check_privileges(check: Any) -> set[str]:
+    """Privileges a ``permissions.check`` names: ``["perm", path, [privs], ...]`` (with
+    ``"any", 1`` one of them is enough, depending on the parameters: all are listed,
+    since specops sends the parameters each stands for), ``["and"|"or", ...]``."""
+    if not isinstance(check, list) or not check:
+        return set()
+    head = check[0]
+    if head == "perm" and len(check) > 2 and isinstance(check[2], list):
+        return {str(p) for p in check[2]}
+    if head in ("and", "or"):
+        return set().union(*(_check_privileges(c) for c in check[1:]))
+    return set()
+
+
+def _named_params(sentence: str, props: Mapping[str, Any]) -> set[str]:
+    names = set()
+    for word in re.findall(r"'([^']+)'", sentence):
+        base = re.sub(r"\[n\]$", "", word)
+        if word in props or f"{base}[n]" in props:
+            names.add(base)
+    return names
+
+
+def _sends(params: Sequence[str], name: str) -> bool:
+    return any(p == name or re.fullmatch(rf"{re.escape(name)}\d+", p) for p in params)
+
+
+def privileges_of(
+    method: str, template: str, params: Sequence[str], schema_file: Path = SCHEMA_FILE
+) -> CallPrivileges:
+    """The privileges PVE checks for this call with these parameter names.
+
+    From the endpoint's ``permissions``: its structured ``check``, and each sentence of
+    its ``description`` (PVE writes most list and task endpoints' rules there). A
+    sentence that names parameters in quotes (``The 'bwlimit' ... parameters require
+    'Sys.Modify'``) applies only when one of them is sent; one that says ``root@pam``
+    is kept as a root-only note instead of a privilege.
+    """
+    endpoint = find_endpoint(method, template, schema_file)
+    permissions: Mapping[str, Any] = endpoint.info.get("permissions") or {}
+    privileges = _check_privileges(permissions.get("check"))
+    root_only: list[str] = []
+    for sentence in _SENTENCE_END.split(str(permissions.get("description") or "").strip()):
+        if not sentence:
+            continue
+        named = _named_params(sentence, endpoint.properties)
+        if named and not any(_sends(params, n) for n in named):
+            continue
+        if "root@pam" in sentence:
+            root_only.append(sentence)
+            continue
+        privileges |= set(_PRIV_NAME.findall(sentence))
+    return CallPrivileges(
+        method.upper(), endpoint.template, tuple(sorted(privileges)), tuple(root_only)
+    )
+
+
+def pveum_commands(
+    privileges: Sequence[str],
+    *,
+    role: str = "SpecopsAutomation",
+    user: str = "specops@pve",
+    token: str = "automation",  # noqa: S107  (the token's name, not a secret)
+) -> str:
+    """The ``pveum`` lines that make a dedicated user, a role with exactly
+    ``privileges``, a privilege-separated API token, and give both the role on ``/``
+    (a separated token holds what its own ACL and its user's ACL both grant)."""
+    return "\n".join(
+        [
+            f"pveum role add {role} --privs '{','.join(sorted(set(privileges)))}'",
+            f"pveum user add {user} --comment 'specops automation (API token only)'",
+            f"pveum acl modify / --roles {role} --users {user}",
+            f"pveum user token add {user} {token} --privsep 1",
+            f"pveum acl modify / --roles {role} --tokens '{user}!{token}'",
+        ]
+    )

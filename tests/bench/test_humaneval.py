@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from specops.bench.humaneval import (
@@ -84,3 +87,25 @@ def test_completion_is_cut_at_the_first_stop_sequence() -> None:
     text = "    return 1\n\n\ndef other():\n    pass\n#x"
     assert truncate_at_stops(text) == "    return 1\n\n"
     assert truncate_at_stops("    return 1\n") == "    return 1\n"
+
+
+def test_model_code_never_runs_as_root(tmp_path: Path) -> None:
+    """The documented workflow runs as root: model-written code must not. It runs as
+    nobody (or, for an unprivileged caller, as that caller) and cannot read a root-only
+    file."""
+    secret = tmp_path / "root-only"
+    secret.write_text("x")
+    secret.chmod(0o600)
+    program = (
+        "import os\n"
+        "assert os.geteuid() != 0 and os.getegid() != 0 and 0 not in os.getgroups(), "
+        "(os.geteuid(), os.getegid(), os.getgroups())\n"
+        f"open({str(secret)!r}).read()\n"
+    )
+    verdict = check_program("T/uid", program)
+    if os.geteuid() == 0:
+        assert verdict.result.startswith("failed: PermissionError"), verdict.result
+    else:  # already unprivileged: it runs as the caller, whose file that is
+        assert verdict.passed, verdict.result
+    uid_only = program.rsplit("\n", 2)[0] + "\n"
+    assert check_program("T/uid-ok", uid_only).passed

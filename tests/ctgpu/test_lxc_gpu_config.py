@@ -268,9 +268,12 @@ def test_select_free_cards_of_a_model(pve_b_facts: dict[str, Any]) -> None:
     with pytest.raises(LxcGpuError, match=r"^gpu_count: 4 free .* 3 available .*container 902"):
         select_gpus(pve_b_facts, model, 4, mine=set(), others={902: {1}})
     with pytest.raises(
-        LxcGpuError, match=r"^gpu_model: no card named 'RTX 9090'.*have: NVIDIA RTX"
+        LxcGpuError, match=r"^gpu_model: no card named 'RTX 9090'.*have: 'NVIDIA RTX"
     ):
         select_gpus(pve_b_facts, "RTX 9090", 1, mine=set(), others={})
+    # A part of the name is not the name (gpu_select's one rule).
+    with pytest.raises(LxcGpuError, match=r"^gpu_model: no card named 'PRO 6000'.*did you mean"):
+        select_gpus(pve_b_facts, "PRO 6000", 1, mine=set(), others={})
 
 
 def test_refusals_name_what_to_fix(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -196,33 +197,40 @@ def test_mapping_for_other_node_is_not_a_claim(host_tree) -> None:
 
 def test_stale_pidfile_is_not_running(host_tree) -> None:
     root = host_tree("a6000-3090")
-    (root / "proc" / "5201" / "cmdline").unlink()
-    (root / "proc" / "5201").rmdir()
+    shutil.rmtree(root / "proc" / "5201")  # VM 201's QEMU is gone, its pidfile stays
     facts = gpu.gather_facts(gpu.HostRoots.under(root))
     g1 = by_addr(facts)["0000:41:00.0"]
     assert g1.holders[0].running is False
-    assert g1.free
+    # 41:00 shares IOMMU group 30 with 42:00, whose VM 202 still has the group open.
+    assert [(o.vmid, o.path) for o in g1.open_by] == [(202, "/dev/vfio/30")]
+    assert g1.held_by_running_vm == 202
+    assert not g1.free
 
 
 def test_pid_of_another_process_is_not_running(host_tree) -> None:
     root = host_tree("a6000-3090")
+    shutil.rmtree(root / "proc" / "5201" / "fd")
     (root / "proc" / "5201" / "cmdline").write_bytes(b"/usr/sbin/sshd\0-D\0")
-    assert by_addr(gpu.gather_facts(gpu.HostRoots.under(root)))["0000:41:00.0"].free
+    g1 = by_addr(gpu.gather_facts(gpu.HostRoots.under(root)))["0000:41:00.0"]
+    assert g1.holders[0].running is False
+    assert [o.pid for o in g1.open_by] == [5202]  # only VM 202 holds group 30 now
 
 
 def test_running_check_is_pluggable(host_tree) -> None:
-    root = host_tree("a6000-3090")
     asked: list[int] = []
 
     def only_203(vmid: int) -> bool:
         asked.append(vmid)
         return vmid == 203
 
+    root = host_tree("a6000-3090")
     facts = gpu.gather_facts(gpu.HostRoots.under(root), vm_running=only_203)
     cards = by_addr(facts)
-    assert cards["0000:41:00.0"].free
+    assert cards["0000:41:00.0"].holders[0].running is False
     assert cards["0000:02:00.0"].held_by_running_vm == 203
     assert sorted(asked) == [201, 202, 203]  # each VM asked once
+    # The check decides for config holders only: an open vfio group is the kernel's word.
+    assert [o.vmid for o in cards["0000:41:00.0"].open_by] == [201, 202]
 
 
 # --------------------------------------------------------------- hostpci values

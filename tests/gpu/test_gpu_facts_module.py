@@ -43,7 +43,11 @@ def test_module_running_vmids_overrides_pidfiles(host_tree, tmp_path: Path) -> N
     rc, out = run_module({"root": str(root), "running_vmids": [203]}, tmp_path)
     assert rc == 0, out
     gpus = out["ansible_facts"]["specops_gpu"]["gpus"]
-    assert [g["held_by_running_vm"] for g in gpus] == [None, 203, None, None]
+    assert [g["held_by_running_vm"] for g in gpus] == [None, 203, 201, 201]
+    # 201 and 202 count as stopped for their hostpci entries, but their QEMUs (pids in
+    # valid pidfiles) have IOMMU group 30 of both 3090s open: in use all the same.
+    assert [h["running"] for g in gpus[2:] for h in g["holders"]] == [False, False]
+    assert [g["free"] for g in gpus] == [True, False, False, False]
 
 
 def test_module_fails_on_malformed_hostpci(tmp_path: Path) -> None:

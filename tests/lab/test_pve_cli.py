@@ -8,8 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from ansible_collections.specops.infra.plugins.module_utils import gpu, vfio
 
-from specops.lab.pve.layout import Cluster
+from specops.lab import hosttree
+from specops.lab.pve import pct
+from specops.lab.pve.layout import Cluster, Node
+from specops.lab.pve.pct import PveError
 from specops.lab.pve.testing import TEMPLATE_NAME, make_test_cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,6 +76,32 @@ def test_qm_flag_and_config(tmp_path: Path) -> None:
     assert "Configuration file 'nodes/pvetest-a/qemu-server/201.conf' does not exist" in (
         missing.stderr
     )
+
+
+def test_qm_start_waits_for_the_vm_lock_and_shows_as_running(tmp_path: Path) -> None:
+    """The stand-in's qm start takes PVE's VM lock (what vfio_release holds while it
+    unbinds a stopped VM's card) and leaves what a node shows for a running VM."""
+    root = tmp_path / "node"
+    hosttree.build_tree(
+        hosttree.load_spec(REPO / "tests/fixtures/hosts/in-use.yml"), root, device_nodes=False
+    )
+    node = Node(name="pve-t5", root=root, cgroup="v2", lxcpath=tmp_path / "lxc")
+    with vfio.vm_config_locks(root, [403], timeout=1):
+        with pytest.raises(PveError, match=r"can't lock file '.*/lock-403.conf' - got timeout"):
+            pct.vm_set_running(node, 403, True, lock_timeout=0.2)
+        assert not pct.vm_running(node, 403)
+    pct.vm_set_running(node, 403, True)
+    assert pct.vm_running(node, 403)
+    card = next(
+        c for c in gpu.gather_facts(gpu.HostRoots.under(root)).gpus if c.address == "0000:61:00.0"
+    )
+    assert card.held_by_running_vm == 403
+    assert [(o.vmid, o.path) for o in card.open_by] == [(403, "/dev/vfio/61")]
+    pct.vm_set_running(node, 403, False)
+    card = next(
+        c for c in gpu.gather_facts(gpu.HostRoots.under(root)).gpus if c.address == "0000:61:00.0"
+    )
+    assert (card.held_by_running_vm, card.open_by, card.free) == (None, [], True)
 
 
 @pytest.mark.lxc

@@ -39,9 +39,12 @@ def test_free_cards_exclude_running_vm_holders(pve_a: dict[str, Any]) -> None:
     assert chosen == []
     assert "0000:41:00.0 held by running VM 201" in problems[0]
     assert "0000:42:00.0 held by running VM 202" in problems[0]
-    # VM 202 stopped (the API's view wins over the facts'): its 3090 is free.
-    chosen, _ = select_cards(pve_a, "10de:2204", 1, running_vms={201}, minors_in_use=set())
-    assert chosen == ["0000:42:00.0"]
+    # The API says VM 202 stopped, but the node says its QEMU runs and holds the
+    # card's vfio group: a VM running in either view holds its card (gpu_select).
+    chosen, problems = select_cards(pve_a, "10de:2204", 1, running_vms={201}, minors_in_use=set())
+    assert chosen == []
+    assert "0000:42:00.0 held by running VM 202" in problems[0]
+    assert "VM 202's QEMU (pid 41202 /usr/bin/kvm) has /dev/vfio/31 open" in problems[0]
 
 
 def test_vram_and_unknown_model(pve_a: dict[str, Any]) -> None:
@@ -50,7 +53,12 @@ def test_vram_and_unknown_model(pve_a: dict[str, Any]) -> None:
     )
     assert problems == ["'NVIDIA RTX A6000' has 48 GiB per card, 80 GiB wanted"]
     _, problems = select_cards(pve_a, "NVIDIA H200", 1, running_vms=set(), minors_in_use=set())
-    assert problems[0].startswith("pve-a has 0 free 'NVIDIA H200' card(s), 1 wanted (its cards: ")
+    assert problems == [
+        "gpu_model: no card named 'NVIDIA H200' on pve-a (have: 'NVIDIA GeForce RTX 3090' "
+        "(10de:2204), 'NVIDIA RTX A6000' (10de:2230)): give the product name exactly as the "
+        "GPU facts report it (e.g. 'NVIDIA RTX A6000') or a PCI vendor:device id "
+        "(e.g. '10de:2230')"
+    ]
 
 
 def test_stale_lines_keep_what_is_valid_on_the_target() -> None:

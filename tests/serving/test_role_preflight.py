@@ -152,3 +152,66 @@ def test_profile_the_engine_cannot_do_is_refused(repo_root: Path, tmp_path: Path
     assert "inference_service_speculative.method: sglang 0.5.11 cannot do 'ddtree'" in _words(
         out
     ), out[-2000:]
+
+
+def test_secret_looking_environment_is_refused(repo_root: Path, tmp_path: Path) -> None:
+    out = _play(
+        repo_root,
+        tmp_path,
+        "inference_service",
+        {
+            "inference_service_served_model_name": "m",
+            "inference_service_venv": str(_venv(tmp_path)),
+            "inference_service_model": "/srv/m",
+            "inference_service_environment": {"VLLM_API_KEY": "k", "HF_TOKEN": "t", "OK": "1"},
+        },
+    )
+    assert out.startswith("rc=2"), out[-2000:]
+    assert "inference_service_environment sets HF_TOKEN, VLLM_API_KEY" in _words(out), out[-2000:]
+    assert "move it to inference_service_secret_environment" in _words(out)
+
+
+def test_unit_keeps_dollar_and_secrets_stay_out(repo_root: Path, tmp_path: Path) -> None:
+    """The real template through the role's one service step, in check mode with --diff
+    (it only reads here): Environment= keeps "$" (systemd gives it no meaning there, a
+    doubled one reached the server as "$$"), and a secret goes to the EnvironmentFile,
+    never into the unit text, the diff or any output."""
+    secret = "s3cr3t-unit-test-value-1f2e"  # noqa: S105  (a test value)
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  connection: local\n  gather_facts: false\n"
+        "  roles:\n    - role: inference_service\n"
+    )
+    extra = tmp_path / "vars.json"
+    extra.write_text(
+        json.dumps(
+            {
+                "inference_service_served_model_name": "dollar-test",
+                "inference_service_venv": str(_venv(tmp_path)),
+                "inference_service_model": "/srv/m",
+                "inference_service_environment": {"PS1_LIKE": "a$b ${HOME} 50%"},
+                "inference_service_secret_environment": {"VLLM_API_KEY": secret},
+                "inference_service_readiness_timeout": 1,
+            }
+        )
+    )
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(repo_root / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(repo_root / "roles"),
+        "ANSIBLE_COLLECTIONS_PATH": str(repo_root / "collections"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_CACHE_PLUGIN": "memory",
+        "PYTHONPATH": str(repo_root / "src"),
+    }
+    result = subprocess.run(
+        ["ansible-playbook", "-i", "localhost,", str(playbook), "--check", "--diff", "-vvv",
+         "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"@{extra}"],
+        capture_output=True, text=True, env=env, cwd=repo_root, check=False, timeout=300,
+    )  # fmt: skip
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    assert '+Environment="PS1_LIKE=a$b ${HOME} 50%%"' in out, out[-3000:]
+    assert "+EnvironmentFile=/etc/specops/specops-dollar-test.env" in out
+    assert secret not in out
+    assert not Path("/etc/specops/specops-dollar-test.env").exists()  # check mode

@@ -18,6 +18,8 @@ from ansible_collections.specops.infra.plugins.module_utils.service_unit import 
     Readiness,
     apply_unit,
     parse_identity,
+    render_environment_file,
+    secret_like_keys,
 )
 
 SHOW = """LoadState=loaded
@@ -74,3 +76,33 @@ def test_missing_requirement_fails_before_anything_changes(tmp_path: Path) -> No
         )  # fmt: skip
     assert path.read_text() == "old\n"
     assert not (tmp_path / "x.service.previous").exists()
+
+
+def test_a_secret_in_the_unit_text_is_refused_before_anything_changes(tmp_path: Path) -> None:
+    path = tmp_path / "x.service"
+    path.write_text("old\n")
+    unit = '[Service]\nEnvironment=TOKENIZERS_PARALLELISM=false\nEnvironment="HF_TOKEN=abc"\n'
+    with pytest.raises(RuntimeError, match=r"sets HF_TOKEN with Environment=.*secret_environment"):
+        apply_unit(
+            "x.service", str(path), unit,
+            Readiness(url="http://127.0.0.1:9", served_model_name="m", timeout=1),
+        )  # fmt: skip
+    assert path.read_text() == "old\n"
+    assert secret_like_keys(unit) == ["HF_TOKEN"]
+    names = "VLLM_API_KEY AWS_SECRET_ACCESS_KEY DB_PASSWORD MY_APIKEY GH_TOKEN_FILE"
+    assert secret_like_keys("".join(f"Environment={n}=1\n" for n in names.split())) == sorted(
+        names.split()
+    )
+    harmless = "TOKENIZERS_PARALLELISM MAX_NUM_BATCHED_TOKENS KEYBOARD HF_HUB_OFFLINE"
+    assert secret_like_keys("".join(f"Environment={n}=1\n" for n in harmless.split())) == []
+
+
+def test_environment_file_is_read_literally_by_systemd_rules() -> None:
+    """systemd's EnvironmentFile=: single quotes keep everything ($, \\, spaces) as is;
+    a value with a single quote is double-quoted with \\ " $ ` escaped."""
+    text = render_environment_file({"B": 'it\'s "x" \\ $HOME', "A": "a$b c%d"})
+    assert text == 'A=\'a$b c%d\'\nB="it\'s \\"x\\" \\\\ \\$HOME"\n'
+    with pytest.raises(ValueError, match=r"secret_environment.K: the value holds a line break"):
+        render_environment_file({"K": "a\nb"})
+    with pytest.raises(ValueError, match=r"'1BAD' is not an environment variable name"):
+        render_environment_file({"1BAD": "x"})

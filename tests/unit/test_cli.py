@@ -1,11 +1,19 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from specops import cli
 from specops.errors import ValidationError
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -49,3 +57,56 @@ def test_every_command_is_registered_by_its_module(capsys: pytest.CaptureFixture
             cli.main([command, "--help"])
         assert exc.value.code == 0
         assert f"usage: specops {command}" in capsys.readouterr().out
+
+
+def _groups(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command path whose parser has subcommands (``("sweep",)``, ``("lab", "vllm")``)."""
+    found: list[tuple[str, ...]] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            if path:
+                found.append(path)
+            for name, child in action.choices.items():
+                found.extend(_groups(child, (*path, name)))
+    return found
+
+
+def test_a_group_without_its_subcommand_fails_with_usage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`specops sweep` and `specops rollout` used to exit 0 having done nothing."""
+    groups = _groups(cli.build_parser())
+    assert ("sweep",) in groups
+    assert ("rollout",) in groups
+    assert ("lab", "vllm") in groups
+    for path in groups:
+        with pytest.raises(SystemExit) as exc:
+            cli.main(list(path))
+        assert exc.value.code == 2, path
+        err = capsys.readouterr().err
+        assert f"usage: specops {' '.join(path)}" in err, (path, err)
+        assert "required" in err, (path, err)
+
+
+def test_ctrl_c_ends_without_a_traceback(tmp_path: Path) -> None:
+    """A real SIGINT to `specops bench run` waiting on a server that never answers."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "specops.cli", "bench", "run", "--base-url",
+             f"http://127.0.0.1:{port}", "--model", "m", "--concurrency", "1",
+             "--context-lengths", "1K", "--output-len", "8", "--requests-per-cell", "1",
+             "--out", str(tmp_path)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'collections'}"},
+        )  # fmt: skip
+        server.settimeout(60)
+        conn, _ = server.accept()  # the client is inside its first request now
+        with conn:
+            proc.send_signal(signal.SIGINT)
+            _out, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    assert err.strip().endswith("specops: interrupted"), err
+    assert proc.returncode == 130

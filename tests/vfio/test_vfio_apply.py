@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,9 @@ def test_check_mode_reports_and_writes_nothing(
     root = host_tree("a6000-3090", nvidia=True)
     s = standin(root)
     before = snapshot(root)
-    result = module.run(params(root, tmp_path / "etc", model="A6000", count=1), check_mode=True)
+    result = module.run(
+        params(root, tmp_path / "etc", model="NVIDIA RTX A6000", count=1), check_mode=True
+    )
     assert result["changed"] is True
     assert result["released"][0] == {
         "address": "0000:01:00.0",
@@ -160,3 +163,119 @@ def test_boot_config_returned_for_the_role(
     assert str(etc / "modprobe.d" / "specops-vfio.conf") in files
     assert list(result["boot_config"]["refresh"]) == ["initramfs"]
     assert not (etc / "modprobe.d" / "specops-vfio.conf").exists()
+
+
+# --------------------------------------------------------------------------- PVE VM lock
+
+
+def _lock_taken(root: Path, vmid: int) -> bool:
+    """Whether someone holds PVE's lock of ``vmid`` (a try from a separate open file)."""
+    path = vfio.vm_lock_file(root, vmid)
+    with path.open("a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return False
+
+
+class _WatchedSysfs(vfio.FileSysfs):
+    """The real sysfs writes, noting at each unbind whether VM 203's lock is held."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root / "sys")
+        self.node_root = root
+        self.locked_at_unbind: list[bool] = []
+
+    def unbind(self, address: str, driver: str) -> None:
+        self.locked_at_unbind.append(_lock_taken(self.node_root, 203))
+        super().unbind(address, driver)
+
+
+def _start_vm_203(root: Path) -> None:
+    """What `qm start 203` leaves on a node: pidfile, the QEMU's cmdline and vfio fds."""
+    (root / "run" / "qemu-server" / "203.pid").write_text("5203\n")
+    proc = root / "proc" / "5203"
+    (proc / "fd").mkdir(parents=True)
+    (proc / "cmdline").write_text("\0".join(["/usr/bin/kvm", "-id", "203", ""]))
+    (proc / "fd" / "0").symlink_to("/dev/vfio/15")
+
+
+def test_stopped_vm_card_is_released_under_pve_vm_lock(
+    host_tree: HostTree,
+    standin: Callable[[Path], PciStandin],
+    facts_of: Callable[[Path], HostGpuFacts],
+) -> None:
+    root = host_tree("a6000-3090", nvidia=True, drivers=("snd_hda_intel",))
+    standin(root)
+    request = vfio.parse_request(
+        addresses=["02:00"], model=None, count=None, allow_stopped_vm_cards=True
+    )
+    drivers = vfio.available_pci_drivers(root / "sys")
+    plan = vfio.plan_release(facts_of(root), request, drivers)
+    assert plan.release[0].stopped_vm_holders == (203,)
+    sysfs = _WatchedSysfs(root)
+    applied, report = vfio.release_locked(
+        root, plan, lambda: vfio.plan_release(facts_of(root), request, drivers), sysfs
+    )
+    assert [r["to_driver"] for r in report] == ["nvidia", "snd_hda_intel"]
+    assert sysfs.locked_at_unbind == [True, True]  # qm start 203 would have waited
+    assert not _lock_taken(root, 203)  # released afterwards
+    assert applied.release[0].address == "0000:02:00.0"
+
+
+def test_vm_started_before_the_lock_keeps_its_card(
+    host_tree: HostTree,
+    standin: Callable[[Path], PciStandin],
+    snapshot: Callable[[Path], dict[str, str]],
+    facts_of: Callable[[Path], HostGpuFacts],
+) -> None:
+    root = host_tree("a6000-3090", nvidia=True, drivers=("snd_hda_intel",))
+    s = standin(root)
+    request = vfio.parse_request(
+        addresses=["02:00"], model=None, count=None, allow_stopped_vm_cards=True
+    )
+    drivers = vfio.available_pci_drivers(root / "sys")
+    plan = vfio.plan_release(facts_of(root), request, drivers)  # VM 203 stopped here
+    _start_vm_203(root)  # ... and started before the release got PVE's lock
+    before = snapshot(root)
+    with pytest.raises(vfio.VfioReleaseError, match="held by running VM 203"):
+        vfio.release_locked(
+            root,
+            plan,
+            lambda: vfio.plan_release(facts_of(root), request, drivers),
+            vfio.FileSysfs(root / "sys"),
+        )
+    after = snapshot(root)
+    assert after.pop("var/lock/qemu-server/lock-203.conf") is not None  # PVE creates it too
+    assert after == before
+    assert s.log == []
+
+
+def test_a_held_vm_lock_refuses_before_anything_changes(
+    host_tree: HostTree,
+    standin: Callable[[Path], PciStandin],
+    snapshot: Callable[[Path], dict[str, str]],
+    tmp_path: Path,
+) -> None:
+    root = host_tree("a6000-3090", nvidia=True, drivers=("snd_hda_intel",))
+    s = standin(root)
+    lock = vfio.vm_lock_file(root, 203)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # a qm start / backup of VM 203 in progress
+        before = snapshot(root)
+        with pytest.raises(vfio.VfioReleaseError, match=r"VM 203: PVE's lock .* is still held"):
+            module.run(
+                params(
+                    root,
+                    tmp_path / "etc",
+                    addresses=["02:00"],
+                    allow_stopped_vm_cards=True,
+                    timeout=0.3,
+                ),
+                check_mode=False,
+            )
+        assert snapshot(root) == before
+    assert s.log == []

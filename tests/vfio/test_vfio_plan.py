@@ -95,20 +95,20 @@ def test_card_of_stopped_vm_needs_the_override(host_tree: HostTree) -> None:
 
 def test_model_and_count_prefers_unassigned_cards(host_tree: HostTree) -> None:
     root = host_tree("a6000-3090", nvidia=True)
-    p = plan(root, model="A6000", count=1)
+    p = plan(root, model="NVIDIA RTX A6000", count=1)
     assert [c.address for c in p.release] == ["0000:01:00.0"]
     with pytest.raises(VfioReleaseError) as err:
         plan(root, model="10de:2230", count=2)
     assert "asked for 2 card(s) matching '10de:2230', only 1 can be the host's" in str(err.value)
     assert "1 more are assigned to stopped VMs" in str(err.value)
-    p2 = plan(root, model="rtx a6000", count=2, allow_stopped_vm_cards=True)
+    p2 = plan(root, model="nvidia  rtx a6000", count=2, allow_stopped_vm_cards=True)
     assert [c.address for c in p2.release] == ["0000:01:00.0", "0000:02:00.0"]
 
 
 def test_model_held_only_by_running_vms_is_refused(host_tree: HostTree) -> None:
     root = host_tree("a6000-3090", nvidia=True)
     with pytest.raises(VfioReleaseError, match=r"only 0 can be the host's"):
-        plan(root, model="3090", count=1, allow_stopped_vm_cards=True)
+        plan(root, model="NVIDIA GeForce RTX 3090", count=1, allow_stopped_vm_cards=True)
 
 
 def test_nvidia_driver_must_be_loaded(host_tree: HostTree) -> None:
@@ -119,18 +119,20 @@ def test_nvidia_driver_must_be_loaded(host_tree: HostTree) -> None:
 
 def test_half_migrated_counts_the_card_already_on_nvidia(host_tree: HostTree) -> None:
     root = host_tree("half-migrated")
-    p = plan(root, model="A6000", count=2)
+    p = plan(root, model="NVIDIA RTX A6000", count=2)
     assert p.already_on_host == ("0000:17:00.0",)
     assert [c.address for c in p.release] == ["0000:65:00.0"]
     assert p.keep_on_vfio == ()
-    p1 = plan(root, model="A6000", count=1)
+    p1 = plan(root, model="10de:2230", count=1)
     assert p1.release == ()
     assert p1.already_on_host == ("0000:17:00.0",)
 
 
 def test_mapping_holders_are_respected(host_tree: HostTree) -> None:
     root = host_tree("mapping", nvidia=True)
-    with pytest.raises(VfioReleaseError, match=r"running VM 301: .*via mapping gpu-pool"):
+    with pytest.raises(
+        VfioReleaseError, match=r"running VM 301 \(.*via mapping gpu-pool.*never unbound"
+    ):
         plan(root, addresses=["0000:02:00.0"])
     with pytest.raises(VfioReleaseError, match=r"stopped VM 303"):
         plan(root, addresses=["04:00"])
@@ -148,9 +150,25 @@ def test_unknown_address_lists_the_cards(host_tree: HostTree) -> None:
 
 def test_cards_already_on_nvidia_need_nothing(host_tree: HostTree) -> None:
     root = host_tree("pro6000x4")
-    p = plan(root, model="PRO 6000", count=4)
+    p = plan(root, model="NVIDIA RTX PRO 6000 Blackwell Workstation Edition", count=3)
     assert p.release == ()
-    assert len(p.already_on_host) == 4
+    assert len(p.already_on_host) == 3
+
+
+def test_a_part_of_a_name_matches_nothing(host_tree: HostTree) -> None:
+    """One rule for model names (module_utils gpu_select): the exact product name or the
+    PCI id. "PRO 6000" would have taken the Workstation and the Max-Q cards alike."""
+    root = host_tree("pro6000x4")
+    with pytest.raises(VfioReleaseError) as err:
+        plan(root, model="PRO 6000", count=4)
+    msg = str(err.value)
+    assert msg.startswith("model: no card named 'PRO 6000' on pve-t2")
+    assert "did you mean 'NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition' or" in msg
+    a6000 = host_tree("a6000-3090", nvidia=True)
+    with pytest.raises(VfioReleaseError, match=r"no card named '5090'.*10de:2230"):
+        plan(a6000, model="5090", count=1)
+    with pytest.raises(VfioReleaseError, match=r"did you mean 'NVIDIA RTX A6000'"):
+        plan(a6000, model="A6000", count=1)
 
 
 @pytest.mark.parametrize(

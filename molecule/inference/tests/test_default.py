@@ -176,6 +176,24 @@ def test_simulated_acceptance_is_not_passed_to_the_server(host: Any) -> None:
     assert "VLLM_TARGET_DEVICE=cpu" in environ
 
 
+def test_secret_environment_reaches_only_the_server(host: Any) -> None:
+    """Issue 19: the secret is in a root-only 0600 EnvironmentFile, not in the 0644
+    unit, not in what systemd shows any user; "$" and "%" arrive as written."""
+    secret = "lab-secret-7f3a9c"  # noqa: S105  (the test value converge.yml sets)
+    value = "lab-secret-7f3a9c it's $HOME \\"  # quote, $, backslash: systemd's escapes
+    unit = host.file(UNIT_PATH)
+    assert (unit.user, unit.mode) == ("root", 0o644)
+    assert secret not in unit.content_string
+    assert "EnvironmentFile=/etc/specops/specops-tiny-qwen.env" in unit.content_string
+    env_file = host.file("/etc/specops/specops-tiny-qwen.env")
+    assert (env_file.user, env_file.group, env_file.mode) == ("root", "root", 0o600)
+    assert secret not in host.check_output(f"systemctl show {UNIT} -p Environment")
+    pid = _show(host)["MainPID"]
+    environ = host.check_output(f"tr '\\0' '\\n' < /proc/{pid}/environ").splitlines()
+    assert f"SPECOPS_LAB_TOKEN={value}" in environ
+    assert "SPECOPS_LAB_DOLLAR=a$b ${HOME} 50%" in environ
+
+
 def test_server_argv_is_the_translators(host: Any) -> None:
     argv = _cmdline(host, _show(host)["MainPID"])
     assert argv[:3] == [

@@ -7,6 +7,10 @@ the untrusted code runs:
 
 - moves into a new network namespace when the kernel allows (no interfaces but a
   down loopback), and in any case replaces ``socket`` creation with an error;
+- when started as root (the documented workflow runs as root), drops to the
+  unprivileged ``nobody`` user and group with no supplementary groups and
+  ``PR_SET_NO_NEW_PRIVS`` set, so model-written code cannot read or change what only
+  root may (the program and its working directory are handed to that user);
 - sets ``RLIMIT_CPU`` (CPU seconds), ``RLIMIT_AS`` (address space), ``RLIMIT_FSIZE``
   and ``RLIMIT_CORE``;
 - disables process-spawning and killing functions (``os.system``, ``subprocess``,
@@ -24,9 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gzip
 import json
 import os
+import pwd
 import re
 import signal
 import subprocess
@@ -46,6 +52,7 @@ from specops.bench.plan import Plan
 from specops.errors import SpecopsError
 
 __all__ = [
+    "SANDBOX_USER",
     "STOP_SEQUENCES",
     "Problem",
     "Verdict",
@@ -56,6 +63,49 @@ __all__ = [
     "run_humaneval",
     "truncate_at_stops",
 ]
+
+# The user model-written code runs as when the benchmark runs as root.
+SANDBOX_USER = "nobody"
+
+
+def _sandbox_ids() -> tuple[int, int]:
+    """(uid, gid) the programs run as: ``nobody`` when this process is root, else the
+    caller's own (an unprivileged caller has nothing more to drop)."""
+    if os.geteuid() != 0:
+        return os.geteuid(), os.getegid()
+    try:
+        entry = pwd.getpwnam(SANDBOX_USER)
+    except KeyError:
+        return 65534, 65534  # the kernel's overflow ids: nobody / nogroup
+    return entry.pw_uid, entry.pw_gid
+
+
+@functools.lru_cache(maxsize=1)
+def _sandbox_python() -> str:
+    """A Python the sandbox user can run with its whole standard library: this one, or
+    (when it lives where that user cannot read, e.g. under /root) the system's."""
+    if os.geteuid() != 0:
+        return sys.executable
+    uid, gid = _sandbox_ids()
+    tried = []
+    for python in dict.fromkeys([sys.executable, "/usr/bin/python3"]):
+        try:
+            probe = subprocess.run(
+                [python, "-I", "-c", "import json, math, re, socket, collections, itertools"],
+                user=uid, group=gid, extra_groups=[], capture_output=True, text=True,
+                check=False, timeout=60, cwd="/",
+            )  # fmt: skip
+        except OSError as exc:  # not even executable for that user
+            tried.append(f"{python}: {exc.strerror}")
+            continue
+        if probe.returncode == 0:
+            return python
+        tried.append(f"{python}: {(probe.stderr.strip().splitlines() or ['?'])[-1]}")
+    raise SpecopsError(
+        f"HumanEval runs model-written code as {SANDBOX_USER}, and no Python here works "
+        f"for that user ({'; '.join(tried)}): install python3 (/usr/bin/python3)"
+    )
+
 
 # Codex/HumanEval stops. OpenAI-compatible servers accept at most 4 (vLLM 0.32 answers
 # 400 "too_long" to 5), so 4 go to the server and all are applied to the text again.
@@ -70,14 +120,22 @@ def truncate_at_stops(text: str) -> str:
 
 _HARNESS = r"""
 import ctypes, os, resource, sys
-cpu, mem = int(sys.argv[2]), int(sys.argv[3])
+cpu, mem, uid, gid = (int(a) for a in sys.argv[2:6])
 isolation = "socket-guard"
+libc = ctypes.CDLL(None, use_errno=True)
 try:
-    libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(0x40000000) == 0:  # CLONE_NEWNET
         isolation = "netns+socket-guard"
 except Exception:
     pass
+if os.geteuid() == 0:
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise SystemExit("sandbox: prctl(PR_SET_NO_NEW_PRIVS) failed")
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.geteuid() == 0 or os.getegid() == 0:
+        raise SystemExit("sandbox: could not drop root")
 resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
 resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
 resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 20, 16 << 20))
@@ -173,12 +231,17 @@ def check_program(
     """Run one program in the sandbox; never raises for what the program does."""
     started = time.monotonic()
     cpu = max(1, int(timeout_s + 0.999))
+    uid, gid = _sandbox_ids()
+    python = _sandbox_python()
     with tempfile.TemporaryDirectory(prefix="specops-he-") as tmp:
         path = Path(tmp) / "program.py"
         path.write_text(program, encoding="utf-8")
+        if os.geteuid() == 0:  # the program's own directory: the sandbox user's
+            os.chown(tmp, uid, gid)
+            os.chown(path, uid, gid)
         proc = subprocess.Popen(
             [
-                sys.executable,
+                python,
                 "-I",
                 "-B",
                 "-c",
@@ -186,6 +249,8 @@ def check_program(
                 str(path),
                 str(cpu),
                 str(memory_mb << 20),
+                str(uid),
+                str(gid),
             ],
             cwd=tmp,
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"},

@@ -14,7 +14,10 @@ vfio-pci, so the facts module and the host roles read a tree under a per-node ro
 - ``sys/module/<mod>/`` per loaded module (``sys/module/nvidia/version``);
 - ``proc/devices`` (char majors: 195 nvidia/nvidiactl and the host's dynamic ones),
   ``proc/driver/nvidia/{version,gpus/<addr>/information}``, ``proc/mounts``,
-  ``proc/sys/kernel/{osrelease,hostname}``, ``proc/<pid>/cmdline`` of running VMs;
+  ``proc/sys/kernel/{osrelease,hostname}``, ``proc/<pid>/cmdline`` of running VMs and
+  described processes, and their ``proc/<pid>/fd/<n>`` links: a running VM's QEMU
+  holds ``/dev/vfio/<group>`` of every card its ``hostpciN``/``args:`` name, as on a
+  real node, and a described process the groups it lists (a QEMU outside PVE);
 - ``dev/nvidia*`` and ``dev/nvidia-caps/*`` made with mknod and the host's majors;
 - ``run/qemu-server/<vmid>.pid`` for running VMs, ``usr/share/perl5/PVE/pvecfg.pm``,
   ``etc/hostname``, ``etc/kernel/{proxmox-boot-uuids,cmdline}`` or ``etc/default/grub``;
@@ -45,6 +48,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ansible_collections.specops.infra.plugins.module_utils.gpu import (
+    PciAddress,
+    parse_hostpci_value,
+    parse_qemu_args_devices,
+)
 
 from specops.errors import ValidationError
 
@@ -57,6 +65,7 @@ __all__ = [
     "MappingSpec",
     "Model",
     "NvidiaSpec",
+    "ProcessSpec",
     "VmSpec",
     "build_tree",
     "load_spec",
@@ -165,6 +174,16 @@ class VmSpec:
     hostpci: tuple[str, ...]
     pid: int
     extra: str = ""
+    args: str = ""  # the conf's args: line (QEMU arguments, e.g. -device vfio-pci,host=)
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """A process outside PVE's VMs (a hand-started QEMU) holding vfio groups open."""
+
+    pid: int
+    cmdline: tuple[str, ...]
+    vfio_groups: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -194,6 +213,7 @@ class HostSpec:
     vms: tuple[VmSpec, ...]
     mappings: tuple[MappingSpec, ...]
     extra_char_majors: dict[str, int] = field(default_factory=dict)
+    processes: tuple[ProcessSpec, ...] = ()
     etc_files: dict[str, str] = field(default_factory=dict)
 
 
@@ -387,6 +407,9 @@ def _vm(data: Any, where: str) -> VmSpec:
     hostpci = tuple(str(h) for h in _as_list(d.get("hostpci"), f"{where}.hostpci"))
     if len(hostpci) > 16:
         raise ValidationError(f"{where}.hostpci", "at most 16 entries (hostpci0..15)")
+    args = str(d.get("args", "") or "")
+    if "\n" in args:
+        raise ValidationError(f"{where}.args", "one line of QEMU arguments")
     return VmSpec(
         vmid=vmid,
         name=str(d.get("name", f"vm{vmid}")),
@@ -394,7 +417,22 @@ def _vm(data: Any, where: str) -> VmSpec:
         hostpci=hostpci,
         pid=int(d.get("pid", 10_000 + vmid)),
         extra=str(d.get("extra", "")),
+        args=args,
     )
+
+
+def _process(data: Any, where: str) -> ProcessSpec:
+    d = _as_mapping(data, where)
+    pid = _req(d, "pid", where)
+    if not isinstance(pid, int) or not 2 <= pid <= 4_194_304:
+        raise ValidationError(f"{where}.pid", f"must be a pid 2..4194304 (got {pid!r})")
+    cmdline = d.get("cmdline", ["/usr/bin/qemu-system-x86_64"])
+    if isinstance(cmdline, str):
+        cmdline = cmdline.split()
+    groups = _as_list(d.get("vfio_groups"), f"{where}.vfio_groups")
+    if not all(isinstance(g, int) and g >= 0 for g in groups):
+        raise ValidationError(f"{where}.vfio_groups", f"IOMMU group numbers (got {groups!r})")
+    return ProcessSpec(pid, tuple(str(a) for a in cmdline), tuple(groups))
 
 
 def _mapping(ident: str, data: Any) -> MappingSpec:
@@ -453,6 +491,13 @@ def parse_spec(data: Any) -> HostSpec:
     vms = tuple(_vm(v, f"vms[{i}]") for i, v in enumerate(_as_list(d.get("vms"), "vms")))
     if len({v.vmid for v in vms}) != len(vms):
         raise ValidationError("vms", "vmids must be unique")
+    processes = tuple(
+        _process(p, f"processes[{i}]")
+        for i, p in enumerate(_as_list(d.get("processes"), "processes"))
+    )
+    pids = [v.pid for v in vms if v.running] + [p.pid for p in processes]
+    if len(set(pids)) != len(pids):
+        raise ValidationError("processes", "pids of running VMs and processes must be unique")
     mappings = tuple(
         _mapping(str(k), v) for k, v in _as_mapping(d.get("mappings", {}) or {}, "mappings").items()
     )
@@ -485,6 +530,7 @@ def parse_spec(data: Any) -> HostSpec:
         mappings=mappings,
         etc_files=_etc_files(d.get("etc_files")),
         extra_char_majors=extra_majors,
+        processes=processes,
     )
 
 
@@ -758,6 +804,10 @@ class _Builder:
                     f"/var/run/qemu-server/{vm.vmid}.pid",
                 ]
                 _write(self.proc / str(vm.pid) / "cmdline", "\0".join(argv) + "\0")
+                self._vfio_fds(vm.pid, self._vm_groups(vm))
+        for process in spec.processes:
+            _write(self.proc / str(process.pid) / "cmdline", "\0".join(process.cmdline) + "\0")
+            self._vfio_fds(process.pid, process.vfio_groups)
         if loaded and nv is not None:
             ndir = self.proc / "driver" / "nvidia"
             if nv.flavour == "open":
@@ -787,6 +837,40 @@ class _Builder:
                     f"Device Minor: \t {minor}\nGPU Firmware: \t {nv.version}\nGPU Excluded:\t No\n"
                 )
                 _write(ndir / "gpus" / address / "information", info)
+
+    def _vm_groups(self, vm: VmSpec) -> list[int]:
+        """IOMMU groups of the functions a VM's hostpciN / args: name on this node."""
+        wanted: list[PciAddress] = []
+        for value in vm.hostpci:
+            hosts, mapping, _options = parse_hostpci_value(value)
+            wanted.extend(hosts)
+            for m in self.spec.mappings:
+                if m.id != mapping:
+                    continue
+                local = [e for e in m.maps if e.get("node") == self.spec.node]
+                # PVE takes the first free path of a mapping at start: the first here.
+                for entry in local[:1]:
+                    wanted.extend(PciAddress.parse_hostpci(p) for p in entry["path"].split(";"))
+        if vm.args:
+            wanted.extend(parse_qemu_args_devices(vm.args))
+        groups: list[int] = []
+        for card in self.spec.cards + self.spec.others:
+            addresses = [card.address] + [f"{card.slot}.{f.function}" for f in card.functions]
+            named = any(w.covers(PciAddress.parse_full(a)) for w in wanted for a in addresses)
+            if named and card.iommu_group is not None and card.iommu_group not in groups:
+                groups.append(card.iommu_group)
+        return groups
+
+    def _vfio_fds(self, pid: int, groups: Sequence[int]) -> None:
+        """``proc/<pid>/fd``: stdio, then the vfio container and each group, as QEMU."""
+        if not self.spec.iommu:
+            return
+        fd_dir = self.proc / str(pid) / "fd"
+        fd_dir.mkdir(parents=True, exist_ok=True)
+        targets = ["/dev/null", "/dev/null", "/dev/null", "/dev/vfio/vfio"]
+        targets += [f"/dev/vfio/{g}" for g in groups]
+        for number, target in enumerate(targets):
+            (fd_dir / str(number)).symlink_to(target)
 
     def dev_tree(self) -> None:
         self.dev.mkdir(parents=True, exist_ok=True)
@@ -867,6 +951,8 @@ def _vm_conf(vm: VmSpec) -> str:
         f"scsi0: local-lvm:vm-{vm.vmid}-disk-0,size=64G",
     ]
     lines += [f"hostpci{i}: {value}" for i, value in enumerate(vm.hostpci)]
+    if vm.args:
+        lines.append(f"args: {vm.args}")
     text = "\n".join(sorted(lines)) + "\n"
     if vm.extra:
         text += vm.extra if vm.extra.endswith("\n") else vm.extra + "\n"

@@ -118,8 +118,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="a real vLLM CPU server with a tiny local model",
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
-    vllm.set_defaults(func=lambda _a: (vllm.print_help(), 0)[1])
-    sub = vllm.add_subparsers(dest="vllm_command", metavar="COMMAND")
+    sub = vllm.add_subparsers(dest="vllm_command", metavar="COMMAND", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--cache", help="cache root (default: $SPECOPS_CACHE or /var/cache/specops)")

@@ -72,6 +72,10 @@ def _pre_from_state(state: MigrationState) -> PreflightResult:
 def _cmd_preflight(args: argparse.Namespace) -> int:
     spec, state = _load(args)
     client, tclient = _clients(spec)
+    if args.dry_run:  # a check run: the same checks, nothing recorded
+        running = (tclient or client).running_vms(spec.target) if args.target_root else None
+        tfacts = _facts(args.target_facts, args.target_root, running)
+        return _show_preflight(preflight(spec, client, tfacts, target_client=tclient), args)
     with state.timed("preflight") as entry:
         running = (tclient or client).running_vms(spec.target) if args.target_root else None
         tfacts = _facts(args.target_facts, args.target_root, running)
@@ -99,6 +103,10 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
                 for g in sfacts.get("gpus", [])
                 if (g.get("nvidia") or {}).get("minor") in minors
             ]
+    return _show_preflight(result, args)
+
+
+def _show_preflight(result: PreflightResult, args: argparse.Namespace) -> int:
     out = result.to_dict()
     if args.json:
         print(json.dumps(out, indent=2))
@@ -224,6 +232,9 @@ def register(subparsers: Any) -> None:
     facts(p)
     p.add_argument("--source-facts", help="JSON of the source's gpu_facts result (for the report)")
     p.add_argument("--source-root", help="read the source's GPU facts from this node root (lab)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="check only; record nothing in the state file"
+    )
     p.set_defaults(func=_run(_cmd_preflight))
     p = sub.add_parser("move", help="migrate (restart mode) or vzdump + restore; resumable")
     common(p)

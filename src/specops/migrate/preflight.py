@@ -13,6 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ansible_collections.specops.infra.plugins.module_utils.gpu_select import (
+    GpuSelectError,
+    matches_model,
+    select_free,
+)
+
 from specops.migrate.client import PveClient
 from specops.migrate.spec import MigrationSpec
 
@@ -116,11 +122,6 @@ def _used_minors(config: Mapping[str, Any]) -> set[int]:
     return {int(m) for line in ct_gpu_lines(config) for m in _NV_MINOR_RE.findall(line)}
 
 
-def _matches(card: Mapping[str, Any], model: str) -> bool:
-    wanted = model.strip().lower()
-    return wanted in (str(card.get("name", "")).lower(), str(card.get("pci_id", "")).lower())
-
-
 def select_cards(
     facts: Mapping[str, Any],
     model: str,
@@ -129,34 +130,46 @@ def select_cards(
     running_vms: set[int] | None,
     minors_in_use: set[int],
     min_vram_gib: int = 0,
+    allow_stopped_vm_cards: bool = False,
 ) -> tuple[list[str], list[str]]:
-    """(chosen addresses, problems). Free = no RUNNING VM holds it (the API's view of
-    running VMs when given, else the facts'), not given to another CT of the node."""
+    """(chosen addresses, problems), by module_utils ``gpu_select``'s one rule, the same
+    the target phase's vfio release and passthrough apply: ``model`` is the exact product
+    name or the vendor:device id; a card is free when no running VM (the API's view,
+    ``running_vms``, or the node's) and no process holds it, a stopped VM's card only
+    with ``allow_stopped_vm_cards``; and not given to another CT of the node."""
     problems: list[str] = []
-    candidates = [c for c in facts.get("gpus", []) if _matches(c, model)]
-    notes: list[str] = []
-    free: list[str] = []
-    for card in sorted(candidates, key=lambda c: str(c["address"])):
-        holders = [int(h["vmid"]) for h in card.get("holders", []) or []]
-        if running_vms is None:
-            held = card.get("held_by_running_vm")
-        else:
-            held = next((v for v in holders if v in running_vms), None)
-        minor = (card.get("nvidia") or {}).get("minor")
-        if held is not None:
-            notes.append(f"{card['address']} held by running VM {held}")
-        elif minor is not None and int(minor) in minors_in_use:
-            notes.append(f"{card['address']} given to another container (/dev/nvidia{minor})")
-        else:
-            free.append(str(card["address"]))
-            notes.append(f"{card['address']} free ({card.get('driver') or 'no driver'})")
-    node = facts.get("node") or "the target"
-    if len(free) < count:
-        models = sorted({str(c.get("name")) for c in facts.get("gpus", [])})
-        problems.append(
-            f"{node} has {len(free)} free '{model}' card(s), {count} wanted"
-            + (f": {'; '.join(notes)}" if notes else f" (its cards: {', '.join(models) or 'none'})")
+    cards: list[Mapping[str, Any]] = list(facts.get("gpus", []))
+    node = str(facts.get("node") or "the target")
+    taken = {
+        str(c["address"]): f"given to another container (/dev/nvidia{minor})"
+        for c in cards
+        if (minor := (c.get("nvidia") or {}).get("minor")) is not None
+        and int(minor) in minors_in_use
+    }
+    try:
+        selection = select_free(
+            cards,
+            model,
+            max(count, 1),
+            node=node,
+            allow_stopped_vm_cards=allow_stopped_vm_cards,
+            running_vms=running_vms,
+            taken=taken,
         )
+    except GpuSelectError as exc:
+        return [], [f"{exc.where}: {exc.problem}"]
+    if len(selection.chosen) < count:
+        hint = ""
+        if selection.stopped_only and not allow_stopped_vm_cards:
+            hint = (
+                f" ({selection.stopped_only} more assigned to stopped VMs: "
+                "migrate_allow_stopped_vm_cards takes them)"
+            )
+        problems.append(
+            f"{node} has {len(selection.chosen)} free '{model}' card(s), {count} wanted{hint}: "
+            + "; ".join(selection.notes)
+        )
+    candidates = [c for c in cards if matches_model(c, model)]
     if min_vram_gib and candidates:
         name = str(candidates[0].get("name"))
         vram = VRAM_GIB.get(name)
@@ -166,7 +179,7 @@ def select_cards(
             )
         elif vram < min_vram_gib:
             problems.append(f"'{name}' has {vram} GiB per card, {min_vram_gib} GiB wanted")
-    return free[:count], problems
+    return selection.chosen[:count], problems
 
 
 def _check_target(spec: MigrationSpec, client: PveClient) -> Check:
@@ -358,6 +371,7 @@ def preflight(  # noqa: PLR0912  (one branch per check, in the issue's order)
                 running_vms=tclient.running_vms(spec.target),
                 minors_in_use=minors,
                 min_vram_gib=spec.min_vram_gib,
+                allow_stopped_vm_cards=spec.allow_stopped_vm_cards,
             )
             result.gpus = chosen
             result.checks.append(

@@ -34,8 +34,9 @@ class ApiEndpoint:
     timeout: int = 30
 
     def secret(self) -> str:
-        """The token secret: from the environment variable, else the file."""
-        value = os.environ.get(self.token_secret_env, "")
+        """The token secret: from the environment variable (none when its name is
+        empty), else the file."""
+        value = os.environ.get(self.token_secret_env, "") if self.token_secret_env else ""
         if not value and self.token_secret_file:
             try:
                 value = Path(self.token_secret_file).read_text().strip()
@@ -44,9 +45,9 @@ class ApiEndpoint:
                     "api.token_secret_file", f"cannot read the token secret file ({exc.strerror})"
                 ) from None
         if not value:
+            where = f"set {self.token_secret_env} or" if self.token_secret_env else "give"
             raise ValidationError(
-                "api.token_secret_file",
-                f"no API token secret: set {self.token_secret_env} or token_secret_file",
+                "api.token_secret_file", f"no API token secret: {where} token_secret_file"
             )
         return value
 
@@ -64,6 +65,7 @@ class MigrationSpec:
     gpu_model: str = ""
     gpu_count: int = 0
     min_vram_gib: int = 0
+    allow_stopped_vm_cards: bool = False  # also take cards stopped VMs keep (gpu_select)
     target_storage: str = ""
     recreate_mounts: tuple[str, ...] = ()
     backup_storage: str = ""
@@ -88,6 +90,13 @@ def _int(data: Mapping[str, Any], key: str, default: int, lo: int, hi: int) -> i
             raise ValidationError(key, f"must be an integer {lo}..{hi} (got {value!r})") from None
     if not lo <= value <= hi:
         raise ValidationError(key, f"must be an integer {lo}..{hi} (got {value})")
+    return value
+
+
+def _bool(data: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise ValidationError(key, f"must be true or false (got {value!r})")
     return value
 
 
@@ -160,9 +169,8 @@ def parse_spec(data: Mapping[str, Any]) -> MigrationSpec:
         )
     if mode == "migrate" and target_api is not None:
         raise ValidationError("target_api", "only for mode backup_restore (another cluster's API)")
-    restart = data.get("restart", True)
-    if not isinstance(restart, bool):
-        raise ValidationError("restart", f"must be true or false (got {restart!r})")
+    restart = _bool(data, "restart", True)
+    allow_stopped = _bool(data, "allow_stopped_vm_cards", False)
     return MigrationSpec(
         vmid=vmid,
         target=target,
@@ -172,6 +180,7 @@ def parse_spec(data: Mapping[str, Any]) -> MigrationSpec:
         gpu_model=gpu_model,
         gpu_count=gpu_count,
         min_vram_gib=_int(data, "min_vram_gib", 0, 0, 4096),
+        allow_stopped_vm_cards=allow_stopped,
         target_storage=str(data.get("target_storage", "") or ""),
         recreate_mounts=tuple(mounts),
         backup_storage=str(data.get("backup_storage", "") or ""),

@@ -8,13 +8,16 @@ real generation from the controller.
 - :class:`AnsibleApplier` runs ``playbooks/speculative-apply.yml`` for one inventory
   host (the ``inference_service`` role with the candidate profile: translator, then
   one ``service_unit`` step: unit, restart, readiness gate) and reads the identities
-  that step returned.
+  that step returned. A run past its ``timeout`` (a hung SSH, a stuck task) is stopped
+  with its whole process group and raises :class:`ApplyError`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -111,7 +114,10 @@ class AnsibleApplier:
         playbook: Path | None = None,
         extra_vars: Mapping[str, Any] | None = None,
         log: Path | None = None,
+        timeout: float = 1800.0,
     ) -> None:
+        if timeout <= 0:
+            raise ApplyError(f"AnsibleApplier timeout must be > 0 s (got {timeout})")
         self.inventory = str(inventory)
         self.host = host
         self.base_url = base_url
@@ -119,6 +125,7 @@ class AnsibleApplier:
         self.playbook = playbook or REPO / "playbooks" / "speculative-apply.yml"
         self.extra_vars = dict(extra_vars or {})
         self.log = log
+        self.timeout = timeout
 
     def _command(self, vars_file: Path) -> list[str]:
         bindir = Path(sys.executable).parent
@@ -127,6 +134,27 @@ class AnsibleApplier:
             str(exe if exe.exists() else "ansible-playbook"),
             "-i", self.inventory, "-l", self.host, str(self.playbook), "-e", f"@{vars_file}",
         ]  # fmt: skip
+
+    def _run(self, argv: list[str], env: dict[str, str]) -> tuple[int | None, str]:
+        """(exit status, output); status None when it ran past the timeout and was
+        stopped, its whole process group (ssh and module children too) with it."""
+        proc = subprocess.Popen(
+            argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            out, _ = proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                out, _ = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                out, _ = proc.communicate()
+            return None, out
+        return proc.returncode, out
 
     def apply(self, profile: Mapping[str, Any]) -> ApplyOutcome:
         began = time.monotonic()
@@ -148,19 +176,20 @@ class AnsibleApplier:
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (str(REPO / "src"), env.get("PYTHONPATH", "")) if p
             )
-            proc = subprocess.run(
-                self._command(vars_file), cwd=REPO, env=env, capture_output=True, text=True,
-                check=False,
-            )  # fmt: skip
+            rc, out = self._run(self._command(vars_file), env)
             if self.log:
                 with self.log.open("a", encoding="utf-8") as fh:
-                    fh.write(proc.stdout + proc.stderr)
+                    fh.write(out)
+            if rc is None:
+                tail = "\n".join(out.strip().splitlines()[-25:])
+                raise ApplyError(
+                    f"speculative-apply on {self.host} did not finish in {self.timeout:g} s;"
+                    f" stopped it (and every process it started):\n{tail}"
+                )
             data = json.loads(report.read_text(encoding="utf-8")) if report.exists() else None
-        if proc.returncode != 0 or data is None:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
-            raise ApplyError(
-                f"speculative-apply on {self.host} failed (rc {proc.returncode}):\n{tail}"
-            )
+        if rc != 0 or data is None:
+            tail = "\n".join(out.strip().splitlines()[-25:])
+            raise ApplyError(f"speculative-apply on {self.host} failed (rc {rc}):\n{tail}")
         result = data["result"]
         before = Identity(**result["before"]) if result["before"]["invocation_id"] else None
         after = Identity(**result["after"])

@@ -25,7 +25,7 @@ _OFF = "relative output tok/s drop that fails the gate, or off (measured, not ga
 
 def register(subparsers: Any) -> None:
     sweep = subparsers.add_parser("sweep", help="find the best speculative settings on a canary")
-    ssub = sweep.add_subparsers(dest="sweep_command", metavar="SUBCOMMAND")
+    ssub = sweep.add_subparsers(dest="sweep_command", metavar="SUBCOMMAND", required=True)
     run = ssub.add_parser("run", help="run (or resume) a sweep from a config file")
     run.add_argument("config", type=Path, help="sweep config YAML (see src/specops/tune/README.md)")
     run.add_argument("--out", type=Path, required=True, help="results dir (resumes when it exists)")
@@ -39,7 +39,7 @@ def register(subparsers: Any) -> None:
     run.set_defaults(func=_sweep_run)
 
     rollout = subparsers.add_parser("rollout", help="decisions of playbooks/rollout.yml")
-    rsub = rollout.add_subparsers(dest="rollout_command", metavar="SUBCOMMAND")
+    rsub = rollout.add_subparsers(dest="rollout_command", metavar="SUBCOMMAND", required=True)
     gate = rsub.add_parser("gate", help="smoke benchmark vs the node's baseline (exit 1: failed)")
     gate.add_argument("--baseline", type=Path, required=True)
     gate.add_argument("--candidate", type=Path, required=True)
@@ -81,7 +81,7 @@ def _sweep_run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     applier = AnsibleApplier(
         cfg.inventory, cfg.canary, cfg.base_url, cfg.served_model_name,
-        log=args.out / "ansible.log",
+        log=args.out / "ansible.log", timeout=cfg.apply_timeout_s,
     )  # fmt: skip
     result = run_sweep(cfg, applier, args.out, log=lambda m: print(m, flush=True))
     pick = result.outcome.pick

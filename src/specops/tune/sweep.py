@@ -37,6 +37,7 @@ __all__ = ["SweepConfig", "SweepEvaluator", "SweepResult", "load_config", "run_s
 _KEYS = {
     "canary", "inventory", "base_url", "served_model_name", "engine", "base_profile",
     "space", "plan", "correctness", "objective", "mode", "restore", "max_rounds",
+    "apply_timeout_s",
 }  # fmt: skip
 
 
@@ -53,6 +54,7 @@ class SweepConfig:
     mode: str = "ascent"
     restore: bool = False
     max_rounds: int = 3
+    apply_timeout_s: float = 1800.0  # one candidate's apply playbook, at most
 
     def bench_plan(self, base_url: str | None = None) -> Plan:
         data = {**self.plan, "base_url": base_url or self.base_url}
@@ -100,6 +102,11 @@ def load_config(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = N
     mode = data.get("mode", "ascent")
     if mode not in ("ascent", "grid"):
         raise ValidationError("mode", f"must be ascent or grid (got {mode!r})")
+    apply_timeout = data.get("apply_timeout_s", 1800)
+    if isinstance(apply_timeout, bool) or not isinstance(apply_timeout, (int, float)):
+        raise ValidationError("apply_timeout_s", f"must be seconds > 0 (got {apply_timeout!r})")
+    if apply_timeout <= 0:
+        raise ValidationError("apply_timeout_s", f"must be seconds > 0 (got {apply_timeout!r})")
     plan = dict(data.get("plan") or {})
     if "base_url" in plan:
         raise ValidationError("plan.base_url", "comes from the sweep's base_url; remove it")
@@ -115,6 +122,7 @@ def load_config(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = N
         mode=mode,
         restore=bool(data.get("restore", False)),
         max_rounds=int(data.get("max_rounds", 3)),
+        apply_timeout_s=float(apply_timeout),
     )
     cfg.bench_plan()  # a bad plan fails here, before anything restarts
     return cfg

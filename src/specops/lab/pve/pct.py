@@ -13,6 +13,7 @@ use PVE's wording. ``log`` callbacks receive the lines a PVE task log would show
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -22,6 +23,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ansible_collections.specops.infra.plugins.module_utils.gpu import HostRoots, gather_facts
+from ansible_collections.specops.infra.plugins.module_utils.vfio import vm_lock_file
 
 from specops.errors import SpecopsError, ValidationError
 from specops.lab.pve.conf import (
@@ -659,15 +663,76 @@ def vm_running(node: Node, vmid: int) -> bool:
     return (node.qemu_run_dir / f"{vmid}.running").exists()
 
 
-def vm_set_running(node: Node, vmid: int, running: bool) -> None:
+@contextlib.contextmanager
+def _vm_lock(node: Node, vmid: int, timeout: float) -> Iterator[None]:
+    """qemu-server's VM lock, as ``qm start``/``qm stop`` take it: ``vm_start`` runs in
+    ``PVE::QemuConfig->lock_config`` = ``flock(LOCK_EX)`` on
+    ``/var/lock/qemu-server/lock-<vmid>.conf`` for up to 10 s (PVE::Tools lock_file_full,
+    whose words the error uses). The vfio release holds the same lock."""
+    path = vm_lock_file(node.root, vmid)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise PveError(f"can't lock file '{path}' - got timeout") from None
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _vm_groups(node: Node, vmid: int) -> list[int]:
+    """IOMMU groups of the cards the VM's config passes through (the node's GPU facts)."""
+    facts = gather_facts(HostRoots.under(node.root), vm_running=lambda _vmid: False)
+    return sorted(
+        {
+            c.iommu_group
+            for c in facts.gpus
+            if c.iommu_group is not None and any(h.vmid == vmid for h in c.holders)
+        }
+    )
+
+
+def vm_set_running(node: Node, vmid: int, running: bool, *, lock_timeout: float = 10) -> None:
+    """``qm start``/``qm stop`` of a lab VM (a conf plus run state), under PVE's VM lock.
+
+    A running lab VM is what a real node shows: the stand-in's ``<vmid>.running`` flag,
+    ``/run/qemu-server/<vmid>.pid`` naming a ``/proc/<pid>`` whose cmdline is that VM's
+    QEMU and whose fds hold the vfio groups of its cards (what the GPU facts read).
+    """
     if not node.vm_conf(vmid).exists():
         raise _conf_missing(node, vmid, "qemu-server")
-    node.qemu_run_dir.mkdir(parents=True, exist_ok=True)
-    flag = node.qemu_run_dir / f"{vmid}.running"
-    if running:
+    with _vm_lock(node, vmid, lock_timeout):
+        node.qemu_run_dir.mkdir(parents=True, exist_ok=True)
+        flag = node.qemu_run_dir / f"{vmid}.running"
+        pidfile = node.qemu_run_dir / f"{vmid}.pid"
+        old_pid = pidfile.read_text().strip() if pidfile.exists() else ""
+        if not running:
+            flag.unlink(missing_ok=True)
+            pidfile.unlink(missing_ok=True)
+            if old_pid.isdigit():
+                shutil.rmtree(node.host_path(f"/proc/{old_pid}"), ignore_errors=True)
+            return
+        if flag.exists() and old_pid.isdigit():
+            return  # already running
+        pid = 10_000 + vmid
+        proc = node.host_path(f"/proc/{pid}")
+        shutil.rmtree(proc, ignore_errors=True)
+        (proc / "fd").mkdir(parents=True)
+        argv = ["/usr/bin/kvm", "-id", str(vmid), "-pidfile", f"/var/run/qemu-server/{vmid}.pid"]
+        (proc / "cmdline").write_text("\0".join(argv) + "\0")
+        targets = ["/dev/null"] * 3 + ["/dev/vfio/vfio"]
+        targets += [f"/dev/vfio/{g}" for g in _vm_groups(node, vmid)]
+        for number, target in enumerate(targets):
+            (proc / "fd" / str(number)).symlink_to(target)
+        pidfile.write_text(f"{pid}\n")
         flag.write_text(f"{int(time.time())}\n")
-    else:
-        flag.unlink(missing_ok=True)
 
 
 def load_vm_conf(node: Node, vmid: int) -> GuestConf:

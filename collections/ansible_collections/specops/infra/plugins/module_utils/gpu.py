@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -40,6 +41,7 @@ __all__ = [
     "PciAddress",
     "PciFunction",
     "PciMapping",
+    "VfioOpener",
     "facts_summary",
     "gather_facts",
     "gpu_name",
@@ -49,6 +51,7 @@ __all__ = [
     "parse_pci_mapping_cfg",
     "parse_proc_devices",
     "parse_pvecfg",
+    "parse_qemu_args_devices",
     "parse_vm_config",
     "pidfile_vm_running",
 ]
@@ -391,10 +394,47 @@ def parse_hostpci_value(value: str) -> tuple[tuple[PciAddress, ...], str | None,
 
 
 _HOSTPCI_KEY = re.compile(r"^(hostpci\d+)\s*:\s*(.*)$")
+_ARGS_KEY = re.compile(r"^(args)\s*:\s*(.*)$")
+
+
+def parse_qemu_args_devices(value: str) -> tuple[PciAddress, ...]:
+    """PCI addresses that ``-device vfio-pci,host=...`` (or ``sysfsdev=...``) items of a
+    VM's ``args:`` line pass through; QEMU then holds them like a ``hostpciN`` entry.
+
+    PVE appends ``args:`` to QEMU's command line split like a shell would
+    (``PVE::Tools::split_args``). Raises ValueError for a vfio-pci device without a
+    readable address (QEMU would not start with it either).
+    """
+    try:
+        words = shlex.split(value)
+    except ValueError as exc:
+        raise ValueError(f"cannot split the QEMU arguments: {exc}") from None
+    found: list[PciAddress] = []
+    for i, word in enumerate(words):
+        if word in ("-device", "--device") and i + 1 < len(words):
+            spec = words[i + 1]
+        elif word.startswith(("-device=", "--device=")):
+            spec = word.split("=", 1)[1]
+        else:
+            continue
+        items = spec.split(",")
+        driver = items[0][len("driver=") :] if items[0].startswith("driver=") else items[0]
+        if driver != "vfio-pci":
+            continue
+        props = dict(item.split("=", 1) for item in items[1:] if "=" in item)
+        if "host" in props:
+            found.append(PciAddress.parse_hostpci(props["host"]))
+        elif "sysfsdev" in props:
+            found.append(PciAddress.parse_hostpci(os.path.basename(props["sysfsdev"].rstrip("/"))))
+        else:
+            raise ValueError(f"-device {spec}: a vfio-pci device needs host= or sysfsdev=")
+    return tuple(found)
 
 
 def parse_vm_config(text: str, vmid: int, file: str) -> list[HostPciEntry]:
-    """The ``hostpciN:`` entries of a VM's current config (snapshot/pending sections skipped).
+    """The PCI devices a VM's current config passes through (snapshot/pending sections
+    skipped): its ``hostpciN:`` entries, and ``-device vfio-pci,host=...`` items of its
+    ``args:`` line (one entry with key ``args``).
 
     A malformed value raises :class:`GpuFactsError` naming the file, line and key.
     """
@@ -403,6 +443,15 @@ def parse_vm_config(text: str, vmid: int, file: str) -> list[HostPciEntry]:
         line = raw.strip()
         if line.startswith("["):
             break  # [snapshot], [PENDING], [special:cloudinit]: not the running config
+        args = _ARGS_KEY.match(line)
+        if args:
+            try:
+                hosts = parse_qemu_args_devices(args[2])
+            except ValueError as exc:
+                raise GpuFactsError(f"{file}:{number}: args: {exc}") from None
+            if hosts:
+                entries.append(HostPciEntry(vmid, "args", file, number, hosts, None, {}))
+            continue
         match = _HOSTPCI_KEY.match(line)
         if not match:
             continue
@@ -545,10 +594,22 @@ class Holder:
     config: str
     key: str
     line: int
-    via: str  # "host" or "mapping"
+    via: str  # "host" (hostpciN host=), "mapping" (hostpciN mapping=) or "args" (-device)
     mapping: str | None
     functions: list[str]  # which of this card's functions the entry names
     exclusive: bool  # False when a mapping lists several candidate paths
+
+
+@dataclass(frozen=True)
+class VfioOpener:
+    """A process that has the card's vfio device open (``/dev/vfio/<group>``,
+    ``/dev/vfio/noiommu-<group>`` or its ``/dev/vfio/devices/vfioN`` cdev): a QEMU of a
+    PVE VM (``vmid`` from ``/run/qemu-server/<vmid>.pid``) or any other program."""
+
+    pid: int
+    command: str  # argv[0] of /proc/<pid>/cmdline ('' when unreadable)
+    vmid: int | None
+    path: str  # the device it holds open
 
 
 @dataclass(frozen=True)
@@ -570,7 +631,8 @@ class GpuCard:
     nvidia: NvidiaGpuInfo | None
     holders: list[Holder]
     held_by_running_vm: int | None
-    free: bool
+    free: bool  # no running VM holds it and no process has its vfio device open
+    open_by: list[VfioOpener] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -909,13 +971,87 @@ def _holders(
                 config=entry.file,
                 key=entry.key,
                 line=entry.line,
-                via="mapping" if entry.mapping else "host",
+                via="mapping" if entry.mapping else ("args" if entry.key == "args" else "host"),
                 mapping=entry.mapping,
                 functions=named,
                 exclusive=exclusive,
             )
         )
     return holders
+
+
+def _vm_pids(roots: HostRoots) -> dict[int, int]:
+    """pid -> vmid of each running PVE VM's QEMU (``<run>/qemu-server/<vmid>.pid``
+    naming a live process whose command line is that VM's, as :func:`pidfile_vm_running`)."""
+    out: dict[int, int] = {}
+    try:
+        pidfiles = sorted((Path(roots.run) / "qemu-server").glob("*.pid"))
+    except OSError:
+        return out
+    running = pidfile_vm_running(roots)
+    for pidfile in pidfiles:
+        text = _read_stripped(pidfile)
+        stem = pidfile.name[: -len(".pid")]
+        if text and text.isdigit() and stem.isdigit() and running(int(stem)):
+            out[int(text)] = int(stem)
+    return out
+
+
+def _vfio_openers(
+    roots: HostRoots, functions: dict[str, PciFunction]
+) -> dict[str, list[VfioOpener]]:
+    """Function address -> processes with its vfio device open, from ``<proc>/*/fd``.
+
+    Whoever holds ``/dev/vfio/<group>`` (or ``noiommu-<group>``) holds every function
+    of that IOMMU group; ``/dev/vfio/devices/vfioN`` (iommufd) is the function whose
+    ``vfio-dev/vfioN`` it is. Read only when a function is bound to vfio-pci: nothing
+    can open a card through vfio otherwise. Unreadable fds (another user's, as non-root)
+    are skipped.
+    """
+    if not any(fn.driver == "vfio-pci" for fn in functions.values()):
+        return {}
+    by_path = _vfio_paths(roots, functions)
+    vm_pids = _vm_pids(roots)
+    out: dict[str, list[VfioOpener]] = {}
+    try:
+        pids = sorted(int(p.name) for p in Path(roots.proc).iterdir() if p.name.isdigit())
+    except OSError:
+        return out
+    for pid in pids:
+        fd_dir = Path(roots.proc) / str(pid) / "fd"
+        try:
+            targets = {os.readlink(fd) for fd in fd_dir.iterdir()}
+        except OSError:
+            continue
+        held = sorted(t for t in targets if t in by_path)
+        if not held:
+            continue
+        try:
+            argv0 = (Path(roots.proc) / str(pid) / "cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            argv0 = b""
+        for path in held:
+            opener = VfioOpener(pid, argv0.decode("utf-8", "replace"), vm_pids.get(pid), path)
+            for address in by_path[path]:
+                out.setdefault(address, []).append(opener)
+    return out
+
+
+def _vfio_paths(roots: HostRoots, functions: dict[str, PciFunction]) -> dict[str, list[str]]:
+    """vfio device path -> the function addresses whoever opens it holds."""
+    by_path: dict[str, list[str]] = {}
+    for fn in functions.values():
+        if fn.iommu_group is not None:
+            for name in (str(fn.iommu_group), f"noiommu-{fn.iommu_group}"):
+                by_path.setdefault(f"/dev/vfio/{name}", []).append(fn.address)
+        cdev_dir = Path(roots.sys) / "bus" / "pci" / "devices" / fn.address / "vfio-dev"
+        try:
+            cdevs = [p.name for p in cdev_dir.iterdir()]
+        except OSError:
+            cdevs = []
+        for cdev in cdevs:
+            by_path.setdefault(f"/dev/vfio/devices/{cdev}", []).append(fn.address)
+    return by_path
 
 
 def _cards(
@@ -931,6 +1067,7 @@ def _cards(
         by_slot.setdefault(PciAddress.parse_full(fn.address).slot, []).append(fn)
     gpus: list[GpuCard] = []
     other_display: list[PciFunction] = []
+    openers = _vfio_openers(roots, functions)
     for slot in sorted(by_slot):
         fns = sorted(by_slot[slot], key=lambda f: f.address)
         display = [f for f in fns if int(f.class_code, 16) >> 8 in DISPLAY_CLASSES]
@@ -944,7 +1081,12 @@ def _cards(
         members = _iommu_members(sys_root, primary.iommu_group)
         own = {f.address for f in fns}
         holders = _holders(fns, claims, is_running)
+        open_by: list[VfioOpener] = []
+        for member in [f.address for f in fns] + members:
+            open_by.extend(o for o in openers.get(member, []) if o not in open_by)
         running_holder = next((h.vmid for h in holders if h.running), None)
+        if running_holder is None:
+            running_holder = next((o.vmid for o in open_by if o.vmid is not None), None)
         gpus.append(
             GpuCard(
                 address=primary.address,
@@ -964,7 +1106,8 @@ def _cards(
                 nvidia=_nvidia_gpu_info(roots, primary, warnings),
                 holders=holders,
                 held_by_running_vm=running_holder,
-                free=running_holder is None,
+                free=running_holder is None and not open_by,
+                open_by=open_by,
             )
         )
     return gpus, other_display
@@ -1055,6 +1198,12 @@ def facts_summary(cards: Iterable[Mapping[str, Any]]) -> list[str]:
     """One line per card for messages: ``0000:01:00.0 NVIDIA RTX A6000 vfio-pci free``."""
     lines = []
     for card in cards:
-        state = "free" if card["free"] else f"held by running VM {card['held_by_running_vm']}"
+        if card["free"]:
+            state = "free"
+        elif card.get("held_by_running_vm") is not None:
+            state = f"held by running VM {card['held_by_running_vm']}"
+        else:
+            pids = ", ".join(str(o["pid"]) for o in card.get("open_by") or [])
+            state = f"open by process {pids}"
         lines.append(f"{card['address']} {card['name']} {card['driver'] or '-'} {state}")
     return lines

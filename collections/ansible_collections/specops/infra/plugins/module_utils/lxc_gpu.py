@@ -8,8 +8,9 @@ One home for "which lines give container <vmid> these GPUs" and for merging them
   by the card's Device Minor (not its nvidia-smi index), ``nvidiactl`` (195:255),
   ``nvidia-uvm``/``nvidia-uvm-tools`` (uvm major from /proc/devices, minors 0/1),
   optionally ``nvidia-modeset`` (195:254) and ``nvidia-caps/nvidia-capN`` (caps major).
-- :func:`select_gpus` picks "the N free cards of model X" (cards already given to this
-  container first, then cards no other container has, by address).
+- :func:`select_gpus` picks "the N free cards of model X" through ``gpu_select`` (the one
+  rule for model names and free cards; cards already given to this container first,
+  then cards no other container has, by address).
 - :func:`merge` writes them as ``devN:`` entries (PVE >= 8.1: PVE stats the node and
   allows its real major:minor at every start) or as raw ``lxc.cgroup2.devices.allow`` /
   ``lxc.cgroup.devices.allow`` plus ``lxc.mount.entry`` lines. The managed lines are
@@ -29,6 +30,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.specops.infra.plugins.module_utils.gpu_select import (
+    GpuSelectError,
+    card_state,
+    select_free,
+)
 from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (
     Line,
     PveConf,
@@ -215,52 +221,51 @@ def select_gpus(
     *,
     mine: set[int],
     others: Mapping[int, set[int]],
+    allow_stopped_vm_cards: bool = False,
 ) -> list[str]:
-    """Addresses of ``count`` free cards whose name or vendor:device id is ``model``.
+    """Addresses of ``count`` free cards of ``model`` (module_utils ``gpu_select``: the
+    exact product name or the vendor:device id; free by its one rule).
 
     ``mine`` are minors this container has already (kept first, so re-runs pick the
     same cards); ``others`` maps other containers' vmids to their minors (avoided).
-    Only cards on the nvidia driver that no running VM holds are candidates.
+    Only cards on the nvidia driver are candidates.
     """
-    if count < 1:
-        raise LxcGpuError("gpu_count", f"must be at least 1 (got {count})")
-    wanted = model.strip().lower()
-    matching = [
-        g
-        for g in _gpus(facts)
-        if wanted in (str(g.get("name", "")).lower(), str(g.get("pci_id", "")).lower())
-    ]
-    if not matching:
-        names = sorted({f"{g.get('name')} ({g.get('pci_id')})" for g in _gpus(facts)})
-        raise LxcGpuError(
-            "gpu_model",
-            f"no card named {model!r} on {_node(facts)} (have: {', '.join(names) or 'none'})",
-        )
-    taken = {m: vmid for vmid, minors in others.items() for m in minors}
-    usable: list[tuple[int, str, int]] = []
-    reasons: list[str] = []
-    for g in sorted(matching, key=lambda g: str(g["address"])):
-        addr = str(g["address"])
+    cards = _gpus(facts)
+    by_minor = {m: vmid for vmid, minors in others.items() for m in minors}
+    prefer: list[str] = []
+    taken: dict[str, str] = {}
+    for g in cards:
         minor = _card_minor(g)
-        if g.get("driver") != "nvidia" or minor is None:
-            reasons.append(f"{addr} is on {g.get('driver') or 'no driver'}")
-            continue
-        if not g.get("free", True):
-            reasons.append(f"{addr} is held by running VM {g.get('held_by_running_vm')}")
-            continue
-        rank = 0 if minor in mine else (2 if minor in taken else 1)
-        if minor in taken and minor not in mine:
-            reasons.append(f"{addr} is given to container {taken[minor]}")
-        usable.append((rank, addr, minor))
-    usable.sort()
-    free = [u for u in usable if u[0] < 2]
-    if len(free) < count:
+        if minor in mine:
+            prefer.append(str(g["address"]))
+        elif minor is not None and minor in by_minor:
+            taken[str(g["address"])] = f"is given to container {by_minor[minor]}"
+
+    def eligible(g: Mapping[str, Any]) -> str | None:
+        if g.get("driver") != "nvidia" or _card_minor(g) is None:
+            return f"{g['address']} is on {g.get('driver') or 'no driver'}"
+        return None
+
+    try:
+        chosen = select_free(
+            cards,
+            model,
+            count,
+            node=_node(facts),
+            allow_stopped_vm_cards=allow_stopped_vm_cards,
+            taken=taken,
+            prefer=prefer,
+            eligible=eligible,
+        )
+    except GpuSelectError as exc:
+        raise LxcGpuError(exc.where, exc.problem) from None
+    if not chosen.ok:
         raise LxcGpuError(
             "gpu_count",
-            f"{count} free {model} card(s) wanted on {_node(facts)}, {len(free)} available"
-            + (f" ({'; '.join(reasons)})" if reasons else ""),
+            f"{count} free {model} card(s) wanted on {_node(facts)}, {len(chosen.chosen)} "
+            "available" + (f" ({'; '.join(chosen.refused)})" if chosen.refused else ""),
         )
-    return sorted(addr for _rank, addr, _minor in free[:count])
+    return sorted(chosen.chosen)
 
 
 def plan_devices(  # noqa: PLR0912  (one refusal per way a card can be unusable)
@@ -269,12 +274,15 @@ def plan_devices(  # noqa: PLR0912  (one refusal per way a card can be unusable)
     *,
     modeset: bool = False,
     caps: Sequence[int] = (),
+    allow_stopped_vm_cards: bool = False,
 ) -> list[Device]:
     """The device nodes for these cards, every major and minor from the facts.
 
-    Fails (naming what to fix) when a card is unknown, not on the nvidia driver, held by
-    a running VM, when the uvm module is not loaded, or when a node is missing on the
-    host or has another major:minor than /proc/devices and the Device Minor say.
+    Fails (naming what to fix) when a card is unknown, not on the nvidia driver, not
+    free by ``gpu_select``'s rule (a running VM or a process holds it; a stopped VM's
+    card only with ``allow_stopped_vm_cards``), when the uvm module is not loaded, or
+    when a node is missing on the host or has another major:minor than /proc/devices
+    and the Device Minor say.
     """
     if not addresses:
         raise LxcGpuError("gpus", "no card given (list PCI addresses, or a model and a count)")
@@ -301,10 +309,9 @@ def plan_devices(  # noqa: PLR0912  (one refusal per way a card can be unusable)
                 f"{addr} is bound to {gpu.get('driver') or 'no driver'}, not nvidia: release "
                 "it to the host first (role vfio_release), then run the nvidia_driver role",
             )
-        if gpu.get("held_by_running_vm") is not None:
-            raise LxcGpuError(
-                "gpus", f"{addr} is held by running VM {gpu['held_by_running_vm']} on {node}"
-            )
+        state = card_state(gpu, _gpus(facts), allow_stopped_vm_cards=allow_stopped_vm_cards)
+        if not state.usable:
+            raise LxcGpuError("gpus", f"{'; '.join(state.reasons)} on {node}")
         minor = _card_minor(gpu)
         if minor is None:
             raise LxcGpuError(

@@ -3,8 +3,11 @@
 The processes of a unit are its ``MainPID`` and that process's descendants (read from
 ``/proc``, so it works on cgroup v1, v2 and hybrid hosts alike). After ``systemctl
 stop`` returns, the wait ends when none of those processes is alive and, where
-``nvidia-smi`` exists, when none of them is listed among the GPU's compute apps (the
-memory is released). In the lab there is no GPU: the wait is for process exit.
+``nvidia-smi`` exists, when their GPU memory is released (:func:`wait_released`).
+Inside an LXC container ``nvidia-smi`` lists compute apps by their PIDs on the *host*
+(the driver's PID namespace), which never equal the container's: there the apps the GPU
+ran before the stop, none of them visible in this ``/proc``, must all be gone. In the
+lab there is no GPU: the wait is for process exit.
 
 Nothing here signals a process itself: systemd stops the unit (its ``KillMode`` and
 ``TimeoutStopSec`` decide how), this code only watches. Stdlib only (it runs in the
@@ -31,6 +34,7 @@ __all__ = [
     "parse_show",
     "show_unit",
     "stop_unit",
+    "wait_released",
 ]
 
 
@@ -156,22 +160,58 @@ def stop_unit(
         return StopResult(False, [], 0.0, False, [])
     if check_mode:
         return StopResult(True, pids, 0.0, False, [])
+    smi = nvidia_smi or shutil.which("nvidia-smi")
+    if smi is not None and not os.access(smi, os.X_OK):
+        smi = None
+    read_gpu = (lambda: gpu_pids(smi)) if smi is not None else None
+    gpu_before = set(read_gpu()) if read_gpu is not None else set()
     proc = subprocess.run(["systemctl", "stop", unit], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(
             f"systemctl stop {unit} failed ({proc.returncode}): {proc.stderr.strip()}"
         )
-    smi = nvidia_smi or shutil.which("nvidia-smi")
-    if smi is not None and not os.access(smi, os.X_OK):
-        smi = None
+    return wait_released(
+        unit, pids, gpu_before, read_gpu, timeout=timeout, interval=interval,
+        proc_root=proc_root, clock=clock, sleep=sleep, start=start,
+    )  # fmt: skip
+
+
+def wait_released(
+    unit: str,
+    pids: list[int],
+    gpu_before: set[int],
+    read_gpu: Callable[[], list[int]] | None,
+    *,
+    timeout: float,
+    interval: float = 1.0,
+    proc_root: Path = Path("/proc"),
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    start: float | None = None,
+) -> StopResult:
+    """Wait until the unit's processes are gone and their GPU memory is released.
+
+    ``gpu_before``: the compute apps' PIDs (``nvidia-smi``) read before the stop;
+    ``read_gpu`` reads them again (None: no GPU to watch). When the GPU listed some of
+    ``pids`` the PID namespaces agree and those PIDs are watched. When it listed none of
+    them and none of its PIDs exists in ``proc_root``, the driver counts in another
+    namespace (an LXC container sees host PIDs): every app it listed before the stop
+    must be gone. RuntimeError past ``timeout``.
+    """
+    began = clock() if start is None else start
+    watch: set[int] = set()
+    if read_gpu is not None:
+        if gpu_before & set(pids):
+            watch = set(pids)
+        elif gpu_before and not any((proc_root / str(p)).exists() for p in gpu_before):
+            watch = set(gpu_before)
     while True:
         remaining = alive(pids, proc_root)
-        if smi is not None:
-            on_gpu = set(gpu_pids(smi))
-            remaining = sorted(set(remaining) | (on_gpu & set(pids)))
+        if read_gpu is not None:
+            remaining = sorted(set(remaining) | (set(read_gpu()) & watch))
         if not remaining:
-            return StopResult(True, pids, clock() - start, smi is not None, [])
-        if clock() - start > timeout:
+            return StopResult(True, pids, clock() - began, read_gpu is not None, [])
+        if clock() - began > timeout:
             raise RuntimeError(
                 f"{unit}: processes {remaining} still alive or holding GPU memory"
                 f" {timeout:.0f} s after systemctl stop"

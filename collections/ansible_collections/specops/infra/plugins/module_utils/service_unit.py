@@ -13,11 +13,19 @@ as it was.
 One call is one round trip from the controller: the rollout, the sweep's applier and
 the ``inference_service`` role all change a server through it. Stdlib only (it runs in
 the container); systemctl is the only tool it calls.
+
+Secrets (an API key, a hub token) never go into the unit: systemd hands every
+``Environment=`` of a unit to any local user over D-Bus (``systemctl show -p
+Environment``) whatever the file's mode, and the unit text is returned to the
+controller. They go into a root-only ``EnvironmentFile=`` (:class:`SecretEnvironment`,
+0600, written and restored with the unit); a unit text with a secret-looking
+``Environment=`` key (:func:`secret_like_keys`) is refused before anything changes.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -38,10 +46,13 @@ __all__ = [
     "ApplyResult",
     "Identity",
     "Readiness",
+    "SecretEnvironment",
     "UnitChangeError",
     "apply_unit",
     "parse_identity",
     "read_identity",
+    "render_environment_file",
+    "secret_like_keys",
 ]
 
 SHOW_PROPERTIES = (
@@ -55,7 +66,49 @@ SHOW_PROPERTIES = (
     "ActiveEnterTimestampMonotonic",
 )
 _RUNNING = ("active", "activating", "reloading")
-UNIT_MODE = 0o644
+UNIT_MODE = 0o644  # the unit holds no secret (see the module docstring)
+SECRET_MODE = 0o600
+# Environment names that hold secrets (a whole _-separated word: HF_TOKEN, VLLM_API_KEY,
+# AWS_SECRET_ACCESS_KEY; not TOKENIZERS_PARALLELISM); they belong in the 0600 file.
+SECRET_KEY = re.compile(
+    r"(?:^|_)(?:TOKEN|SECRETS?|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?|APIKEY"
+    r"|(?:API|ACCESS|PRIVATE)_KEY)(?:_|$)",
+    re.I,
+)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_LINE = re.compile(r'^\s*Environment\s*=\s*"?([A-Za-z_][A-Za-z0-9_]*)=', re.M)
+
+
+def secret_like_keys(unit_text: str) -> list[str]:
+    """``Environment=`` keys of a unit text that look like secrets (``HF_TOKEN``, ...)."""
+    return sorted({k for k in _ENV_LINE.findall(unit_text) if SECRET_KEY.search(k)})
+
+
+def render_environment_file(values: Mapping[str, str]) -> str:
+    """``KEY='value'`` lines systemd's ``EnvironmentFile=`` reads literally (single quotes:
+    no escapes, no ``$`` expansion; a value with ``'`` is double-quoted with ``\\``,
+    ``"``, ``$`` and backquote escaped). ValueError names a bad key or value."""
+    lines = []
+    for key in sorted(values):
+        value = str(values[key])
+        if not _ENV_NAME.match(key):
+            raise ValueError(f"secret_environment: {key!r} is not an environment variable name")
+        if any(c in value for c in "\n\r\0"):
+            raise ValueError(f"secret_environment.{key}: the value holds a line break or NUL")
+        if "'" not in value:
+            lines.append(f"{key}='{value}'")
+        else:
+            escaped = re.sub(r'(["\\$`])', r"\\\1", value)
+            lines.append(f'{key}="{escaped}"')
+    return "".join(line + "\n" for line in lines)
+
+
+@dataclass(frozen=True)
+class SecretEnvironment:
+    """The unit's ``EnvironmentFile=``: ``content`` None removes the file."""
+
+    path: str
+    content: str | None
 
 
 @dataclass(frozen=True)
@@ -106,6 +159,7 @@ class ApplyResult:
     ready: bool = False
     text_before: str = ""
     missing: list[str] = field(default_factory=list)
+    secrets_changed: bool = False  # the EnvironmentFile's content (never returned)
 
     def as_dict(self) -> dict[str, object]:
         out = asdict(self)
@@ -161,6 +215,35 @@ def _read(path: str) -> str | None:
             return fh.read()
     except FileNotFoundError:
         return None
+
+
+def _put_secrets(secrets: SecretEnvironment | None) -> None:
+    """Write (0600, root) or remove the EnvironmentFile; None does nothing."""
+    if secrets is None:
+        return
+    if secrets.content is None:
+        if os.path.exists(secrets.path):
+            os.unlink(secrets.path)
+        return
+    os.makedirs(os.path.dirname(secrets.path) or ".", mode=0o700, exist_ok=True)
+    write_atomic(secrets.path, secrets.content, SECRET_MODE)
+
+
+def _refusals(content: str, requires: Mapping[str, str] | None, check_mode: bool) -> list[str]:
+    """RuntimeError (nothing changed) for a secret in the unit text or, outside check
+    mode, a missing required path; the missing paths otherwise."""
+    leaked = secret_like_keys(content)
+    if leaked:
+        raise RuntimeError(
+            f"the unit text sets {', '.join(leaked)} with Environment=, which every local user "
+            "can read (systemctl show): pass secrets as secret_environment (a 0600 "
+            "EnvironmentFile) instead; nothing was changed"
+        )
+    missing = [f"{needed} does not exist: {hint}" for needed, hint in (requires or {}).items()
+               if not os.path.exists(needed)]  # fmt: skip
+    if missing and not check_mode:
+        raise RuntimeError("; ".join(missing))
+    return missing
 
 
 def _systemctl(run: Runner, *args: str) -> None:
@@ -222,6 +305,7 @@ def apply_unit(
     requires: Mapping[str, str] | None = None,
     drain_timeout: float = 0.0,
     check_mode: bool = False,
+    secrets: SecretEnvironment | None = None,
     run: Runner = _run,
 ) -> ApplyResult:
     """Make ``unit`` run from ``content`` and answer; see the module docstring.
@@ -234,15 +318,16 @@ def apply_unit(
     nothing changed, when they outlive it; an engine without the gauge, or one that does
     not answer, has nothing to wait for). Raises :class:`UnitChangeError` when the
     server does not get ready (after restoring the previous unit when there was one
-    and ``restore_on_failure``).
+    and ``restore_on_failure``). ``secrets``: the unit's 0600 ``EnvironmentFile=``
+    (None leaves it alone); a change of it restarts like a unit change, and a restore
+    puts its previous content back too.
     """
-    missing = [f"{needed} does not exist: {hint}" for needed, hint in (requires or {}).items()
-               if not os.path.exists(needed)]  # fmt: skip
-    if missing and not check_mode:
-        raise RuntimeError("; ".join(missing))
+    missing = _refusals(content, requires, check_mode)
     current = _read(path)
+    secrets_before = _read(secrets.path) if secrets else None
+    secrets_changed = secrets is not None and secrets_before != secrets.content
     before = read_identity(unit, run)
-    written = current != content
+    written = current != content or secrets_changed
     must_start = written or restart or not before.running
     must_enable = enabled and before.unit_file_state != "enabled"
     previous_path = f"{path}.previous" if written and current is not None else None
@@ -255,13 +340,14 @@ def apply_unit(
         return ApplyResult(
             changed=must_start or must_enable, restarted=must_start, written=written,
             before=before, after=before, previous_path=previous_path, ready=answers,
-            text_before=current or "", missing=missing,
+            text_before=current or "", missing=missing, secrets_changed=secrets_changed,
         )  # fmt: skip
     if must_start and before.running and drain_timeout > 0:
         _drain(readiness.url, drain_timeout)
     if written:
         if previous_path is not None and current is not None:
             write_atomic(previous_path, current, UNIT_MODE)
+        _put_secrets(secrets if secrets_changed else None)
         write_atomic(path, content, UNIT_MODE)
         _systemctl(run, "daemon-reload")
     if must_enable:
@@ -276,6 +362,7 @@ def apply_unit(
         before=before, after=after, stop_seconds=round(stop_seconds, 2),
         ready_seconds=round(ready.seconds, 2) if ready else 0.0, previous_path=previous_path,
         ready=ready is not None and ready.ready, text_before=current or "",
+        secrets_changed=secrets_changed,
     )  # fmt: skip
     if ready is not None and ready.ready:
         if must_start and before.invocation_id and after.invocation_id == before.invocation_id:
@@ -296,6 +383,8 @@ def apply_unit(
     if not (restore_on_failure and written and current is not None):
         raise UnitChangeError(why, result, journal)
     write_atomic(path, current, UNIT_MODE)
+    if secrets_changed and secrets is not None:
+        _put_secrets(SecretEnvironment(secrets.path, secrets_before))
     _systemctl(run, "daemon-reload")
     _, restart_error = _restart(unit, True, stop_timeout, nvidia_smi, run)
     back = _ready(unit, readiness) if not restart_error else None

@@ -4,8 +4,12 @@ The one home of the vfio_release logic; the ``vfio_release`` module is a thin wr
 
 - :func:`plan_release` decides, from the host's GPU facts (``gpu.gather_facts``), which
   cards and which of their PCI functions to move, and refuses (before anything is
-  written) when the request cannot be met: a card held by a running VM is never taken,
-  one held by a stopped VM only with ``allow_stopped_vm_cards``.
+  written) when the request cannot be met. Which cards a model means and which are
+  free is ``gpu_select``'s one rule: a card a running VM or any process holds is never
+  taken, one assigned to a stopped VM only with ``allow_stopped_vm_cards``.
+- :func:`release_locked` holds PVE's lock of every such stopped VM (the one ``qm
+  start`` takes), decides again from fresh facts under it, then releases: the VM
+  cannot start between the check and the unbind.
 - :func:`apply_plan` performs the kernel's documented sequence per function (unbind from
   vfio-pci, set ``driver_override``, ``drivers_probe``), waits for and verifies the new
   binding, and on any failure puts every function it touched in this run back the way it
@@ -21,10 +25,12 @@ Stdlib only: this runs on managed hosts.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -35,6 +41,12 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu import (
     HostGpuFacts,
     PciAddress,
     PciFunction,
+)
+from ansible_collections.specops.infra.plugins.module_utils.gpu_select import (
+    GpuSelectError,
+    card_state,
+    matches_model,
+    select_free,
 )
 
 __all__ = [
@@ -55,11 +67,14 @@ __all__ = [
     "card_matches_model",
     "parse_request",
     "plan_release",
+    "release_locked",
     "render_modprobe_conf",
     "render_override_script",
     "strip_ids_from_cmdline",
     "strip_ids_from_grub",
     "strip_ids_from_modprobe",
+    "vm_config_locks",
+    "vm_lock_file",
 ]
 
 GPU_DRIVER = "nvidia"
@@ -173,11 +188,8 @@ def available_pci_drivers(sys_root: str | os.PathLike[str]) -> set[str]:
 
 
 def card_matches_model(card: GpuCard, model: str) -> bool:
-    """``model`` is a PCI ID (``10de:2230``) or part of the product name (``A6000``)."""
-    wanted = model.strip().lower()
-    if re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{4}", wanted):
-        return card.pci_id == wanted
-    return wanted in card.name.lower()
+    """``model`` is the card's exact product name or its PCI ID (``gpu_select``'s rule)."""
+    return matches_model(asdict(card), model)
 
 
 def _class_value(fn: PciFunction) -> int:
@@ -228,43 +240,25 @@ def _holder_text(card: GpuCard) -> str:
 
 
 def _summary(card: GpuCard) -> str:
-    return f"{card.address} {card.name} [{card.driver or 'unbound'}] held by {_holder_text(card)}"
+    line = f"{card.address} {card.name} [{card.driver or 'unbound'}] held by {_holder_text(card)}"
+    for o in card.open_by:
+        who = f"VM {o.vmid}'s QEMU" if o.vmid is not None else "a process"
+        line += f"; {o.path} open by {who} (pid {o.pid} {o.command})"
+    return line
 
 
 def _blockers(
     card: GpuCard, facts: HostGpuFacts, allow_stopped: bool
 ) -> tuple[list[str], tuple[int, ...]]:
     """Why ``card`` cannot be released (empty when it can) and its stopped holders."""
-    problems: list[str] = []
-    running = sorted({h.vmid for h in card.holders if h.running})
-    stopped = tuple(sorted({h.vmid for h in card.holders if not h.running} - set(running)))
-    if running:
-        problems.append(
-            f"{card.address} ({card.name}) is held by running VM {', '.join(map(str, running))}:"
-            f" {_holder_text(card)}; never unbound while its VM runs"
-        )
-    elif stopped and not allow_stopped:
-        problems.append(
-            f"{card.address} ({card.name}) is assigned to stopped VM "
-            f"{', '.join(map(str, stopped))} ({_holder_text(card)}); set "
-            "allow_stopped_vm_cards to take it (the VM will not start with it)"
-        )
-    # The rest of the card's IOMMU group stays as it is; a running VM using it would lose
-    # its group's isolation, so that is refused as well.
-    shared = sorted(
-        (member, other.held_by_running_vm)
-        for member in card.iommu_group_foreign
-        for other in facts.gpus
-        if other.held_by_running_vm and member in {f.address for f in other.functions}
-    )
-    if shared:
-        members = ", ".join(m for m, _ in shared)
-        vms = ", ".join(sorted({str(v) for _, v in shared}))
-        problems.append(
-            f"{card.address} shares IOMMU group {card.iommu_group} with {members}, "
-            f"held by running VM {vms}"
-        )
-    return problems, stopped
+    cards = [asdict(c) for c in facts.gpus]
+    mine = next(c for c in cards if c["address"] == card.address)
+    state = card_state(mine, cards, allow_stopped_vm_cards=allow_stopped)
+    problems = [
+        f"{r}; never unbound while its VM runs" if "held by running VM" in r else r
+        for r in state.reasons
+    ]
+    return problems, state.stopped_vms
 
 
 def _choose_by_address(
@@ -280,8 +274,6 @@ def _choose_by_address(
             problems.append(f"{slot} is not an NVIDIA card on node {facts.node}")
             continue
         chosen.append(card)
-        if _on_host(card):
-            continue
         blockers, stopped = _blockers(card, facts, request.allow_stopped_vm_cards)
         problems.extend(blockers)
         stopped_by_card[card.slot] = stopped
@@ -289,41 +281,43 @@ def _choose_by_address(
 
 
 def _choose_by_model(
-    facts: HostGpuFacts, request: ReleaseRequest, warnings: list[str]
+    facts: HostGpuFacts, request: ReleaseRequest
 ) -> tuple[list[GpuCard], list[str], dict[str, tuple[int, ...]]]:
     model = request.model or ""
-    matching = [c for c in facts.gpus if card_matches_model(c, model)]
     count = request.count or 0
-    have = [c for c in matching if _on_host(c)]
-    chosen = have[:count]
-    stopped_by_card: dict[str, tuple[int, ...]] = {}
-    want = count - len(chosen)
-    # Unassigned cards first, then (with the override) cards of stopped VMs; cards of
-    # running VMs never.
-    free = [c for c in matching if not _on_host(c) and not c.holders]
-    stopped_only = [c for c in matching if not _on_host(c) and c.holders and c.free]
-    candidates = free + (stopped_only if request.allow_stopped_vm_cards else [])
-    for card in candidates:
-        if want <= 0:
-            break
-        blockers, stopped = _blockers(card, facts, request.allow_stopped_vm_cards)
-        if blockers:
-            warnings.extend(blockers)
-            continue
-        chosen.append(card)
-        stopped_by_card[card.slot] = stopped
-        want -= 1
+    cards = [asdict(c) for c in facts.gpus]
+    # Cards already the host's first (a re-run keeps them), then unassigned cards, then
+    # (with the override) cards of stopped VMs; never a card a running VM or a process
+    # holds.
+    have = [c.address for c in facts.gpus if _on_host(c)]
+    try:
+        selection = select_free(
+            cards,
+            model,
+            count,
+            node=str(facts.node),
+            allow_stopped_vm_cards=request.allow_stopped_vm_cards,
+            prefer=have,
+        )
+    except GpuSelectError as exc:
+        raise VfioReleaseError(f"model: {exc.problem}") from None
+    by_address = {c.address: c for c in facts.gpus}
+    chosen = [by_address[a] for a in selection.chosen]
+    stopped_by_card = {c.slot: selection.states[c.address].stopped_vms for c in chosen}
     problems: list[str] = []
-    if want > 0:
+    if not selection.ok:
         hint = ""
-        if stopped_only and not request.allow_stopped_vm_cards:
+        if selection.stopped_only and not request.allow_stopped_vm_cards:
             hint = (
-                f"; {len(stopped_only)} more are assigned to stopped VMs "
+                f"; {selection.stopped_only} more are assigned to stopped VMs "
                 "(allow_stopped_vm_cards takes them)"
             )
+        refused = f": {'; '.join(selection.refused)}" if selection.refused else ""
         problems.append(
             f"asked for {count} card(s) matching {model!r}, only {len(chosen)} can be "
-            f"the host's ({len(matching)} match, {len(have)} already on the host{hint})"
+            f"the host's ({selection.matching} match, "
+            f"{len([a for a in have if a in selection.states])} already on the host{hint})"
+            f"{refused}"
         )
     return chosen, problems, stopped_by_card
 
@@ -339,7 +333,7 @@ def plan_release(
     if request.addresses:
         chosen, problems, stopped_by_card = _choose_by_address(facts, request)
     elif request.model:
-        chosen, problems, stopped_by_card = _choose_by_model(facts, request, warnings)
+        chosen, problems, stopped_by_card = _choose_by_model(facts, request)
     else:
         raise VfioReleaseError("give addresses, or model and count")
     if problems:
@@ -553,6 +547,83 @@ def apply_plan(plan: ReleasePlan, sysfs: Sysfs, *, timeout: float = 10.0) -> lis
         )
         raise VfioReleaseError(f"release failed: {exc}; {restored}") from exc
     return report
+
+
+# --------------------------------------------------------------------------- PVE VM lock
+
+
+def vm_lock_file(root: str | os.PathLike[str], vmid: int) -> Path:
+    """PVE's per-VM lock file under the node ``root`` (qemu-server ``PVE/QemuConfig.pm``
+    ``config_file_lock``: ``/var/lock/qemu-server/lock-<vmid>.conf``)."""
+    return Path(root) / "var" / "lock" / "qemu-server" / f"lock-{vmid}.conf"
+
+
+@contextlib.contextmanager
+def vm_config_locks(
+    root: str | os.PathLike[str], vmids: Iterable[int], timeout: float = 10.0
+) -> Iterator[None]:
+    """Hold PVE's config lock of each VM (ascending vmid) while the block runs.
+
+    What PVE itself takes: qemu-server ``PVE::QemuServer::vm_start`` runs its whole
+    start inside ``PVE::QemuConfig->lock_config($vmid, ...)`` (src/PVE/QemuServer.pm at
+    qemu-server e6352be6), which is pve-guest-common's ``PVE::AbstractConfig::
+    lock_config`` -> ``lock_config_full($vmid, 10, ...)`` -> pve-common's
+    ``PVE::Tools::lock_file_full``: ``flock(LOCK_EX)`` on ``config_file_lock`` =
+    ``/var/lock/qemu-server/lock-<vmid>.conf``, opened ``>>`` (created when missing),
+    waiting up to 10 s. Holding the same flock makes ``qm start`` (and the API's start,
+    config and migrate tasks) of that VM wait until the block ends. Refuses, naming the
+    VM, when the lock stays taken for ``timeout`` seconds.
+    """
+    with contextlib.ExitStack() as stack:
+        for vmid in sorted(set(vmids)):
+            path = vm_lock_file(root, vmid)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle = stack.enter_context(open(path, "a"))
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise VfioReleaseError(
+                            f"VM {vmid}: PVE's lock {path} is still held after {timeout:g} s "
+                            "(a qm start, backup or migration of that VM runs?); nothing was "
+                            "changed, try again"
+                        ) from None
+                    time.sleep(0.05)
+            stack.callback(fcntl.flock, handle, fcntl.LOCK_UN)
+        yield
+
+
+def release_locked(
+    root: str | os.PathLike[str],
+    plan: ReleasePlan,
+    replan: Callable[[], ReleasePlan],
+    sysfs: Sysfs,
+    *,
+    timeout: float = 10.0,
+) -> tuple[ReleasePlan, list[dict[str, Any]]]:
+    """Release ``plan``'s cards; for cards a stopped VM keeps, under that VM's PVE lock.
+
+    With the locks held, ``replan`` decides again from fresh facts (a VM that started
+    since ``plan`` now holds its card and the new plan refuses it); the release goes on
+    only if the fresh plan needs no lock it does not hold. Returns the plan applied
+    and :func:`apply_plan`'s report.
+    """
+    vmids = sorted({v for card in plan.release for v in card.stopped_vm_holders})
+    if not vmids:
+        return plan, apply_plan(plan, sysfs, timeout=timeout)
+    with vm_config_locks(root, vmids, timeout):
+        fresh = replan()
+        needed = {v for card in fresh.release for v in card.stopped_vm_holders}
+        if not needed <= set(vmids):
+            raise VfioReleaseError(
+                f"the cards' holders changed while waiting for PVE's VM locks (now also VM "
+                f"{', '.join(map(str, sorted(needed - set(vmids))))}); nothing was changed, "
+                "run again"
+            )
+        return fresh, apply_plan(fresh, sysfs, timeout=timeout)
 
 
 # --------------------------------------------------------------------------- boot config

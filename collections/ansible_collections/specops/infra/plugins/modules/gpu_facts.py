@@ -158,11 +158,15 @@ ansible_facts:
               description: When bound to nvidia, minor (Device Minor, the N of /dev/nvidiaN), model, uuid, bus_location, device_node (when present); else null.
               type: dict
             holders:
-              description: VMs whose current config names the card (vmid, running, config, key, line, via host|mapping, mapping, functions, exclusive).
+              description: VMs whose current config names the card (vmid, running, config, key hostpciN or args, line, via host|mapping|args, mapping, functions, exclusive).
               type: list
               elements: dict
-            held_by_running_vm: {description: "vmid of a running holder, else null.", type: int}
-            free: {description: "No running VM holds the card.", type: bool}
+            open_by:
+              description: Processes with the card's vfio device open, from /proc/*/fd (pid, command, vmid of a PVE VM's QEMU or null, path /dev/vfio/GROUP, noiommu-GROUP or devices/vfioN); read only when a function is on vfio-pci.
+              type: list
+              elements: dict
+            held_by_running_vm: {description: "vmid of a running holder (else of a QEMU with its vfio group open), else null.", type: int}
+            free: {description: "No running VM holds the card and no process has its vfio device open.", type: bool}
         other_display:
           description: Display functions of other vendors (e.g. a BMC's VGA), same keys as gpus[].functions[].
           type: list

@@ -38,9 +38,11 @@ options:
     default: []
   gpu_model:
     description:
-      - Instead of I(gpus), a product name (as in the facts' C(gpus[].name)) or a
-        vendor:device id; I(gpu_count) free cards of it are chosen, cards this container
-        already has first, then cards no other container of this node has, by address.
+      - Instead of I(gpus), the product name exactly as the facts' C(gpus[].name) say
+        (case aside) or a vendor:device id (C(10de:2bb1)); a part of a name is refused.
+        I(gpu_count) free cards of it are chosen (module_utils C(gpu_select), no running
+        VM and no process holds them), cards this container already has first, then
+        cards no other container of this node has, by address.
     type: str
   gpu_count:
     description: How many cards of I(gpu_model).
@@ -65,6 +67,12 @@ options:
     type: list
     elements: int
     default: []
+  allow_stopped_vm_cards:
+    description:
+      - Also give cards that a stopped VM keeps assigned (C(hostpciN), C(args:)); that
+        VM will not start with them. Without it such a card is refused, by address too.
+    type: bool
+    default: false
   dev_mode:
     description: C(mode=) of C(devN) entries (inside the container). Empty leaves PVE's default.
     type: str
@@ -272,10 +280,17 @@ def configure(params: dict[str, Any], *, check_mode: bool) -> dict[str, Any]:
                     params["gpu_count"],
                     mine=assigned_minors(conf),
                     others=other_containers(root, vmid),
+                    allow_stopped_vm_cards=bool(params.get("allow_stopped_vm_cards")),
                 )
             else:
                 addresses = list(params["gpus"])
-            devices = plan_devices(facts, addresses, modeset=params["modeset"], caps=params["caps"])
+            devices = plan_devices(
+                facts,
+                addresses,
+                modeset=params["modeset"],
+                caps=params["caps"],
+                allow_stopped_vm_cards=bool(params.get("allow_stopped_vm_cards")),
+            )
             problems = privilege_problems(
                 conf, method, _node_stats(root, [d.path for d in devices])
             )
@@ -329,6 +344,7 @@ def run_module() -> None:
             "cgroup": {"type": "str", "choices": ["auto", "v1", "v2"], "default": "auto"},
             "modeset": {"type": "bool", "default": False},
             "caps": {"type": "list", "elements": "int", "default": []},
+            "allow_stopped_vm_cards": {"type": "bool", "default": False},
             "dev_mode": {"type": "str", "default": "0666"},
             "dev_gid": {"type": "int"},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},

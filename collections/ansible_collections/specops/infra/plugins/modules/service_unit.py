@@ -8,8 +8,10 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.specops.infra.plugins.module_utils.service_unit import (
     Readiness,
+    SecretEnvironment,
     UnitChangeError,
     apply_unit,
+    render_environment_file,
 )
 
 DOCUMENTATION = r"""
@@ -20,6 +22,11 @@ description:
   - Compares the unit file at I(path) with I(content). When they differ, keeps the old
     text at C(<path>.previous), writes the new one atomically (root, 0644) and reloads
     systemd.
+  - Secrets never go into the unit (systemd shows every C(Environment=) to any local
+    user over D-Bus, and the unit text comes back in the result); I(secret_environment)
+    is written to I(environment_file) (root, 0600) for the unit's C(EnvironmentFile=),
+    and a unit text whose C(Environment=) sets a secret-looking name (C(*TOKEN*),
+    C(*SECRET*), C(*PASSWORD*), C(*API_KEY*), ...) is refused before anything changes.
   - Restarts the service only when the text changed, it is not running, or I(restart) is
     true, with a graceful stop (its processes and, where C(nvidia-smi) exists, their GPU memory
     gone; nothing is killed by name or device), then C(systemctl start).
@@ -99,6 +106,18 @@ options:
   api_key:
     description: Bearer token for the server's API, if it wants one.
     type: str
+  secret_environment:
+    description:
+      - Environment that must stay secret (API keys, hub tokens), written as
+        C(KEY='value') lines to I(environment_file), mode 0600, root's; the unit names
+        that file in C(EnvironmentFile=). A change restarts the server like a unit
+        change, and a failed change restores the previous file with the unit. C({})
+        removes the file; unset leaves it as it is (a rollout's restore of the unit).
+        Never logged, never returned.
+    type: dict
+  environment_file:
+    description: The file for I(secret_environment) (required with it).
+    type: path
 notes:
   - Supports check mode and diff mode (the unit text).
 """
@@ -155,6 +174,10 @@ text_before:
   description: The unit text found at I(path) before the change ('' when there was none).
   returned: always
   type: str
+secrets_changed:
+  description: Whether I(environment_file) changed (its content is never returned).
+  returned: always
+  type: bool
 missing:
   description: In check mode, the I(requires) paths that do not exist, with their hints.
   returned: always
@@ -185,7 +208,10 @@ def run_module() -> None:
             "timeout": {"type": "int", "default": 900},
             "interval": {"type": "float", "default": 2.0},
             "api_key": {"type": "str", "no_log": True},
+            "secret_environment": {"type": "dict", "no_log": True},
+            "environment_file": {"type": "path"},
         },
+        required_by={"secret_environment": "environment_file"},
         supports_check_mode=True,
     )
     p: dict[str, Any] = module.params
@@ -201,13 +227,19 @@ def run_module() -> None:
         pass
     diff = {"before": before_text, "after": p["content"],
             "before_header": p["path"], "after_header": p["path"]}  # fmt: skip
+    secrets = None
     try:
+        if p["secret_environment"] is not None:
+            values = p["secret_environment"]
+            text = render_environment_file({str(k): str(v) for k, v in values.items()})
+            secrets = SecretEnvironment(p["environment_file"], text if values else None)
         result = apply_unit(
             p["name"], p["path"], p["content"], readiness,
             enabled=p["enabled"], restart=p["restart"],
             restore_on_failure=p["restore_on_failure"], stop_timeout=p["stop_timeout"],
             nvidia_smi=p["nvidia_smi"], requires=p["requires"],
             drain_timeout=p["drain_timeout"], check_mode=module.check_mode,
+            secrets=secrets,
         )  # fmt: skip
     except UnitChangeError as exc:
         msg = str(exc)
@@ -216,7 +248,7 @@ def run_module() -> None:
         failed = exc.result.as_dict()
         failed["changed"] = True
         module.fail_json(msg=msg, **failed)
-    except RuntimeError as exc:
+    except (RuntimeError, ValueError) as exc:
         module.fail_json(msg=str(exc))
     out = result.as_dict()
     if result.written:

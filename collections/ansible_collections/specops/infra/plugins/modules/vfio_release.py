@@ -12,8 +12,13 @@ description:
     which cards and which of their PCI functions to move, and refuses before writing
     anything when the request cannot be met; the message lists every card and the VM
     that holds it.
-  - A card whose holder VM runs is never unbound. A card assigned to a stopped VM is
-    taken only with O(allow_stopped_vm_cards).
+  - Which cards O(model) means and which are free is module_utils C(gpu_select)'s one
+    rule (shared with M(specops.infra.lxc_gpu_config) and the migration preflight). A
+    card a running VM holds (C(hostpciN) host= or mapping=, C(args:) C(-device
+    vfio-pci,host=)) or whose vfio device any process has open is never unbound. A card
+    assigned to a stopped VM is taken only with O(allow_stopped_vm_cards), and then
+    under PVE's lock of that VM (C(/var/lock/qemu-server/lock-<vmid>.conf), the lock
+    C(qm start) takes), with the decision made again from fresh facts once it is held.
   - Per card, every function of the card (and nothing else of its IOMMU group) is
     unbound from vfio-pci, its C(driver_override) set (C(nvidia) for the GPU, the
     companion's host driver or none for the audio/USB functions), probed, and the new
@@ -32,7 +37,10 @@ options:
     elements: str
     default: []
   model:
-    description: Release cards of this model (PCI ID C(10de:2230) or part of the name, C(A6000)) until O(count) are the host's.
+    description:
+      - Release cards of this model until O(count) are the host's. The exact product name
+        as the GPU facts report it (C(NVIDIA RTX A6000)) or the PCI ID (C(10de:2230)); a
+        part of a name (C(A6000)) is refused, naming the cards that would match.
     type: str
   count:
     description: How many cards of O(model) the host should have.
@@ -72,7 +80,7 @@ EXAMPLES = r"""
 
 - name: Make sure the host has two RTX A6000.
   specops.infra.vfio_release:
-    model: A6000
+    model: NVIDIA RTX A6000
     count: 2
 """
 
@@ -111,11 +119,11 @@ from ansible_collections.specops.infra.plugins.module_utils.vfio import (  # noq
     OVERRIDE_SCRIPT,
     FileSysfs,
     VfioReleaseError,
-    apply_plan,
     available_pci_drivers,
     boot_config,
     parse_request,
     plan_release,
+    release_locked,
 )
 
 
@@ -136,7 +144,8 @@ def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     )
     roots = HostRoots.under(params["root"])
     facts = gather_facts(roots)
-    plan = plan_release(facts, request, available_pci_drivers(roots.sys))
+    drivers = available_pci_drivers(roots.sys)
+    plan = plan_release(facts, request, drivers)
 
     conf_file = os.path.join(params["modprobe_dir"], "specops-vfio.conf")
     modprobe_files = sorted(glob.glob(os.path.join(params["modprobe_dir"], "*.conf")))
@@ -167,7 +176,15 @@ def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
             for s in c.steps
         ]
     else:
-        released = apply_plan(plan, FileSysfs(roots.sys), timeout=params["timeout"])
+        # Cards a stopped VM keeps are released under that VM's PVE lock, decided again
+        # from fresh facts once the lock is held (the VM cannot start in between).
+        plan, released = release_locked(
+            roots.root,
+            plan,
+            lambda: plan_release(gather_facts(roots), request, drivers),
+            FileSysfs(roots.sys),
+            timeout=params["timeout"],
+        )
     return {
         "changed": bool(plan.release),
         "released": released,
