@@ -6,8 +6,15 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from specops.lab.paths import template_tarball
+
+# Hypothesis judges each example's run time by default (deadline 200 ms, the too_slow
+# health check): on two shared cores that turns a busy moment into a failure. Property
+# tests assert properties, never speed.
+settings.register_profile("specops", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("specops")
 
 # Shared fixtures that several areas use (each plugin documents its own). pytest puts
 # tests/ on sys.path for this conftest (rootdir has no tests/__init__.py), so plugins

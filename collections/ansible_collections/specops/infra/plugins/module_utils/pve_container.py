@@ -443,9 +443,7 @@ def live_settings(config: Mapping[str, Any], spec: ContainerSpec) -> dict[str, A
         "memory": int(config.get("memory", 512)),
         "swap": int(config.get("swap", 512)),
         "onboot": bool(int(config.get("onboot", 0))),
-        "tags": sorted(
-            {t.lower() for t in re.split(r"[;, ]+", str(config.get("tags", ""))) if t}
-        ),
+        "tags": sorted({t.lower() for t in re.split(r"[;, ]+", str(config.get("tags", ""))) if t}),
         "features": {
             k: v in ("1", "true", "yes", "on")
             for k, v in _props(str(config.get("features", "")), None).items()
