@@ -6,9 +6,10 @@ beside it (``<unit>.previous``) and write the new one atomically; reload systemd
 the old server gracefully (:func:`service_stop.stop_unit`: its processes and GPU memory
 gone); start; wait until the server is ready (:func:`readiness.wait_ready`: health, model
 list, one generated token); prove a new process runs (a new ``InvocationID`` and
-``MainPID``). When the new unit never gets ready, the previous text goes back and the
-previous server is started and proven ready again, so a failed change leaves the host
-as it was.
+``MainPID``); with an output gate (:class:`output_gate.NodeGate`), prove its greedy
+output is the model's own (the reference) and does not loop. When the new unit never
+gets ready or fails the gate, the previous text goes back and the previous server is
+started and proven ready again, so a failed change leaves the host as it was.
 
 One call is one round trip from the controller: the rollout, the sweep's applier and
 the ``inference_service`` role all change a server through it. Stdlib only (it runs in
@@ -32,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 
 from ansible_collections.specops.infra.plugins.module_utils.atomic_file import write_atomic
 from ansible_collections.specops.infra.plugins.module_utils.engine_idle import wait_idle
+from ansible_collections.specops.infra.plugins.module_utils.output_gate import NodeGate
 from ansible_collections.specops.infra.plugins.module_utils.readiness import (
     ReadyResult,
     journal_tail,
@@ -160,6 +162,7 @@ class ApplyResult:
     text_before: str = ""
     missing: list[str] = field(default_factory=list)
     secrets_changed: bool = False  # the EnvironmentFile's content (never returned)
+    output_gate: dict[str, object] | None = None
 
     def as_dict(self) -> dict[str, object]:
         out = asdict(self)
@@ -306,6 +309,7 @@ def apply_unit(
     drain_timeout: float = 0.0,
     check_mode: bool = False,
     secrets: SecretEnvironment | None = None,
+    gate: NodeGate | None = None,
     run: Runner = _run,
 ) -> ApplyResult:
     """Make ``unit`` run from ``content`` and answer; see the module docstring.
@@ -317,10 +321,13 @@ def apply_unit(
     server is touched, wait until its /metrics reports no running requests (RuntimeError,
     nothing changed, when they outlive it; an engine without the gauge, or one that does
     not answer, has nothing to wait for). Raises :class:`UnitChangeError` when the
-    server does not get ready (after restoring the previous unit when there was one
-    and ``restore_on_failure``). ``secrets``: the unit's 0600 ``EnvironmentFile=``
-    (None leaves it alone); a change of it restarts like a unit change, and a restore
-    puts its previous content back too.
+    server does not get ready or fails ``gate`` (after restoring the previous unit when
+    there was one and ``restore_on_failure``; a new unit without a previous one that
+    fails the gate is stopped: it answers wrongly). ``secrets``: the unit's 0600
+    ``EnvironmentFile=`` (None leaves it alone); a change of it restarts like a unit
+    change, and a restore puts its previous content back too. ``gate`` runs after every
+    start (and may record a reference before the old server stops); see
+    :mod:`output_gate`.
     """
     missing = _refusals(content, requires, check_mode)
     current = _read(path)
@@ -342,8 +349,8 @@ def apply_unit(
             before=before, after=before, previous_path=previous_path, ready=answers,
             text_before=current or "", missing=missing, secrets_changed=secrets_changed,
         )  # fmt: skip
-    if must_start and before.running and drain_timeout > 0:
-        _drain(readiness.url, drain_timeout)
+    if must_start and before.running:
+        _before_stop(readiness.url, drain_timeout, gate)
     if written:
         if previous_path is not None and current is not None:
             write_atomic(previous_path, current, UNIT_MODE)
@@ -364,6 +371,7 @@ def apply_unit(
         ready=ready is not None and ready.ready, text_before=current or "",
         secrets_changed=secrets_changed,
     )  # fmt: skip
+    gate_failed = ""
     if ready is not None and ready.ready:
         if must_start and before.invocation_id and after.invocation_id == before.invocation_id:
             raise UnitChangeError(
@@ -371,8 +379,10 @@ def apply_unit(
                 f" (InvocationID {after.invocation_id} before and after)",
                 result,
             )
-        return result
-    why = (
+        gate_failed = _gate(gate, result, must_start)
+        if not gate_failed:
+            return result
+    why = gate_failed or (
         f"systemctl start {unit} failed: {start_error}"
         if start_error
         else f"{readiness.url} ({readiness.served_model_name}) not ready after"
@@ -381,10 +391,30 @@ def apply_unit(
     )
     journal = journal_tail(unit)
     if not (restore_on_failure and written and current is not None):
+        if gate_failed:
+            why += _stop_wrong(unit, result, stop_timeout, nvidia_smi, run)
         raise UnitChangeError(why, result, journal)
+    previous_secrets = (
+        SecretEnvironment(secrets.path, secrets_before)
+        if secrets_changed and secrets is not None
+        else None
+    )
+    why += _put_back(
+        unit, path, current, readiness, result, secrets=previous_secrets,
+        stop_timeout=stop_timeout, nvidia_smi=nvidia_smi, run=run,
+    )  # fmt: skip
+    raise UnitChangeError(why, result, journal)
+
+
+def _put_back(
+    unit: str, path: str, current: str, readiness: Readiness, result: ApplyResult, *,
+    secrets: SecretEnvironment | None, stop_timeout: float, nvidia_smi: str | None,
+    run: Runner,
+) -> str:  # fmt: skip
+    """Restore the previous unit text (and secrets file), restart, prove it ready; the note."""
     write_atomic(path, current, UNIT_MODE)
-    if secrets_changed and secrets is not None:
-        _put_secrets(SecretEnvironment(secrets.path, secrets_before))
+    if secrets is not None:
+        _put_secrets(secrets)
     _systemctl(run, "daemon-reload")
     _, restart_error = _restart(unit, True, stop_timeout, nvidia_smi, run)
     back = _ready(unit, readiness) if not restart_error else None
@@ -392,9 +422,46 @@ def apply_unit(
     result.restored = back is not None and back.ready
     result.ready = result.restored
     if result.restored and back is not None:
-        why += (
+        return (
             f"; the previous unit is back and {unit} answers again (ready in {back.seconds:.0f} s)"
         )
-    else:
-        why += f"; restoring the previous unit failed too ({restart_error or 'not ready'})"
-    raise UnitChangeError(why, result, journal)
+    return f"; restoring the previous unit failed too ({restart_error or 'not ready'})"
+
+
+def _before_stop(url: str, drain_timeout: float, gate: NodeGate | None) -> None:
+    """Before a running server is stopped: drain it, and let the gate read its output."""
+    if drain_timeout > 0:
+        _drain(url, drain_timeout)
+    if gate is not None:
+        gate.before_change()
+
+
+def _stop_wrong(
+    unit: str, result: ApplyResult, stop_timeout: float, nvidia_smi: str | None, run: Runner
+) -> str:
+    """Stop a first unit that failed the output gate (it answers wrongly); the note."""
+    stop_unit(unit, timeout=stop_timeout, nvidia_smi=nvidia_smi)
+    result.after = read_identity(unit, run)
+    result.ready = False
+    return f"; {unit} was stopped (it has no previous unit to go back to)"
+
+
+def _gate(gate: NodeGate | None, result: ApplyResult, started: bool) -> str:
+    """Run the output gate on a ready server; '' when it passed (or there is none)."""
+    if gate is None:
+        return ""
+    if not started:
+        recorded = gate.record_running()
+        if recorded:
+            result.changed = True
+            result.output_gate = {
+                "ok": True, "check": None, "recorded": recorded,
+                "message": "reference recorded from the running server",
+            }  # fmt: skip
+        return ""
+    verdict = gate.after_ready()
+    result.output_gate = {**verdict.as_dict(), "recorded": gate.recorded}
+    if verdict.ok:
+        return ""
+    result.ready = False
+    return f"output gate ({verdict.check}): {verdict.message}"

@@ -6,6 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.output_gate import (
+    GateConfig,
+    NodeGate,
+)
 from ansible_collections.specops.infra.plugins.module_utils.service_unit import (
     Readiness,
     SecretEnvironment,
@@ -37,6 +41,13 @@ description:
   - When the new unit does not get ready and I(restore_on_failure) is true, the previous
     text goes back, the previous server is started and proven ready, and the module fails
     saying so (C(restored=true)); the last journal lines of the unit are in the message.
+  - With I(output_gate), every start is also gated on the server's greedy output (a
+    fixed prompt set): it must reproduce the node's reference (token match rate at least
+    I(output_gate.threshold)) and must not loop (degeneration detector, with or without a
+    reference). A failure is handled like a readiness failure (the previous unit goes
+    back; a first unit is stopped). A unit without speculation (I(output_gate.record))
+    records the reference when none fits; a speculative one takes the running server's
+    output as the reference before it stops it, when none fits.
   - One round trip from the controller for the whole change; the returned identities
     (before and after) are what a rollout or sweep records.
 version_added: "0.2.0"
@@ -118,6 +129,46 @@ options:
   environment_file:
     description: The file for I(secret_environment) (required with it).
     type: path
+  output_gate:
+    description: The lossless-output gate (see C(plugins/module_utils/output_gate.py)); omit for none.
+    type: dict
+    suboptions:
+      reference_path:
+        description: Where the node keeps the reference outputs (JSON).
+        type: path
+        required: true
+      model:
+        description: The model the unit serves (path or hub id); keys the reference.
+        type: str
+        required: true
+      record:
+        description: This unit serves without speculation; its output becomes the reference when none fits.
+        type: bool
+        default: false
+      refresh:
+        description: With I(record), replace a fitting reference too.
+        type: bool
+        default: false
+      threshold:
+        description: Mean token match rate (common prefix over the reference's length) a new server must reach.
+        type: float
+        default: 0.9
+      max_tokens:
+        description: Tokens decoded per gate prompt.
+        type: int
+        default: 48
+      max_run:
+        description: One token repeated this many times in a row is degenerate.
+        type: int
+        default: 12
+      max_period:
+        description: Longest token cycle the loop detector looks for.
+        type: int
+        default: 4
+      min_span:
+        description: A cycle repeated over this many tokens is degenerate.
+        type: int
+        default: 24
 notes:
   - Supports check mode and diff mode (the unit text).
 """
@@ -187,6 +238,13 @@ previous_path:
   description: Where the previous unit text was kept (null when nothing was replaced).
   returned: always
   type: str
+output_gate:
+  description: >-
+    The gate's verdict (ok, check C(lossless)/C(degeneration)/C(decode), message,
+    match_rate, per_prompt, compared_on, reference_source, outputs, recorded); null when
+    the gate did not run.
+  returned: always
+  type: dict
 """
 
 
@@ -210,11 +268,28 @@ def run_module() -> None:
             "api_key": {"type": "str", "no_log": True},
             "secret_environment": {"type": "dict", "no_log": True},
             "environment_file": {"type": "path"},
+            "output_gate": {
+                "type": "dict",
+                "options": {
+                    "reference_path": {"type": "path", "required": True},
+                    "model": {"type": "str", "required": True},
+                    "record": {"type": "bool", "default": False},
+                    "refresh": {"type": "bool", "default": False},
+                    "threshold": {"type": "float", "default": 0.9},
+                    "max_tokens": {"type": "int", "default": 48},
+                    "max_run": {"type": "int", "default": 12},
+                    "max_period": {"type": "int", "default": 4},
+                    "min_span": {"type": "int", "default": 24},
+                },
+            },
         },
         required_by={"secret_environment": "environment_file"},
         supports_check_mode=True,
     )
     p: dict[str, Any] = module.params
+    gate = _gate(p)
+    if gate is not None and gate.config.problems():
+        module.fail_json(msg="output_gate." + "; output_gate.".join(gate.config.problems()))
     readiness = Readiness(
         url=p["url"], served_model_name=p["served_model_name"], timeout=p["timeout"],
         interval=p["interval"], api_key=p["api_key"],
@@ -239,7 +314,7 @@ def run_module() -> None:
             restore_on_failure=p["restore_on_failure"], stop_timeout=p["stop_timeout"],
             nvidia_smi=p["nvidia_smi"], requires=p["requires"],
             drain_timeout=p["drain_timeout"], check_mode=module.check_mode,
-            secrets=secrets,
+            secrets=secrets, gate=gate,
         )  # fmt: skip
     except UnitChangeError as exc:
         msg = str(exc)
@@ -254,6 +329,21 @@ def run_module() -> None:
     if result.written:
         out["diff"] = diff
     module.exit_json(**out)
+
+
+def _gate(p: dict[str, Any]) -> NodeGate | None:
+    opts = p["output_gate"]
+    if not opts:
+        return None
+    config = GateConfig(
+        threshold=opts["threshold"], max_tokens=opts["max_tokens"], max_run=opts["max_run"],
+        max_period=opts["max_period"], min_span=opts["min_span"],
+    )  # fmt: skip
+    return NodeGate(
+        url=p["url"], served_model_name=p["served_model_name"], model=opts["model"],
+        reference_path=opts["reference_path"], config=config, record=opts["record"],
+        refresh=opts["refresh"], api_key=p["api_key"],
+    )  # fmt: skip
 
 
 def main() -> None:
