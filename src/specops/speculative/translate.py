@@ -47,6 +47,7 @@ _SGLANG_OWNED: Final = {
     "--speculative-num-draft-tokens": "num_draft_tokens",
     "--speculative-dflash-block-size": "num_draft_tokens",
     "--speculative-dflash-draft-window-size": "draft_window",
+    "--speculative-draft-window-size": "draft_window",
     "--speculative-ddtree-budget": "tree_budget",
 }
 _VLLM_OWNED: Final = {
@@ -102,9 +103,10 @@ def _sglang(p: SpeculativeProfile, engine: Engine) -> list[str]:
     valid = engine.flags.values("algorithms")
     if algorithm not in valid:
         methods = [_SGLANG_METHOD[a] for a in valid if a in _SGLANG_METHOD]
-        hint = " (an SGLang build from PR #29907 declares capability 'ddtree')" * (
-            p.method == "ddtree"
-        )
+        hint = (
+            " (an SGLang build from PR #29907 offers DDTREE: inference_engine_git_ref"
+            " refs/pull/29907/head; its installed flags are read after the build)"
+        ) * (p.method == "ddtree")
         raise ValidationError(
             "speculative.method",
             f"{engine.label} cannot do {p.method!r}{hint}; valid: none, {', '.join(methods)}",
@@ -141,11 +143,24 @@ def _sglang(p: SpeculativeProfile, engine: Engine) -> list[str]:
         ]
     elif p.num_draft_tokens is not None:
         argv += ["--speculative-num-draft-tokens", str(p.num_draft_tokens)]
-    if p.draft_window is not None:
-        argv += ["--speculative-dflash-draft-window-size", str(p.draft_window)]
+    argv += _sglang_window(p, engine)
     if p.tree_budget is not None:
         argv += ["--speculative-ddtree-budget", str(p.tree_budget)]
     return argv
+
+
+def _sglang_window(p: SpeculativeProfile, engine: Engine) -> list[str]:
+    """The draft-window flag as this build spells it (0.5.11 and later differ)."""
+    if p.draft_window is None:
+        return []
+    window = engine.flags.window_flag()
+    if window is None:
+        raise _unsupported(
+            engine, "draft_window", p.draft_window,
+            "has no draft KV window flag (--speculative-dflash-draft-window-size"
+            " or --speculative-draft-window-size)",
+        )  # fmt: skip
+    return [window, str(p.draft_window)]
 
 
 def _vllm_method(p: SpeculativeProfile, engine: Engine) -> str:
@@ -154,12 +169,14 @@ def _vllm_method(p: SpeculativeProfile, engine: Engine) -> str:
     if method == "mtp" and p.model_mtp_method is not None:
         method = p.model_mtp_method
         mtp = flags.values("mtp_methods")
-        if method not in mtp:
+        if method not in mtp and (mtp or not flags.installed):
             raise _unsupported(
                 engine, "model_mtp_method", method, f"knows these MTP methods: {', '.join(mtp)}"
             )
     valid = flags.values("methods")
-    if method not in valid:
+    # An installed build whose SpeculativeMethod could not be read (the flag set says
+    # why under "unread") is left to vLLM's own check at start (the readiness gate).
+    if method not in valid and (valid or not flags.installed):
         ours = [
             m for m in ("mtp", "eagle", "eagle3", "dflash", "ngram", "draft_model") if m in valid
         ]
@@ -236,6 +253,7 @@ _SGLANG_INT: Final = {
     "--speculative-eagle-topk": "topk",
     "--speculative-num-draft-tokens": "num_draft_tokens",
     "--speculative-dflash-draft-window-size": "draft_window",
+    "--speculative-draft-window-size": "draft_window",
     "--speculative-ddtree-budget": "tree_budget",
 }
 

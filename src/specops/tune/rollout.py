@@ -8,7 +8,10 @@ cell, a cell missing, or HumanEval passing fewer than the baseline by more than
 ``max_pass_drop`` fails it, naming the gate. :func:`load_records` / :func:`summary` read
 the per-node records the role writes. :func:`measure_baseline` and :func:`smoke_step` are
 the controller's two steps per node (``specops rollout baseline|smoke``), each one
-process: measure, compare, keep the results.
+process: measure, compare, keep the results. The baseline step also keeps the node's
+greedy output on the lossless-output gate's prompts (``<node>.output-gate.json``); the
+smoke step fails gate ``output`` when the new profile's output differs or loops
+(:mod:`specops.tune.output_gate`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from specops.bench.plan import plan_from_mapping
 from specops.bench.results import Results, load_results
 from specops.bench.runner import run_plan
 from specops.errors import ValidationError
+from specops.tune import output_gate
 
 __all__ = [
     "GateResult",
@@ -45,7 +49,7 @@ __all__ = [
 @dataclass(frozen=True)
 class GateResult:
     ok: bool
-    gate: str | None  # "smoke-failures", "throughput" or "correctness" when not ok
+    gate: str | None  # "smoke-failures", "throughput", "correctness" or "output" when not ok
     message: str
     findings: list[dict[str, Any]] = field(default_factory=list)
 
@@ -120,7 +124,15 @@ def _keep(results: Path, baseline: Path) -> None:
 def measure_baseline(
     plan: Mapping[str, Any], base_url: str, work: Path, baseline: Path, humaneval_limit: int = 0
 ) -> dict[str, Any]:
-    """Measure the node's current server into ``baseline`` unless it has one already."""
+    """Measure the node's current server into ``baseline`` unless it has one already.
+
+    The node's current greedy output becomes its output-gate reference when it has none.
+    """
+    reference = output_gate.reference_beside(baseline)
+    if not reference.exists():
+        output_gate.record(
+            base_url, reference, output_gate.GateConfig(), "the node before the rollout"
+        )
     if baseline.exists():
         return {"measured": False, "baseline": str(baseline), "seconds": 0.0}
     began = time.monotonic()
@@ -150,6 +162,12 @@ def smoke_step(
         load_results(baseline), load_results(results),
         throughput_drop=throughput_drop, max_pass_drop=max_pass_drop,
     )  # fmt: skip
+    if gate.ok:
+        out = output_gate.verdict(
+            base_url, output_gate.reference_beside(baseline), output_gate.GateConfig()
+        )
+        if not out.ok:
+            gate = GateResult(False, "output", f"{out.check}: {out.message}", gate.findings)
     if gate.ok and update_baseline:
         _keep(results, baseline)
     return {**gate.to_dict(), "results": str(results),

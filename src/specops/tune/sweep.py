@@ -4,6 +4,9 @@
 :class:`~specops.tune.apply.Applier`. For each candidate: the translator renders it
 (the engine cannot take it: recorded invalid, no restart); the applier applies it and
 restarts; :func:`~specops.tune.apply.prove_restart` shows a new process that generates;
+the lossless-output gate (:class:`~specops.tune.output_gate.OutputCheck`, on unless
+the config says ``output_gate: false``) rejects a candidate whose greedy output differs
+from the canary's before the sweep, or loops, without benchmarking it;
 ``specops bench`` measures the plan (results saved under ``runs/``) and the objective
 and verdict are read from those results. Every step goes into the ledger
 (``sweep.jsonl``), which makes an interrupted sweep resumable.
@@ -27,6 +30,7 @@ from specops.speculative import Engine
 from specops.tune.apply import Applier, ApplyError, generates, prove_restart
 from specops.tune.ledger import Ledger
 from specops.tune.objective import CorrectnessGate, measurement_from_results
+from specops.tune.output_gate import OutputCheck
 from specops.tune.report import write_outputs
 from specops.tune.score import Scoring
 from specops.tune.search import Measurement, Outcome, ascend, grid
@@ -38,6 +42,7 @@ _KEYS = {
     "canary", "inventory", "base_url", "served_model_name", "engine", "base_profile",
     "space", "plan", "correctness", "objective", "mode", "restore", "max_rounds",
     "apply_timeout_s",
+    "output_gate",
 }  # fmt: skip
 
 
@@ -55,6 +60,7 @@ class SweepConfig:
     restore: bool = False
     max_rounds: int = 3
     apply_timeout_s: float = 1800.0  # one candidate's apply playbook, at most
+    output_gate: bool = True
 
     def bench_plan(self, base_url: str | None = None) -> Plan:
         data = {**self.plan, "base_url": base_url or self.base_url}
@@ -74,6 +80,7 @@ class SweepConfig:
             "scoring": self.scoring.__dict__,
             "mode": self.mode,
             "canary": self.canary,
+            "output_gate": self.output_gate,
         }
 
 
@@ -123,9 +130,17 @@ def load_config(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = N
         restore=bool(data.get("restore", False)),
         max_rounds=int(data.get("max_rounds", 3)),
         apply_timeout_s=float(apply_timeout),
+        output_gate=_flag(data, "output_gate", True),
     )
     cfg.bench_plan()  # a bad plan fails here, before anything restarts
     return cfg
+
+
+def _flag(data: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise ValidationError(key, f"must be true or false (got {value!r})")
+    return value
 
 
 BenchFn = Callable[[Plan], Results]
@@ -148,8 +163,12 @@ class SweepEvaluator:
         bench: BenchFn = _run_bench,
         ready: Callable[[str, str], None] = generates,
         log: Callable[[str], None] = print,
+        gate: OutputCheck | None = None,
     ) -> None:
         self.ready = ready
+        self.gate = gate
+        self._gate_ready = gate is None
+        self._gate_rejected: dict[str, str] = {}  # candidate key -> why (one verdict per key)
         self.cfg = cfg
         self.applier = applier
         self.ledger = ledger
@@ -180,6 +199,13 @@ class SweepEvaluator:
         if recorded is not None:
             return recorded.measurement
         restart = None
+        if candidate.key in self._gate_rejected:
+            m = Measurement(0.0, 0.0, False, self._gate_rejected[candidate.key])
+            self._record(candidate, repeat, m, None, None)
+            return m
+        if not self._gate_ready and self.gate is not None:
+            self.log(self.gate.prepare(self.applier.base_url))
+            self._gate_ready = True
         if self.running != candidate.key:
             try:
                 restart = self.apply(candidate.profile, candidate.key)
@@ -194,6 +220,13 @@ class SweepEvaluator:
                 f"{candidate.key}: applied ({'restarted' if restart['restarted'] else 'unchanged'},"
                 f" {restart['seconds']:.1f} s)"
             )
+            why = self.gate.reject(self.applier.base_url) if self.gate is not None else None
+            if why:
+                self._gate_rejected[candidate.key] = why
+                m = Measurement(0.0, 0.0, False, why)
+                self._record(candidate, repeat, m, None, restart)
+                self.log(f"{candidate.key}: REJECTED: {why}")
+                return m
         results = self.bench(self.cfg.bench_plan(self.applier.base_url))
         path = results.save(self.out / "runs" / candidate.key.replace(",", "_") / f"r{repeat}.json")
         m = measurement_from_results(results, self.cfg.correctness)
@@ -238,7 +271,8 @@ def run_sweep(
     ledger = Ledger(out / "sweep.jsonl", cfg.fingerprint())
     if ledger.resumed:
         log(f"resuming {ledger.path}: {len(ledger.runs)} run(s) recorded")
-    ev = SweepEvaluator(cfg, applier, ledger, out, bench=bench, ready=ready, log=log)
+    gate = OutputCheck(out / "output-reference.json") if cfg.output_gate else None
+    ev = SweepEvaluator(cfg, applier, ledger, out, bench=bench, ready=ready, log=log, gate=gate)
     if cfg.mode == "grid":
         outcome = grid(cfg.space, ev, cfg.scoring)
     else:

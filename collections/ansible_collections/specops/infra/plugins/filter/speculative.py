@@ -6,6 +6,11 @@
     {{ profile | specops.infra.speculative_validate }}
     {{ profile | specops.infra.speculative_validate('vllm', '0.32.0') }}
 
+Each takes ``flags=``: the installed build's flag set (``<venv>/.specops-engine-flags.json``,
+written by the ``specops.infra.engine_flags`` module after the build); with it the
+profile is checked against what that build accepts and its capabilities are read from
+it; without it, the recorded list of the released version.
+
 ``speculative_argv`` returns the engine flags as a list (quote it for ExecStart with
 ``map('quote') | join(' ')``); ``speculative_validate`` returns the normalised profile
 mapping or fails the task with ``field: problem``. The logic is the ``specops``
@@ -40,8 +45,15 @@ def _named(name: str, render: Callable[[], Any]) -> Any:
         raise ValidationError(name + exc.field.removeprefix("speculative"), exc.problem) from None
 
 
-def _engine(engine: str, version: str, capabilities: Sequence[str] | None) -> Engine:
-    return Engine.parse(str(engine), str(version), [str(c) for c in capabilities or ()])
+def _engine(
+    engine: str,
+    version: str,
+    capabilities: Sequence[str] | None,
+    flags: Mapping[str, Any] | None = None,
+) -> Engine:
+    return Engine.parse(
+        str(engine), str(version), [str(c) for c in capabilities or ()], flags or None
+    )
 
 
 def _wrap(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -61,11 +73,15 @@ def speculative_argv(
     engine: str,
     version: str,
     capabilities: Sequence[str] | None = None,
+    *,
     name: str = "speculative",
+    flags: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """The engine's speculative flags for a profile mapping."""
     profile = _profile(data, name)
-    return list(_named(name, lambda: to_argv(profile, _engine(engine, version, capabilities))))
+    return list(
+        _named(name, lambda: to_argv(profile, _engine(engine, version, capabilities, flags)))
+    )
 
 
 def speculative_env(
@@ -73,11 +89,15 @@ def speculative_env(
     engine: str,
     version: str,
     capabilities: Sequence[str] | None = None,
+    *,
     name: str = "speculative",
+    flags: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
     """Environment variables the profile needs on that engine (DDTree's top-k)."""
     profile = _profile(data, name)
-    return dict(_named(name, lambda: to_env(profile, _engine(engine, version, capabilities))))
+    return dict(
+        _named(name, lambda: to_env(profile, _engine(engine, version, capabilities, flags)))
+    )
 
 
 def speculative_validate(
@@ -85,14 +105,16 @@ def speculative_validate(
     engine: str | None = None,
     version: str | None = None,
     capabilities: Sequence[str] | None = None,
+    *,
     name: str = "speculative",
+    flags: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The normalised profile; with an engine, also proves that engine can render it."""
     profile = _profile(data, name)
     if engine is not None:
         if version is None:
             raise AnsibleFilterError("speculative_validate: engine given without version")
-        _named(name, lambda: to_argv(profile, _engine(engine, version, capabilities)))
+        _named(name, lambda: to_argv(profile, _engine(engine, version, capabilities, flags)))
     return profile.to_mapping()
 
 
