@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.engine_build import record_running
 from ansible_collections.specops.infra.plugins.module_utils.output_gate import (
     GateConfig,
     NodeGate,
@@ -41,8 +42,8 @@ description:
   - When the new unit does not get ready and I(restore_on_failure) is true, the previous
     text goes back, the previous server is started and proven ready, and the module fails
     saying so (C(restored=true)); the last journal lines of the unit are in the message.
-  - With I(output_gate), every start is also gated on the server's greedy output (a
-    fixed prompt set): it must reproduce the node's reference (token match rate at least
+  - With I(output_gate), every start is also gated on the server's greedy output on a
+    fixed prompt set. It must reproduce the node's reference (token match rate at least
     I(output_gate.threshold)) and must not loop (degeneration detector, with or without a
     reference). A failure is handled like a readiness failure (the previous unit goes
     back; a first unit is stopped). A unit without speculation (I(output_gate.record))
@@ -128,6 +129,12 @@ options:
     type: dict
   environment_file:
     description: The file for I(secret_environment) (required with it).
+    type: path
+  audit_path:
+    description:
+      - Where to record what the unit runs after the step (its main process, the venv its
+        interpreter lives in and that venv's build stamp), so the audit names the running
+        build, never one that was only installed. Rewritten only when the process changed.
     type: path
   output_gate:
     description: The lossless-output gate (see C(plugins/module_utils/output_gate.py)); omit for none.
@@ -238,6 +245,10 @@ previous_path:
   description: Where the previous unit text was kept (null when nothing was replaced).
   returned: always
   type: str
+audit_written:
+  description: Whether I(audit_path) was (re)written (the serving process changed, or it was missing).
+  returned: success, not in check mode
+  type: bool
 output_gate:
   description: >-
     The gate's verdict (ok, check C(lossless)/C(degeneration)/C(decode), message,
@@ -268,6 +279,7 @@ def run_module() -> None:
             "api_key": {"type": "str", "no_log": True},
             "secret_environment": {"type": "dict", "no_log": True},
             "environment_file": {"type": "path"},
+            "audit_path": {"type": "path"},
             "output_gate": {
                 "type": "dict",
                 "options": {
@@ -322,13 +334,23 @@ def run_module() -> None:
             msg += f"\nlast journal lines of {p['name']}:\n{exc.journal}"
         failed = exc.result.as_dict()
         failed["changed"] = True
+        _audit(p, exc.result.after.main_pid, exc.result.after.invocation_id)
         module.fail_json(msg=msg, **failed)
     except (RuntimeError, ValueError) as exc:
         module.fail_json(msg=str(exc))
     out = result.as_dict()
+    if not module.check_mode:
+        out["audit_written"] = _audit(p, result.after.main_pid, result.after.invocation_id)
     if result.written:
         out["diff"] = diff
     module.exit_json(**out)
+
+
+def _audit(p: dict[str, Any], main_pid: int, invocation_id: str) -> bool:
+    """Record the running build (see engine_build.record_running); True when written."""
+    if not p["audit_path"] or main_pid <= 0:
+        return False
+    return record_running(p["audit_path"], p["name"], main_pid, invocation_id)
 
 
 def _gate(p: dict[str, Any]) -> NodeGate | None:

