@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -78,19 +79,19 @@ def test_model_pin_minimum_is_enforced_with_its_reason(repo_root: Path, tmp_path
     assert "GDN hybrid" in out
 
 
-def test_git_ref_only_for_vllm(repo_root: Path, tmp_path: Path) -> None:
+def test_git_ref_only_for_engines_built_from_git(repo_root: Path, tmp_path: Path) -> None:
     out = _play(
         repo_root,
         tmp_path,
         "inference_engine",
         {
-            "inference_engine_engine": "sglang",
+            "inference_engine_engine": "vllm-cpu",
             "inference_engine_git_ref": "refs/pull/40898/head",
             "inference_engine_model": "Qwen/Qwen3.6-27B",
         },
     )
     assert out.startswith("rc=2"), out[-2000:]
-    assert "apply to engine vllm only" in _words(out), out[-2000:]
+    assert "apply to engines sglang and vllm" in _words(out), out[-2000:]
 
 
 def test_model_must_be_a_path_or_hub_id(repo_root: Path, tmp_path: Path) -> None:
@@ -215,3 +216,85 @@ def test_unit_keeps_dollar_and_secrets_stay_out(repo_root: Path, tmp_path: Path)
     assert "+EnvironmentFile=/etc/specops/specops-dollar-test.env" in out
     assert secret not in out
     assert not Path("/etc/specops/specops-dollar-test.env").exists()  # check mode
+
+
+def _hub(cache: Path, repo_id: str, source: Path) -> Path:
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("c" * 40)
+    snapshot = repo / "snapshots" / ("c" * 40)
+    shutil.copytree(source, snapshot)
+    return snapshot
+
+
+@pytest.mark.parametrize(
+    ("engine", "version", "profile"),
+    [
+        ("vllm", "0.32.0", {"method": "dflash", "num_draft_tokens": 16}),
+        ("sglang", "0.5.11", {"method": "dflash", "num_draft_tokens": 16}),
+    ],
+)
+def test_resaved_hub_drafter_is_refused_on_both_engines(  # noqa: PLR0917 - fixtures + params
+    repo_root: Path, tmp_path: Path, fixtures_dir: Path, engine: str, version: str,
+    profile: dict[str, Any],
+) -> None:  # fmt: skip
+    """The seeds' drafter named by hub id, re-saved with its window flattened and off,
+    no window given (vLLM cannot take one): refused before the unit is written."""
+    cache = tmp_path / "cache"
+    drafters = fixtures_dir / "drafter"
+    _hub(cache / "hub", "z-lab/Qwen3.6-27B-DFlash", drafters / "qwen3_6-27b-dflash-resaved")
+    target = _hub(cache / "hub", "Qwen/Qwen3.6-27B", drafters / "qwen3_6-27b-target")
+    out = _play(
+        repo_root,
+        tmp_path,
+        "inference_service",
+        {
+            "inference_service_served_model_name": "qwen3.6-27b",
+            "inference_service_engine": engine,
+            "inference_service_engine_version": version,
+            "inference_service_venv": str(_venv(tmp_path)),
+            "inference_service_model": str(target),
+            "inference_service_cache_dir": str(cache),
+            "inference_service_speculative": {**profile, "draft_model": "z-lab/Qwen3.6-27B-DFlash"},
+        },
+    )
+    assert out.startswith("rc=2"), out[-3000:]
+    text = _words(out)
+    assert "DFlash drafter preflight: drafter.layer_types: found" in text, out[-3000:]
+    assert "drafter.use_sliding_window: found false" in text
+    assert "drafter.sliding_window: found null" in text
+    assert "known drafter z-lab/Qwen3.6-27B-DFlash" in text
+
+
+def test_installed_flag_set_decides_what_is_accepted(repo_root: Path, tmp_path: Path) -> None:
+    """A flag set in the venv (as engine_flags writes it) is what the unit is checked
+    against: a version with no recorded list is accepted, a flag it lacks is refused."""
+    venv = _venv(tmp_path)
+    recorded = json.loads(
+        (repo_root / "src/specops/speculative/data/vllm-0.32.0-flags.json").read_text()
+    )
+    flags = dict(recorded["flags"])
+    del flags["--max-num-seqs"]  # this build has no such flag
+    (venv / ".specops-engine-flags.json").write_text(json.dumps({
+        "engine": "vllm", "version": "0.20.1", "source": "test build",
+        "speculative": recorded["speculative"], "flags": flags,
+    }))  # fmt: skip
+    common = {
+        "inference_service_served_model_name": "m",
+        "inference_service_engine": "vllm",
+        "inference_service_engine_version": "0.20.1",  # no recorded list for it
+        "inference_service_venv": str(venv),
+        "inference_service_model": "/srv/m",
+        "inference_service_speculative": {"method": "ngram", "num_draft_tokens": 4},
+    }
+    ok = _play(repo_root, tmp_path, "inference_service", common)
+    assert ok.startswith("rc=0"), ok[-3000:]
+    bad = _play(
+        repo_root, tmp_path, "inference_service",
+        {**common, "inference_service_engine_args": ["--max-num-seqs", "4"]},
+    )  # fmt: skip
+    assert bad.startswith("rc=2"), bad[-3000:]
+    assert (
+        "inference_service_engine_args[0]: --max-num-seqs is not the installed vllm 0.20.1 flag"
+        in _words(bad)
+    ), bad[-3000:]

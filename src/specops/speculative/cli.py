@@ -2,7 +2,7 @@
 
 specops profile render --engine sglang --version 0.5.11 --profile FILE.yml
 specops profile table [--check README.md | --write README.md]
-specops profile check-drafter --target DIR --drafter DIR [--window 2048]
+specops profile check-drafter --target DIR --drafter DIR [--method M] [--id HUB_ID] [--window 2048]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from specops.errors import SpecopsError, ValidationError
-from specops.speculative.drafter import check_drafter_dirs
+from specops.speculative.drafter import DRAFTER_METHODS, check
 from specops.speculative.engines import ENGINE_NAMES, Engine
 from specops.speculative.profile import SpeculativeProfile
 from specops.speculative.table import check_file, render_table, write_file
@@ -53,9 +53,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     mode.add_argument("--write", type=Path, metavar="FILE", help="update FILE's copy in place")
     table.set_defaults(func=_table)
 
-    drafter = sub.add_parser("check-drafter", help="check a DFlash drafter's config.json")
+    drafter = sub.add_parser("check-drafter", help="check a drafter's config.json vs its target")
     drafter.add_argument("--target", required=True, type=Path, help="target model directory")
     drafter.add_argument("--drafter", required=True, type=Path, help="drafter model directory")
+    drafter.add_argument(
+        "--method", default="dflash", choices=DRAFTER_METHODS, help="the profile's method"
+    )
+    drafter.add_argument("--id", default="", help="the drafter's hub id (known-drafter table)")
+    drafter.add_argument("--config-sha256", default="", help="pinned sha256 of its config.json")
     drafter.add_argument("--window", type=int, help="expected draft window, e.g. 2048")
     drafter.add_argument("--num-draft-tokens", type=int, help="the profile's block size")
     drafter.add_argument("--json", action="store_true", help="print findings as JSON")
@@ -109,17 +114,20 @@ def _check_drafter(args: argparse.Namespace) -> int:
     for name in ("target", "drafter"):
         if not getattr(args, name).is_dir():
             raise SpecopsError(f"--{name}: {getattr(args, name)} is not a directory")
-    findings = check_drafter_dirs(
-        str(args.target),
-        str(args.drafter),
-        window=args.window,
-        num_draft_tokens=args.num_draft_tokens,
-    )
+    report = check(
+        args.method, str(args.target), str(args.drafter), drafter_id=args.id,
+        window=args.window, num_draft_tokens=args.num_draft_tokens,
+        config_sha256=args.config_sha256,
+    )  # fmt: skip
+    findings = report.findings
     if args.json:
         print(json.dumps([f.as_dict() for f in findings], indent=1))
     else:
         for finding in findings:
             print(finding.message)
+        for warning in report.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
         if not findings:
-            print(f"{args.drafter}/config.json fits {args.target}/config.json")
+            known = f" (known drafter {report.known})" if report.known else ""
+            print(f"{args.drafter}/config.json fits {args.target}/config.json{known}")
     return 1 if findings else 0

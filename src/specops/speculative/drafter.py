@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ansible_collections.specops.infra.plugins.module_utils import dflash_drafter as _core
+from ansible_collections.specops.infra.plugins.module_utils import drafter_check as _check
 
 from specops.errors import ValidationError
 
@@ -22,9 +23,15 @@ check_drafter_config = _core.check_drafter_config
 check_drafter_dirs = _core.check_drafter_dirs
 default_target_layer_ids = _core.default_target_layer_ids
 format_findings = _core.format_findings
+DRAFTER_METHODS = _check.DRAFTER_METHODS
+KNOWN_DRAFTERS = _check.KNOWN_DRAFTERS
+check = _check.check
 
 __all__ = [
+    "DRAFTER_METHODS",
+    "KNOWN_DRAFTERS",
     "DrafterFinding",
+    "check",
     "check_drafter_config",
     "check_drafter_dirs",
     "default_target_layer_ids",

@@ -27,6 +27,7 @@ __all__ = [
     "DrafterFinding",
     "check_drafter_config",
     "check_drafter_dirs",
+    "check_layer_types",
     "default_target_layer_ids",
     "format_findings",
     "load_config_json",
@@ -259,6 +260,14 @@ def _check_layers(
             )
         )
     return findings
+
+
+def check_layer_types(
+    drafter: Mapping[str, Any], window: int | None = None
+) -> list[DrafterFinding]:
+    """The layer_types / sliding window rules alone (any drafter that has layer_types)."""
+    layers = _text_config(drafter).get("num_hidden_layers")
+    return _check_layers(drafter, layers if _is_int(layers) else None, window)
 
 
 def _check_block(
