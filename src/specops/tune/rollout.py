@@ -109,7 +109,9 @@ def measure(plan: Mapping[str, Any], base_url: str, out: Path, humaneval_limit: 
     """Run the smoke plan against ``base_url``; the results document's path under ``out``."""
     fields: dict[str, Any] = {**plan, "base_url": base_url}
     if humaneval_limit > 0:
-        fields["humaneval"] = {"enabled": True, "limit": humaneval_limit}
+        # the plan may tune the pass (max_tokens, timeout_s, ...); the limit is the gate's
+        fields["humaneval"] = {**(plan.get("humaneval") or {}), "enabled": True,
+                               "limit": humaneval_limit}  # fmt: skip
     results = asyncio.run(run_plan(plan_from_mapping(fields), None, False))
     return results.save(out / results.run_id / "results.json")
 
