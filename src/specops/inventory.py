@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specops.errors import SpecopsError, ValidationError
-from specops.speculative import Engine, SpeculativeProfile, to_argv
+from specops.speculative import Engine, SpeculativeProfile, known_versions, to_argv
+from specops.speculative.engines import ENGINE_NAMES
 
 __all__ = ["REQUIRED_GROUPS", "inventory_problems"]
 
@@ -49,7 +50,10 @@ def _serving_problems(
             profile = SpeculativeProfile.from_mapping(
                 hv["inference_service_speculative"], prefix="inference_service_speculative"
             )
-            to_argv(profile, Engine.parse(str(engine), str(version), caps))
+            # A version with no recorded flag list (vLLM 0.20.1, a PR build) is checked
+            # on the node against the installed build's own flags; here, its shape only.
+            if str(engine) not in ENGINE_NAMES or _recorded(str(engine), str(version)):
+                to_argv(profile, Engine.parse(str(engine), str(version), caps))
         except ValidationError as exc:
             # The translator names profile fields ``speculative.*``: say the variable.
             field = exc.field
@@ -59,6 +63,12 @@ def _serving_problems(
         except SpecopsError as exc:
             problems.append(f"{host}: {exc}")
     return problems
+
+
+def _recorded(engine: str, version: str) -> bool:
+    """Whether ``engine`` ``version`` has a recorded flag list (else the node checks it)."""
+    known = known_versions(engine)
+    return version in known or sum(v.startswith(version + ".") for v in known) == 1
 
 
 def inventory_problems(

@@ -58,3 +58,23 @@ def test_node_vmid_and_profile_problems_name_host_and_variable() -> None:
     assert problems[4].startswith("d: inference_service_speculative.method: ")
     assert "cannot do 'ddtree'" in problems[4]
     assert len(problems) == 5
+
+
+def test_a_version_without_a_recorded_list_is_left_to_the_installed_flags() -> None:
+    """vLLM 0.20.1 (the seeds' PR builds) has no recorded flag list: the profile's shape
+    is checked here, its flags on the node against what the built engine accepts."""
+    groups = {**NODES, "serving": ["a", "b"]}
+    dflash = {"method": "dflash", "draft_model": "z-lab/Qwen3.6-27B-DFlash", "num_draft_tokens": 16}
+    hv = {
+        "a": ct(vmid=101, inference_service_engine="vllm",
+                inference_service_engine_version="0.20.1",
+                inference_service_speculative=dflash),
+        "b": ct(vmid=102, inference_service_engine="vllm",
+                inference_service_engine_version="0.20.1",
+                inference_service_speculative={**dflash, "num_stepz": 3}),
+    }  # fmt: skip
+    assert inventory_problems(groups, hv) == [
+        "b: inference_service_speculative.num_stepz: unknown key; valid keys: method, num_steps,"
+        " topk, num_draft_tokens, draft_model, draft_model_revision, draft_window, tree_budget,"
+        " prompt_lookup_min, prompt_lookup_max, model_mtp_method, extra_args"
+    ]
