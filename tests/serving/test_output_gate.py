@@ -149,3 +149,20 @@ def test_node_gate_without_a_server_fails_with_decode(tmp_path: Path) -> None:
     verdict = gate.after_ready()
     assert (verdict.ok, verdict.check) == (False, "decode")
     assert not (tmp_path / "ref.json").exists()
+
+
+def test_controller_settings_in_the_inventory_shape() -> None:
+    from specops.errors import ValidationError
+    from specops.tune.output_gate import gate_config
+
+    assert gate_config(True) == GateConfig()
+    assert gate_config(None) == GateConfig()
+    assert gate_config(False) is None
+    assert gate_config({"enabled": False}) is None
+    lab = gate_config({"enabled": True, "threshold": 0.8, "degeneration": {"enabled": False}})
+    assert lab == GateConfig(threshold=0.8, detect_loops=False)
+    assert degeneration([7] * 40, lab) is None  # the detector is off, nothing else
+    with pytest.raises(ValidationError, match=r"^output_gate: unknown key\(s\) \['treshold'\]"):
+        gate_config({"treshold": 0.8})
+    with pytest.raises(ValidationError, match=r"^output_gate\.threshold: must be in \(0, 1\]"):
+        gate_config({"threshold": 2})

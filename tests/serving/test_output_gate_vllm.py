@@ -28,6 +28,10 @@ from plugins.measurements import Record
 from specops.tune.output_gate import OutputCheck, record, reference_beside, verdict
 
 DEFAULT = og.GateConfig()
+# The lab's tiny model has random weights: its greedy output is a one-token loop on every
+# gate prompt (measured below), so the lab runs the gate with the loop detector off for
+# it, as inventory/lab does; the match with the reference is what these servers prove.
+LAB = og.GateConfig(detect_loops=False)
 
 
 def _decode_with(base_url: str, extra: dict[str, Any]) -> list[og.Decoded]:
@@ -104,8 +108,13 @@ def test_threshold_measured_on_real_vllm(
         assert verdicts[name].ok, (name, verdicts[name].message)
     assert not verdicts["repetition_penalty 1.3"].ok
     assert verdicts["repetition_penalty 1.3"].check == "lossless"
-    # the reference itself is no loop: the gate accepts it with no reference too
-    assert og.evaluate(plain, None, DEFAULT).ok, og.evaluate(plain, None, DEFAULT).message
+    # The random-weight model loops by construction: the default detector refuses it
+    # with no reference (what a degenerate engine gets), the lab's setting does not.
+    assert all(loops.values()), loops
+    assert og.evaluate(plain, None, DEFAULT).check == "degeneration"
+    assert og.evaluate(plain, None, LAB).ok
+    assert og.evaluate(runs["ngram k=3"], reference, LAB).ok
+    assert og.evaluate(runs["repetition_penalty 1.3"], reference, LAB).check == "lossless"
 
 
 def test_a_looping_server_is_caught_without_a_reference(vllm_plain_server: Any) -> None:
@@ -119,16 +128,16 @@ def test_node_gate_records_then_judges(vllm_plain_server: Any, tmp_path: Path) -
     path = tmp_path / "gate" / "ref.json"
     url = vllm_plain_server.base_url
     model = str(vllm_plain_server.model)
-    speculative = og.NodeGate(url, "tiny-qwen", model, str(path), record=False)
+    speculative = og.NodeGate(url, "tiny-qwen", model, str(path), LAB, record=False)
     # no reference yet: the running server's output becomes it (before a change)
     speculative.before_change()
     assert json.loads(path.read_text())["source"] == "the server that ran before the change"
     assert speculative.after_ready().ok
-    none = og.NodeGate(url, "tiny-qwen", model, str(path), record=True)
+    none = og.NodeGate(url, "tiny-qwen", model, str(path), LAB, record=True)
     verdict_none = none.after_ready()
     assert verdict_none.ok
     assert none.recorded == ""  # a fitting reference is kept, not replaced
-    stale = og.NodeGate(url, "tiny-qwen", "/srv/another-model", str(path), record=True)
+    stale = og.NodeGate(url, "tiny-qwen", "/srv/another-model", str(path), LAB, record=True)
     assert stale.after_ready().ok
     assert stale.recorded == "method none (no speculation)"  # another model: recorded anew
 
@@ -139,9 +148,12 @@ def test_controller_gates_on_the_same_servers(
     baseline = tmp_path / "baselines" / "node1.json"
     ref_path = reference_beside(baseline)
     assert ref_path.name == "node1.output-gate.json"
-    assert record(vllm_plain_server.base_url, ref_path, DEFAULT, "the node before") is not None
-    assert verdict(vllm_ngram_server.base_url, ref_path, DEFAULT).ok
-    check = OutputCheck(tmp_path / "sweep" / "output-reference.json")
+    # a looping server is no reference (detector on); the lab's setting keeps it
+    assert record(vllm_plain_server.base_url, ref_path, DEFAULT, "the node before") is None
+    assert not ref_path.exists()
+    assert record(vllm_plain_server.base_url, ref_path, LAB, "the node before") is not None
+    assert verdict(vllm_ngram_server.base_url, ref_path, LAB).ok
+    check = OutputCheck(tmp_path / "sweep" / "output-reference.json", LAB)
     assert "recorded" in check.prepare(vllm_plain_server.base_url)
     assert check.reject(vllm_ngram_server.base_url) is None
     # a reference of other outputs: the candidate is rejected with the reason

@@ -15,6 +15,7 @@ from specops.bench.compare import threshold_arg
 from specops.bench.results import load_results
 from specops.errors import ValidationError
 from specops.tune.apply import AnsibleApplier
+from specops.tune.output_gate import gate_config
 from specops.tune.rollout import load_records, measure_baseline, smoke_gate, smoke_step, summary
 from specops.tune.sweep import load_config_file, run_sweep
 
@@ -61,6 +62,11 @@ def register(subparsers: Any) -> None:
         step.add_argument("--work", type=Path, required=True, help="directory for the results")
         step.add_argument("--baseline", type=Path, required=True, help="the node's baseline file")
         step.add_argument("--humaneval-limit", type=int, default=0)
+        step.add_argument(
+            "--output-gate-json", default="true",
+            help="the output gate: true, false, or its settings (threshold, max_tokens,"
+            " degeneration) as JSON",
+        )  # fmt: skip
         if name == "smoke":
             step.add_argument("--throughput-drop", type=threshold_arg, default=0.10, help=_OFF)
             step.add_argument("--max-pass-drop", type=int, default=0)
@@ -109,14 +115,21 @@ def _step(args: argparse.Namespace) -> int:
         raise ValidationError("--plan-json", f"not JSON: {exc}") from None
     if not isinstance(plan, dict):
         raise ValidationError("--plan-json", "must be a JSON object of bench plan fields")
+    try:
+        gate = gate_config(json.loads(args.output_gate_json), "--output-gate-json")
+    except json.JSONDecodeError as exc:
+        raise ValidationError("--output-gate-json", f"not JSON: {exc}") from None
     if args.rollout_command == "baseline":
-        out = measure_baseline(plan, args.base_url, args.work, args.baseline, args.humaneval_limit)
+        out = measure_baseline(
+            plan, args.base_url, args.work, args.baseline, args.humaneval_limit, gate=gate
+        )
         ok = True
     else:
         out = smoke_step(
             plan, args.base_url, args.work, args.baseline,
             throughput_drop=args.throughput_drop, max_pass_drop=args.max_pass_drop,
             humaneval_limit=args.humaneval_limit, update_baseline=not args.no_update_baseline,
+            gate=gate,
         )  # fmt: skip
         ok = bool(out["ok"])
     json.dump(out, sys.stdout)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +35,46 @@ from ansible_collections.specops.infra.plugins.module_utils.output_gate import (
     save_reference,
 )
 
-__all__ = ["GateConfig", "OutputCheck", "record", "reference_beside", "served_model", "verdict"]
+from specops.errors import ValidationError
+
+__all__ = [
+    "GateConfig",
+    "OutputCheck",
+    "gate_config",
+    "record",
+    "reference_beside",
+    "served_model",
+    "verdict",
+]
+
+
+def gate_config(data: object, where: str = "output_gate") -> GateConfig | None:
+    """The gate's settings as the inventory spells them; None when the gate is off.
+
+    ``true``/``false``, or a mapping: ``enabled``, ``threshold``, ``max_tokens`` and
+    ``degeneration`` (``enabled``, ``max_run``, ``max_period``, ``min_span``), the shape of
+    the ``inference_service_output_gate*`` variables.
+    """
+    if data is None or data is True:
+        return GateConfig()
+    if data is False:
+        return None
+    if not isinstance(data, Mapping):
+        raise ValidationError(where, f"must be true, false or a mapping (got {data!r})")
+    values = dict(data)
+    if values.pop("enabled", True) is False:
+        return None
+    loops = dict(values.pop("degeneration", None) or {})
+    if "enabled" in loops:
+        loops["detect_loops"] = loops.pop("enabled")
+    try:
+        config = GateConfig.from_mapping({**values, **loops})
+    except (ValueError, TypeError) as exc:
+        raise ValidationError(where, str(exc)) from None
+    problems = config.problems()
+    if problems:
+        raise ValidationError(f"{where}.{problems[0].split(':')[0]}", problems[0].split(": ", 1)[1])
+    return config
 
 
 def reference_beside(baseline: Path) -> Path:

@@ -124,17 +124,17 @@ def _keep(results: Path, baseline: Path) -> None:
 
 
 def measure_baseline(
-    plan: Mapping[str, Any], base_url: str, work: Path, baseline: Path, humaneval_limit: int = 0
-) -> dict[str, Any]:
+    plan: Mapping[str, Any], base_url: str, work: Path, baseline: Path, humaneval_limit: int = 0,
+    *, gate: output_gate.GateConfig | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Measure the node's current server into ``baseline`` unless it has one already.
 
-    The node's current greedy output becomes its output-gate reference when it has none.
+    With ``gate`` (the output gate's settings; None: off), the node's current greedy
+    output becomes its output-gate reference when it has none.
     """
     reference = output_gate.reference_beside(baseline)
-    if not reference.exists():
-        output_gate.record(
-            base_url, reference, output_gate.GateConfig(), "the node before the rollout"
-        )
+    if gate is not None and not reference.exists():
+        output_gate.record(base_url, reference, gate, "the node before the rollout")
     if baseline.exists():
         return {"measured": False, "baseline": str(baseline), "seconds": 0.0}
     began = time.monotonic()
@@ -154,25 +154,28 @@ def smoke_step(
     max_pass_drop: int,
     humaneval_limit: int = 0,
     update_baseline: bool = True,
+    gate: output_gate.GateConfig | None = None,
 ) -> dict[str, Any]:
-    """Smoke benchmark, gate against the baseline, and (when it passed) the new baseline."""
+    """Smoke benchmark, gate against the baseline, and (when it passed) the new baseline.
+
+    With ``gate``, the new profile's greedy output is also judged against the node's
+    reference (gate ``output``).
+    """
     if not baseline.exists():
         raise ValidationError("baseline", f"{baseline} does not exist (measure it first)")
     began = time.monotonic()
     results = measure(plan, base_url, work / "smoke", humaneval_limit)
-    gate = smoke_gate(
+    result = smoke_gate(
         load_results(baseline), load_results(results),
         throughput_drop=throughput_drop, max_pass_drop=max_pass_drop,
     )  # fmt: skip
-    if gate.ok:
-        out = output_gate.verdict(
-            base_url, output_gate.reference_beside(baseline), output_gate.GateConfig()
-        )
+    if result.ok and gate is not None:
+        out = output_gate.verdict(base_url, output_gate.reference_beside(baseline), gate)
         if not out.ok:
-            gate = GateResult(False, "output", f"{out.check}: {out.message}", gate.findings)
-    if gate.ok and update_baseline:
+            result = GateResult(False, "output", f"{out.check}: {out.message}", result.findings)
+    if result.ok and update_baseline:
         _keep(results, baseline)
-    return {**gate.to_dict(), "results": str(results),
+    return {**result.to_dict(), "results": str(results),
             "seconds": round(time.monotonic() - began, 2)}  # fmt: skip
 
 

@@ -5,7 +5,8 @@
 (the engine cannot take it: recorded invalid, no restart); the applier applies it and
 restarts; :func:`~specops.tune.apply.prove_restart` shows a new process that generates;
 the lossless-output gate (:class:`~specops.tune.output_gate.OutputCheck`, on unless
-the config says ``output_gate: false``) rejects a candidate whose greedy output differs
+the config says ``output_gate: false``; a mapping sets threshold, max_tokens,
+degeneration) rejects a candidate whose greedy output differs
 from the canary's before the sweep, or loops, without benchmarking it;
 ``specops bench`` measures the plan (results saved under ``runs/``) and the objective
 and verdict are read from those results. Every step goes into the ledger
@@ -30,7 +31,7 @@ from specops.speculative import Engine
 from specops.tune.apply import Applier, ApplyError, generates, prove_restart
 from specops.tune.ledger import Ledger
 from specops.tune.objective import CorrectnessGate, measurement_from_results
-from specops.tune.output_gate import OutputCheck
+from specops.tune.output_gate import GateConfig, OutputCheck, gate_config
 from specops.tune.report import write_outputs
 from specops.tune.score import Scoring
 from specops.tune.search import Measurement, Outcome, ascend, grid
@@ -60,7 +61,7 @@ class SweepConfig:
     restore: bool = False
     max_rounds: int = 3
     apply_timeout_s: float = 1800.0  # one candidate's apply playbook, at most
-    output_gate: bool = True
+    output_gate: GateConfig | None = field(default_factory=GateConfig)
 
     def bench_plan(self, base_url: str | None = None) -> Plan:
         data = {**self.plan, "base_url": base_url or self.base_url}
@@ -80,7 +81,7 @@ class SweepConfig:
             "scoring": self.scoring.__dict__,
             "mode": self.mode,
             "canary": self.canary,
-            "output_gate": self.output_gate,
+            "output_gate": self.output_gate.__dict__ if self.output_gate else None,
         }
 
 
@@ -130,17 +131,10 @@ def load_config(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = N
         restore=bool(data.get("restore", False)),
         max_rounds=int(data.get("max_rounds", 3)),
         apply_timeout_s=float(apply_timeout),
-        output_gate=_flag(data, "output_gate", True),
+        output_gate=gate_config(data.get("output_gate", True)),
     )
     cfg.bench_plan()  # a bad plan fails here, before anything restarts
     return cfg
-
-
-def _flag(data: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = data.get(key, default)
-    if not isinstance(value, bool):
-        raise ValidationError(key, f"must be true or false (got {value!r})")
-    return value
 
 
 BenchFn = Callable[[Plan], Results]
@@ -271,7 +265,11 @@ def run_sweep(
     ledger = Ledger(out / "sweep.jsonl", cfg.fingerprint())
     if ledger.resumed:
         log(f"resuming {ledger.path}: {len(ledger.runs)} run(s) recorded")
-    gate = OutputCheck(out / "output-reference.json") if cfg.output_gate else None
+    gate = (
+        OutputCheck(out / "output-reference.json", cfg.output_gate)
+        if cfg.output_gate is not None
+        else None
+    )
     ev = SweepEvaluator(cfg, applier, ledger, out, bench=bench, ready=ready, log=log, gate=gate)
     if cfg.mode == "grid":
         outcome = grid(cfg.space, ev, cfg.scoring)

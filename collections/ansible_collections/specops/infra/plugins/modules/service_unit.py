@@ -176,6 +176,12 @@ options:
         description: A cycle repeated over this many tokens is degenerate.
         type: int
         default: 24
+      detect_loops:
+        description:
+          - The degeneration detector; false only for a model whose greedy output loops by
+            construction (the lab's random-weight model). The match with the reference stays.
+        type: bool
+        default: true
 notes:
   - Supports check mode and diff mode (the unit text).
 """
@@ -292,6 +298,7 @@ def run_module() -> None:
                     "max_run": {"type": "int", "default": 12},
                     "max_period": {"type": "int", "default": 4},
                     "min_span": {"type": "int", "default": 24},
+                    "detect_loops": {"type": "bool", "default": True},
                 },
             },
         },
@@ -360,6 +367,7 @@ def _gate(p: dict[str, Any]) -> NodeGate | None:
     config = GateConfig(
         threshold=opts["threshold"], max_tokens=opts["max_tokens"], max_run=opts["max_run"],
         max_period=opts["max_period"], min_span=opts["min_span"],
+        detect_loops=opts["detect_loops"],
     )  # fmt: skip
     return NodeGate(
         url=p["url"], served_model_name=p["served_model_name"], model=opts["model"],
