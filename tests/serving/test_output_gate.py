@@ -25,6 +25,9 @@ from ansible_collections.specops.infra.plugins.module_utils.output_gate import (
     save_reference,
 )
 
+from specops.errors import ValidationError
+from specops.tune.output_gate import gate_config
+
 CONFIG = GateConfig(threshold=0.9, max_run=12, max_period=4, min_span=24)
 
 
@@ -152,9 +155,6 @@ def test_node_gate_without_a_server_fails_with_decode(tmp_path: Path) -> None:
 
 
 def test_controller_settings_in_the_inventory_shape() -> None:
-    from specops.errors import ValidationError
-    from specops.tune.output_gate import gate_config
-
     assert gate_config(True) == GateConfig()
     assert gate_config(None) == GateConfig()
     assert gate_config(False) is None
