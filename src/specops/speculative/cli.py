@@ -1,6 +1,6 @@
 """``specops profile``: render a speculative profile, print the table, check a drafter.
 
-specops profile render --engine sglang --version 0.5.11 --profile FILE.yml
+specops profile render --engine sglang --version 0.5.11 --profile FILE.yml [--flags FLAGSET.json]
 specops profile table [--check README.md | --write README.md]
 specops profile check-drafter --target DIR --drafter DIR [--method M] [--id HUB_ID] [--window 2048]
 """
@@ -43,6 +43,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="YAML/JSON file: the profile mapping, or a mapping with a 'speculative' key",
     )
     render.add_argument(
+        "--flags",
+        type=Path,
+        help="an installed build's flag set (<venv>/.specops-engine-flags.json): check against"
+        " it and read its capabilities, instead of the release's recorded list",
+    )
+    render.add_argument(
         "--format", choices=("shell", "json"), default="shell", help="shell line or JSON list"
     )
     render.set_defaults(func=_render)
@@ -80,7 +86,13 @@ def _load_profile(path: Path) -> SpeculativeProfile:
 
 
 def _render(args: argparse.Namespace) -> int:
-    engine = Engine.parse(args.engine, args.version, args.capability)
+    flag_set = None
+    if args.flags is not None:
+        try:
+            flag_set = json.loads(args.flags.read_text("utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValidationError("--flags", f"cannot read {args.flags}: {exc}") from None
+    engine = Engine.parse(args.engine, args.version, args.capability, flag_set)
     profile = _load_profile(args.profile)
     argv = to_argv(profile, engine)
     env = to_env(profile, engine)
