@@ -19,9 +19,13 @@ set greedily and
    answered ``lambda lambda lambda ...``). A prompt whose reference output has the same
    loop is left to the match check (the model itself loops there).
 
-Token ids come from ``return_token_ids`` (vLLM >= 0.10.2 adds ``token_ids`` to each
-choice); an engine that returns none is compared on text units (words, spaces,
-punctuation), which the verdict says. Stdlib only: it runs in the container (the
+Token ids come from ``return_token_ids``: vLLM (0.32: ``CompletionRequest.return_token_ids``)
+and SGLang (main: ``python/sglang/srt/entrypoints/openai/protocol.py``, the request field
+and ``token_ids`` in each choice) add ``token_ids`` to each choice; both request models
+ignore fields they do not know, so a release without it answers with text only, and is
+compared on text units (words, spaces, punctuation), which the verdict says. Both list
+the served model with its path as ``root`` in ``/v1/models`` (vLLM; SGLang's
+``ModelCard.root``), which keys a reference taken from a running server. Stdlib only: it runs in the container (the
 ``service_unit`` step) and on the controller (rollout smoke gate, sweep).
 """
 
