@@ -11,7 +11,8 @@ table for its good change and keeps it in ``results/rollout-p4.json``). Per node
 - what else the engine spends, not the orchestration: the old server's graceful stop
   (``stop``: its processes gone) and the first generation after /health (``1st gen``,
   the readiness gate's one-token completion on a fresh server);
-- the measurements: ``baseline`` (first rollout only) and ``smoke`` benchmark;
+- the measurements: the lossless-output gate's greedy decoding in the service step
+  (``output gate``), ``baseline`` (first rollout only) and ``smoke`` benchmark;
 - ``orchestration``: what is left -- Ansible tasks, round trips, the controller's
   process starts. The target is judged on it.
 

@@ -159,3 +159,7 @@ def test_overhead_leaves_out_what_the_engine_and_the_measurements_spend() -> Non
     lines = overhead_table([record])
     assert lines[1].split()[0] == "n0"
     assert lines[-1] == "worst orchestration 4.7 s (target <= 5 s)"
+    # the output gate's decoding is a measurement too
+    gated = overhead({**record, "rollout_s": 44.1, "output_gate_s": 2.0})
+    assert gated["output gate"] == 2.0
+    assert gated["orchestration"] == pytest.approx(4.7)

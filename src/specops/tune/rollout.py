@@ -194,7 +194,8 @@ def load_records(report_dir: Path) -> list[dict[str, Any]]:
 
 
 OVERHEAD_COLUMNS = (
-    "rollout", "start>health", "overhead", "stop", "1st gen", "baseline", "smoke", "orchestration",
+    "rollout", "start>health", "overhead", "stop", "1st gen", "output gate", "baseline", "smoke",
+    "orchestration",
 )  # fmt: skip
 
 
@@ -204,11 +205,13 @@ def overhead(record: Mapping[str, Any]) -> dict[str, float]:
     ``overhead`` is the rollout minus the engine's start-to-healthy (systemd's
     ExecMainStart -> ActiveEnter); ``orchestration`` also leaves out what the engine
     and the measurements spend: the old server's stop, the first generation after
-    /health, the baseline and the smoke benchmark.
+    /health, the output gate's greedy decoding, the baseline and the smoke benchmark.
+    (Records without ``output_gate_s`` count it as 0.)
     """
     total, engine = float(record["rollout_s"]), float(record["engine_start_to_healthy_s"])
     parts = [
-        float(record.get(k) or 0) for k in ("engine_stop_s", "ready_s", "baseline_s", "smoke_s")
+        float(record.get(k) or 0)
+        for k in ("engine_stop_s", "ready_s", "output_gate_s", "baseline_s", "smoke_s")
     ]
     over = total - engine
     return dict(

@@ -25,8 +25,10 @@ and ``token_ids`` in each choice) add ``token_ids`` to each choice; both request
 ignore fields they do not know, so a release without it answers with text only, and is
 compared on text units (words, spaces, punctuation), which the verdict says. Both list
 the served model with its path as ``root`` in ``/v1/models`` (vLLM; SGLang's
-``ModelCard.root``), which keys a reference taken from a running server. Stdlib only: it runs in the container (the
-``service_unit`` step) and on the controller (rollout smoke gate, sweep).
+``ModelCard.root``), which keys a reference taken from a running server.
+
+Stdlib only: it runs in the container (the ``service_unit`` step) and on the controller
+(rollout smoke gate, sweep).
 """
 
 from __future__ import annotations
@@ -403,6 +405,7 @@ class NodeGate:
     refresh: bool = False
     api_key: str | None = None
     recorded: str = ""  # what this run recorded, for the result
+    seconds: float = 0.0  # time spent decoding (a measurement, like the readiness probe)
 
     def _fitting(self) -> tuple[Reference | None, str]:
         ref = load_reference(self.reference_path)
@@ -433,6 +436,13 @@ class NodeGate:
         """
         if not self.needs_reference():
             return
+        began = time.monotonic()
+        try:
+            self._record_before()
+        finally:
+            self.seconds += time.monotonic() - began
+
+    def _record_before(self) -> None:
         root = _listed_root(self.url, self.served_model_name, self.config.request_timeout)
         if root is not None and root != self.model:
             return
@@ -447,10 +457,13 @@ class NodeGate:
     def after_ready(self) -> GateVerdict:
         """Decode the new server and judge it; record the reference when this unit may."""
         reference, why_none = self._fitting()
+        began = time.monotonic()
         try:
             outputs = decode(self.url, self.served_model_name, self.config, api_key=self.api_key)
         except RuntimeError as exc:
             return GateVerdict(False, "decode", f"the gate prompts could not be decoded: {exc}")
+        finally:
+            self.seconds += time.monotonic() - began
         compare_with = None if (self.record and self.refresh) else reference
         verdict = evaluate(outputs, compare_with, self.config)
         if verdict.ok and self.record and (reference is None or self.refresh):

@@ -460,7 +460,9 @@ def _gate(gate: NodeGate | None, result: ApplyResult, started: bool) -> str:
             }  # fmt: skip
         return ""
     verdict = gate.after_ready()
-    result.output_gate = {**verdict.as_dict(), "recorded": gate.recorded}
+    result.output_gate = {
+        **verdict.as_dict(), "recorded": gate.recorded, "seconds": round(gate.seconds, 2)
+    }  # fmt: skip
     if verdict.ok:
         return ""
     result.ready = False
