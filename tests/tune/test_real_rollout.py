@@ -165,6 +165,9 @@ SWEEP = {
     "plan": {"concurrency": [2], "context_lengths": [128], "output_len": 32,
              "requests_per_cell": 8, "warmup_per_cell": 1},
     "objective": {"min_repeats": 1, "max_repeats": 1, "tolerance": 0.0},
+    # the output gate judges every candidate against the canary's output before the
+    # sweep; the tiny model's random weights loop by construction (as in inventory/lab)
+    "output_gate": {"degeneration": {"enabled": False}},
 }  # fmt: skip
 
 
