@@ -248,3 +248,64 @@ def test_crlf_events_and_comment_lines() -> None:
     assert rec.error is None
     assert rec.chunk_tokens == [1, 2, 1]
     assert rec.output_tokens == 4
+
+
+@pytest.mark.parametrize(
+    "exc", [ValueError("invalid literal for int() with base 16: b'zz'"), KeyError("usage")]
+)
+def test_any_fault_of_one_request_is_a_failed_request(exc: Exception) -> None:
+    """A transport or parser bug ends one request (its reason kept), never the run."""
+
+    class Broken(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield _sse(_completion("a", 1))
+            raise exc
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=Broken())
+
+    plan = Plan(base_url="http://127.0.0.1:9")
+
+    async def go() -> RequestRecord:
+        async with httpx.AsyncClient(
+            base_url=plan.base_url, transport=httpx.MockTransport(handler)
+        ) as client:
+            rec = RequestRecord(index=0, context_tokens=1)
+            return await send_request(
+                client, plan=plan, model="m", prompt="x", record=rec, clock_origin=0.0
+            )
+
+    rec = asyncio.run(go())
+    assert rec.error == f"client error: {type(exc).__name__}: {exc}"
+    assert rec.done_s is not None
+
+
+def test_aiohttp_transport_faults_map_to_httpx_reasons(synthetic) -> None:
+    """The real transport (aiohttp under httpx) against the synthetic server's faults."""
+    from specops.bench.client import make_client  # noqa: PLC0415
+
+    cut = synthetic(die_after_chunks=2)
+    crashed = synthetic(exit_after_requests=0)
+    ok = synthetic(tokens_per_chunk=2)
+
+    async def one(url: str) -> RequestRecord:
+        plan = Plan(base_url=url, output_len=8)
+        async with make_client(plan, 2) as client:
+            rec = RequestRecord(index=0, context_tokens=1)
+            return await send_request(
+                client, plan=plan, model="synthetic", prompt="x", record=rec, clock_origin=0.0
+            )
+
+    good = asyncio.run(one(ok.url))
+    assert good.error is None
+    assert good.output_tokens == 8
+    assert good.chunk_tokens == [2, 2, 2, 2]
+    truncated = asyncio.run(one(cut.url))
+    assert truncated.error is not None
+    assert truncated.error.startswith("truncated stream: peer closed connection")
+    gone = asyncio.run(one(crashed.url))  # the server drops the connection, then stops
+    assert gone.error is not None
+    assert gone.error.startswith("connection error: "), gone.error
+    refused = asyncio.run(one(crashed.url))  # nothing listens any more
+    assert refused.error is not None
+    assert refused.error.startswith("connection error: "), refused.error
