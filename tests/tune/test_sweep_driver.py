@@ -105,7 +105,7 @@ def config(**over: Any) -> dict[str, Any]:
         "base_profile": NGRAM_BASE,
         "space": {"num_draft_tokens": "2..9"},
         "plan": {"concurrency": [1, 4], "context_lengths": [64], "output_len": 48,
-                 "requests_per_cell": 4, "warmup_per_cell": 1},
+                 "requests_per_cell": 4, "waves_per_cell": 0, "warmup_per_cell": 1},
         "objective": {"min_repeats": 2, "max_repeats": 3, "min_gain": 0.05, "tolerance": 0.0},
         **over,
     }  # fmt: skip
@@ -127,7 +127,17 @@ def test_sweep_runs_writes_outputs_and_leaves_the_winner(applier, tmp_path: Path
     md = (tmp_path / "leaderboard.md").read_text()
     assert "| rank |" in md
     assert pick.candidate.key in md
-    assert (tmp_path / "leaderboard.csv").read_text().startswith("rank,candidate,score")
+    assert (
+        (tmp_path / "leaderboard.csv").read_text().startswith("rank,candidate,median,low,high,runs")
+    )
+    assert f"**Pick: {pick.candidate.key}**" in md
+    assert "runner-up" in md
+    # progress: numbered lines (the playbook waits for line n), candidate k of at most N
+    progress = (tmp_path / "progress.log").read_text().splitlines()
+    assert progress[0].startswith("1 candidate 1 of at most 8 (num_draft_tokens=4) run 1 |")
+    assert [int(line.split()[0]) for line in progress[:-1]] == list(range(1, len(progress)))
+    assert progress[-1].startswith(f"done pick {pick.candidate.key};")
+    assert "ETA ~" in progress[1]
     assert (tmp_path / "objective.png").read_bytes()[:4] == b"\x89PNG"
     snippet = (tmp_path / "chosen-profile.yml").read_text()
     assert "inference_service_speculative:" in snippet
@@ -160,7 +170,7 @@ def test_interrupted_sweep_resumes_without_measuring_again(applier, tmp_path: Pa
 
     def stop_after_five(msg: str) -> None:
         seen.append(msg)
-        if sum(" run " in m for m in seen) == 5:
+        if sum(m.startswith("num_draft_tokens=") and " run " in m for m in seen) == 5:
             raise Interrupt
 
     with pytest.raises(Interrupt):

@@ -16,7 +16,14 @@ from specops.bench.roofline import Hardware, resolve, roofline_rows
 from specops.plots import pyplot
 from specops.templating import fmt, render
 
-__all__ = ["REPORT_COLUMNS", "fmt", "render_markdown", "report_context", "write_report"]
+__all__ = [
+    "REPORT_COLUMNS",
+    "fmt",
+    "render_markdown",
+    "report_context",
+    "roofline_context",
+    "write_report",
+]
 
 _REPORT_KEYS = (
     "concurrency", "context_tokens", "status", "completed", "failed", "concurrency_max",
@@ -37,6 +44,26 @@ def _hardware(
         return Hardware(bandwidth_gb_s, bytes_per_token, "given (--gpu-bandwidth-gbs)",
                         "given (--model-bytes-per-token)")  # fmt: skip
     return resolve(results.plan.get("roofline"))
+
+
+def roofline_context(
+    results: Results, bandwidth_gb_s: float | None = None, bytes_per_token: float | None = None
+) -> dict[str, Any]:
+    """The roofline part of a report: hardware and rows, or the reason there is none.
+
+    Also what the sweep's and the rollout's reports show (``templates/roofline.md.j2``).
+    """
+    hardware = _hardware(results, bandwidth_gb_s, bytes_per_token)
+    rows = (
+        roofline_rows(results, hardware.bandwidth_gb_s, hardware.bytes_per_token)
+        if isinstance(hardware, Hardware)
+        else []
+    )
+    return {
+        "hardware": hardware if isinstance(hardware, Hardware) else None,
+        "roofline_reason": hardware if isinstance(hardware, str) else None,
+        "roofline": rows,
+    }
 
 
 def report_context(
@@ -61,13 +88,8 @@ def report_context(
          **c.acceptance.to_dict()}
         for c in accepted
     ]  # fmt: skip
-    hardware = _hardware(results, bandwidth_gb_s, bytes_per_token)
-    roofline = (
-        roofline_rows(results, hardware.bandwidth_gb_s, hardware.bytes_per_token)
-        if isinstance(hardware, Hardware)
-        else []
-    )
     return {
+        **roofline_context(results, bandwidth_gb_s, bytes_per_token),
         "run": results,
         "server": results.server,
         "plan": results.plan,
@@ -87,9 +109,6 @@ def report_context(
             for c in results.cells
             if c.acceptance.source == "vllm-metrics" and not c.acceptance.drafts
         ),
-        "hardware": hardware if isinstance(hardware, Hardware) else None,
-        "roofline_reason": hardware if isinstance(hardware, str) else None,
-        "roofline": roofline,
         "correctness": results.correctness,
         "plots": plots,
     }
