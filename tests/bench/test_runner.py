@@ -357,3 +357,23 @@ def test_a_cut_short_last_cell_line_is_measured_again(synthetic, tmp_path: Path)
     assert again.cells[0].to_dict() == first.cells[0].to_dict()
     assert again.cells[1].started_at >= first.cells[1].started_at
     assert len(store.cells_path.read_bytes().splitlines()) == 2
+
+
+def test_report_shows_the_roofline_of_the_plan_or_why_not(synthetic, tmp_path: Path) -> None:
+    server = synthetic(tokens_per_chunk=2, chunk_delay_s=0.002)
+    roof = {"gpu": "rtx-pro-6000", "gpu_count": 1, "bytes_per_token": 2.0e9,
+            "bytes_source": "inventory"}  # fmt: skip
+    plan = _plan(server.url, concurrency=[1, 2], context_lengths=[64], roofline=roof)
+    path = asyncio.run(run_plan(plan)).save(tmp_path / "a" / "results.json")
+    text = write_report(load_results(path), tmp_path / "a").read_text()
+    section = text.split("## Roofline (single stream)", 1)[1]
+    assert "Blackwell Workstation Edition: 1 card(s) per replica of the container's 1" in section
+    assert "1792 GB/s (1 x 1792 GB/s (NVIDIA RTX PRO 6000" in section
+    # bound = 1792e9 / 2e9 = 896 tok/s x acceptance length 2 (2-token chunks)
+    row = next(line for line in section.splitlines() if line.startswith("| 64 |"))
+    cols = [c.strip() for c in row.strip("|").split("|")]
+    assert cols[3:5] == ["896.0", "1792.0"]
+    bare = asyncio.run(run_plan(_plan(server.url, concurrency=[1], context_lengths=[64])))
+    other = bare.save(tmp_path / "b" / "results.json")
+    text = write_report(load_results(other), tmp_path / "b").read_text()
+    assert "No roofline: no roofline inputs in the plan" in text

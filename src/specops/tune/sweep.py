@@ -71,8 +71,14 @@ class SweepConfig:
         candidate (a failed start is one), then the final line."""
         return self.candidates_bound() * self.scoring.max_repeats + 1
 
-    def bench_plan(self, base_url: str | None = None) -> Plan:
+    def bench_plan(
+        self, base_url: str | None = None, roofline: dict[str, Any] | None = None
+    ) -> Plan:
+        """The bench plan of a run; ``roofline``: the canary's inputs, unless the config's
+        plan gives its own."""
         data = {**self.plan, "base_url": base_url or self.base_url}
+        if roofline and "roofline" not in data:
+            data["roofline"] = roofline
         if self.served_model_name:
             data["model"] = self.served_model_name
         if self.correctness.enabled:
@@ -183,6 +189,7 @@ class SweepEvaluator:
         self.log = log
         self.running: str | None = None  # unknown at start: the first apply decides
         self.restarts = 0
+        self.roofline: dict[str, Any] | None = None  # the canary's, from its last apply
         self.began = time.monotonic()
         self.seen: list[str] = []  # candidates measured (or replayed), in order
         self.lines = 0
@@ -224,6 +231,8 @@ class SweepEvaluator:
         outcome = self.applier.apply(profile)
         if outcome.restarted:
             self.restarts += 1
+        if outcome.roofline is not None:
+            self.roofline = outcome.roofline
         prove_restart(outcome, self.applier.base_url, self.applier.served_model_name, self.ready)
         self.running = key
         return outcome.to_dict()
@@ -255,7 +264,7 @@ class SweepEvaluator:
                 f"{candidate.key}: applied ({'restarted' if restart['restarted'] else 'unchanged'},"
                 f" {restart['seconds']:.1f} s)"
             )
-        results = self.bench(self.cfg.bench_plan(self.applier.base_url))
+        results = self.bench(self.cfg.bench_plan(self.applier.base_url, self.roofline))
         path = results.save(self.out / "runs" / candidate.key.replace(",", "_") / f"r{repeat}.json")
         m = measurement_from_results(results, self.cfg.correctness)
         self._record(candidate, repeat, m, str(path.relative_to(self.out)), restart)
