@@ -46,6 +46,9 @@ def register(subparsers: Any) -> None:
     run.add_argument("--context-lengths", help="comma list, e.g. 1K,8K,30K")
     run.add_argument("--output-len", type=int)
     run.add_argument("--requests-per-cell", type=int)
+    run.add_argument(
+        "--waves-per-cell", type=int, help="a cell sends at least waves x C requests (0: off)"
+    )
     run.add_argument("--warmup-per-cell", type=int)
     run.add_argument("--prompt-set", choices=["mixed", "chat", "coding"])
     run.add_argument("--prompt-file")
@@ -106,6 +109,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "context_lengths": args.context_lengths,
         "output_len": args.output_len,
         "requests_per_cell": args.requests_per_cell,
+        "waves_per_cell": args.waves_per_cell,
         "warmup_per_cell": args.warmup_per_cell,
         "prompt_set": args.prompt_set,
         "prompt_file": args.prompt_file,
