@@ -377,3 +377,27 @@ def test_report_shows_the_roofline_of_the_plan_or_why_not(synthetic, tmp_path: P
     other = bare.save(tmp_path / "b" / "results.json")
     text = write_report(load_results(other), tmp_path / "b").read_text()
     assert "No roofline: no roofline inputs in the plan" in text
+
+
+def test_cli_roofline_gpu_replaces_the_plan_cards_and_keeps_its_weights(
+    synthetic, tmp_path: Path, capsys
+) -> None:
+    """A migrated container: the plan written on the source names its old card."""
+    server = synthetic(chunk_delay_s=0.002)
+    plan = tmp_path / "plan.yml"
+    plan.write_text(json.dumps({"concurrency": [1], "context_lengths": [32], "output_len": 8,
+                                "requests_per_cell": 2, "warmup_per_cell": 0, "roofline": {
+                                    "gpu": "rtx-pro-6000", "gpu_count": 1,
+                                    "weights": {"bytes_per_token": 1e9}}}))  # fmt: skip
+    args = ["bench", "run", "--plan", str(plan), "--base-url", server.url, "--out",
+            str(tmp_path / "r"), "--json", "--roofline-gpu", "NVIDIA RTX A6000",
+            "--roofline-gpu-count", "2"]  # fmt: skip
+    assert main(args) == 0
+    info = json.loads(capsys.readouterr().out)
+    recorded = load_results(info["results"]).plan["roofline"]
+    assert (recorded["gpu"], recorded["gpu_count"]) == ("NVIDIA RTX A6000", 2)
+    assert recorded["weights"] == {"bytes_per_token": 1e9}
+    assert (
+        "NVIDIA RTX A6000: 1 card(s) per replica of the container's 2"
+        in Path(info["report"]).read_text()
+    )

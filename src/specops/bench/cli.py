@@ -62,6 +62,11 @@ def register(subparsers: Any) -> None:
         "--ignore-eos", action="store_true", default=None, help="opt-in; inflates numbers"
     )
     run.add_argument("--tokenizer-path", help="tokenizer.json when the server has no /tokenize")
+    run.add_argument(
+        "--roofline-gpu",
+        help="the server's cards for the roofline (GPU catalogue key); overrides the plan's",
+    )
+    run.add_argument("--roofline-gpu-count", type=int, help="how many cards the server has")
     run.add_argument("--humaneval", action="store_true", help="also run HumanEval pass@1")
     run.add_argument("--humaneval-limit", type=int)
     run.add_argument("--out", default="results", help="results root (default ./results)")
@@ -203,6 +208,20 @@ def _run(plan: Plan, store: RunStore, fail_fast: bool, quiet: bool) -> Results:
         return asyncio.run(_cancel_on_sigterm(run_plan(plan, observe, fail_fast, store)))
 
 
+def _hardware(plan: Plan, gpu: str | None, count: int | None) -> Plan:
+    """The plan with the server's cards named on the command line (the rest of its
+    roofline section, model weights included, kept): a migrated container's new node."""
+    if gpu is None and count is None:
+        return plan
+    section = plan.to_dict().get("roofline") or {}
+    if gpu is not None:
+        section["gpu"] = gpu
+        section.pop("unknown", None)
+    if count is not None:
+        section["gpu_count"] = count
+    return plan_from_mapping({**plan.to_dict(), "roofline": section})
+
+
 def _resume_plan(args: argparse.Namespace) -> tuple[Plan, RunStore]:
     store = RunStore(Path(args.resume))
     if not store.exists():
@@ -223,6 +242,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         overrides = _overrides(args)
         plan = load_plan(args.plan, overrides) if args.plan else plan_from_mapping(overrides)
+        plan = _hardware(plan, args.roofline_gpu, args.roofline_gpu_count)
         store = RunStore(Path(args.out) / new_run_id())
     try:
         results = _run(plan, store, args.fail_fast, args.json)
