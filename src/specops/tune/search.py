@@ -185,11 +185,13 @@ class _Book:
                 return Decision.WORSE
             decision = self.decide(st, incumbent)
         need = margin(st.values, incumbent.values, self.s, self.spread())
-        self.steps.append(
+        step = (
             f"{st.candidate.key} vs {incumbent.candidate.key}: {decision.value}"
             f" (median {st.median:.1f} vs {incumbent.median:.1f}, margin {need:.1f},"
             f" {len(st.runs)} runs)"
         )
+        if step not in self.steps:  # a later round asking again, on the same runs
+            self.steps.append(step)
         return decision
 
     def outcome(self) -> Outcome:
