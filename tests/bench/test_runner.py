@@ -263,7 +263,7 @@ def test_a_c64_cell_reaches_64_in_flight_and_holds_it_for_its_waves(synthetic) -
 def _cli_args(url: str, out: Path) -> list[str]:
     return [
         "bench", "run", "--base-url", url, "--concurrency", "1,2", "--context-lengths",
-        "64,96,128", "--output-len", "12", "--requests-per-cell", "4", "--warmup-per-cell",
+        "64,96,128", "--output-len", "8", "--requests-per-cell", "3", "--warmup-per-cell",
         "0", "--out", str(out), "--json", "--no-report",
     ]  # fmt: skip
 
@@ -277,7 +277,7 @@ def test_ctrl_c_keeps_finished_cells_and_resume_completes_the_run(
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
 
-    server = synthetic(tokens_per_chunk=1, chunk_delay_s=0.02)  # ~0.25 s per request
+    server = synthetic(tokens_per_chunk=1, chunk_delay_s=0.02)  # ~0.16 s per request
     out = tmp_path / "runs"
     proc = subprocess.Popen(
         [sys.executable, "-m", "specops.cli", *_cli_args(server.url, out)],

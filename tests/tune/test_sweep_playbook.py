@@ -27,7 +27,7 @@ def _play(out: Path, script: str, lines: int) -> subprocess.CompletedProcess[str
         {
             "hosts": "localhost",
             "gather_facts": False,
-            "vars": {"sweep_out": str(out), "sweep_line_timeout": 5},
+            "vars": {"sweep_out": str(out), "sweep_line_timeout": 2},
             "tasks": [
                 {"name": "Start a stand-in sweep.",
                  "ansible.builtin.command": {"argv": ["bash", "-c", script]},
