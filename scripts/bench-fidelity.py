@@ -34,6 +34,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,18 +61,6 @@ async def _prompts(url: str, model: str, keys: list[str], tokens: int) -> list[s
             ServerTokenizer(client, model), "completions", load_corpus(plan.prompt_set), plan.seed
         )
         return [(await builder.build(k, tokens)).text for k in keys]
-
-
-def _run(argv: list[str], env: dict[str, str]) -> tuple[str, float]:
-    """Run a client; its stdout and the CPU seconds it took (user + sys, from wait4)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-        out.seek(0)
-        err.seek(0)
-        if os.waitstatus_to_exitcode(status) != 0:
-            sys.exit(f"{' '.join(argv[:4])} failed:\n{err.read().decode()[-3000:]}")
-        return out.read().decode(errors="replace"), usage.ru_utime + usage.ru_stime
 
 
 class Server:
@@ -118,6 +108,75 @@ class Server:
         return self.metrics(), self.cpu_s()
 
 
+def _proc_cpu_s(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+
+
+class Sampler(threading.Thread):
+    """While a client runs: its CPU, the server's CPU and the server's generated-token
+    counter, five times a second. The window in which the counter grows is when the
+    server generated; the CPU each side used in that window is what the client took
+    from the server on the same cores (its start-up and its exit are outside it)."""
+
+    def __init__(self, server: Server, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.server, self.pid = server, pid
+        self.samples: list[tuple[float, float | None, float | None, float]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            now = time.monotonic()
+            try:
+                generated = self.server.metrics().get("generated", 0.0)
+            except httpx.HTTPError:
+                generated = self.samples[-1][3] if self.samples else 0.0
+            self.samples.append((now, _proc_cpu_s(self.pid), self.server.cpu_s(), generated))
+            self.stop.wait(0.2)
+
+    def while_generating(self) -> Row:
+        """Cores each side used while the server's generated-token counter grew."""
+        grew = [i for i in range(1, len(self.samples))
+                if self.samples[i][3] > self.samples[i - 1][3]]  # fmt: skip
+        if not grew:
+            return {"client_cores": None, "server_cores": None}
+        first, last = self.samples[grew[0] - 1], self.samples[grew[-1]]
+        span = last[0] - first[0]
+
+        def cores(i: int) -> float | None:
+            a, b = first[i], last[i]
+            return (
+                (b - a) / span if isinstance(a, float) and isinstance(b, float) and span else None
+            )
+
+        return {"client_cores": cores(1), "server_cores": cores(2)}
+
+
+def _run(argv: list[str], env: dict[str, str], server: Server) -> tuple[str, float, Row]:
+    """Run a client; its stdout, the CPU seconds it took (user + sys, from wait4, start-up
+    and exit included) and the cores each side used while the server generated."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
+        sampler = Sampler(server, proc.pid)
+        sampler.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        sampler.stop.set()
+        sampler.join()
+        out.seek(0)
+        err.seek(0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            sys.exit(f"{' '.join(argv[:4])} failed:\n{err.read().decode()[-3000:]}")
+        return (
+            out.read().decode(errors="replace"),
+            usage.ru_utime + usage.ru_stime,
+            sampler.while_generating(),
+        )
+
+
 def _referee(before: tuple[dict[str, float], float | None],
              after: tuple[dict[str, float], float | None], seconds: float) -> Row:  # fmt: skip
     (m0, c0), (m1, c1) = before, after
@@ -144,7 +203,7 @@ def ours(url: str, c: int, n: int, args: argparse.Namespace, *, work: Path, serv
         str(args.temperature), "--out", str(work), "--json", "--no-report",
     ]  # fmt: skip
     before = server.snapshot()
-    out, cpu = _run(argv, dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path[:2])))
+    out, cpu, cores = _run(argv, dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path[:2])), server)
     after = server.snapshot()
     info = json.loads(out.strip().splitlines()[-1])
     cell = json.loads(Path(info["results"]).read_text())["cells"][0]
@@ -157,7 +216,7 @@ def ours(url: str, c: int, n: int, args: argparse.Namespace, *, work: Path, serv
         "acceptance_length": cell["acceptance"]["mean_acceptance_length"],
         "output_tokens": s["total_output_tokens"], "requests": s["requests"],
         "ttft_mean_ms": s["ttft_ms"]["mean"], "tpot_mean_ms": s["tpot_ms"]["mean"],
-        "concurrency_max": s.get("concurrency_max"), "client_cpu_s": cpu,
+        "concurrency_max": s.get("concurrency_max"), "client_cpu_s": cpu, **cores,
         **_referee(before, after, s["duration_s"]),
     }  # fmt: skip
 
@@ -179,7 +238,7 @@ def theirs(
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
     env.pop("PYTHONPATH", None)
     before = server.snapshot()
-    _, cpu = _run(argv, env)
+    _, cpu, cores = _run(argv, env, server)
     after = server.snapshot()
     data = json.loads((work / name).read_text())
     if data.get("failed"):
@@ -190,7 +249,7 @@ def theirs(
         "acceptance_length": data.get("spec_decode_acceptance_length"),
         "output_tokens": data["total_output_tokens"], "requests": data["completed"],
         "ttft_mean_ms": data["mean_ttft_ms"], "tpot_mean_ms": data["mean_tpot_ms"],
-        "concurrency_max": None, "client_cpu_s": cpu,
+        "concurrency_max": None, "client_cpu_s": cpu, **cores,
         **_referee(before, after, float(data["duration"])),
     }  # fmt: skip
 
@@ -198,6 +257,10 @@ def theirs(
 def _median(rows: list[Row], key: str) -> float | None:
     values = [r[key] for r in rows if r.get(key) is not None]
     return float(statistics.median(values)) if values else None
+
+
+def _ratio(x: float | None, y: float | None) -> float | None:
+    return x / y if x is not None and y else None
 
 
 def _f(value: float | None, digits: int = 3) -> str:
@@ -210,6 +273,7 @@ REFEREE = (
     ("client TPOT mean ms", "tpot_mean_ms"), ("server TPOT mean ms", "server_tpot_mean_ms"),
     ("client output tok/s", "output_tok_s"), ("server generated tok/s", "server_gen_tok_s"),
     ("client CPU s per run", "client_cpu_s"), ("server CPU s per run", "server_cpu_s"),
+    ("client cores generating", "client_cores"), ("server cores generating", "server_cores"),
 )  # fmt: skip
 
 
@@ -230,6 +294,16 @@ def report(c: int, n: int, a: list[Row], b: list[Row]) -> dict[str, Any]:
     for label, key in REFEREE:
         print(f"  {label:22} {_f(_median(a, key)):>14} {_f(_median(b, key)):>16}")
         verdict[f"referee_{key}"] = {"specops": _median(a, key), "vllm_bench": _median(b, key)}
+    agree = {}
+    for who, rows in (("specops", a), ("vllm bench", b)):
+        tpot = _ratio(_median(rows, "tpot_mean_ms"), _median(rows, "server_tpot_mean_ms"))
+        tok = _ratio(_median(rows, "output_tok_s"), _median(rows, "server_gen_tok_s"))
+        ttft, server_ttft = _median(rows, "ttft_mean_ms"), _median(rows, "server_ttft_mean_ms")
+        extra = ttft - server_ttft if ttft is not None and server_ttft is not None else None
+        agree[who] = {"tpot_vs_server": tpot, "tok_s_vs_server": tok, "ttft_over_server_ms": extra}
+        print(f"  {who:12} vs the server: TPOT mean x{_f(tpot)}, output tok/s x{_f(tok)},"
+              f" TTFT +{_f(extra, 1)} ms over the server's")  # fmt: skip
+    verdict["agreement"] = agree
     print(f"  output tokens per run: specops {[int(r['output_tokens'] or 0) for r in a]}, "
           f"vllm bench {[int(r['output_tokens'] or 0) for r in b]}; specops max in flight "
           f"{[r['concurrency_max'] for r in a]}")  # fmt: skip
