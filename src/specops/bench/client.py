@@ -28,7 +28,7 @@ import httpx
 import orjson
 
 from specops.bench.plan import ApiKind, Plan
-from specops.bench.transport import AiohttpTransport
+from specops.bench.transport import StreamingTransport
 
 __all__ = [
     "SGLANG_SPEC_FIELDS",
@@ -36,6 +36,7 @@ __all__ = [
     "build_payload",
     "endpoint_path",
     "make_client",
+    "post_json",
     "send_request",
 ]
 
@@ -165,11 +166,17 @@ def _request(client: httpx.AsyncClient, path: str, body: bytes) -> httpx.Request
 KEEPALIVE_S = 4.0
 
 
+async def post_json(client: httpx.AsyncClient, path: str, payload: Any) -> httpx.Response:
+    """A small JSON POST through the run's client, read whole (the tokenizer's calls:
+    one or two per prompt, so they skip httpx's per-call URL and header merging too)."""
+    return await client.send(_request(client, path, orjson.dumps(payload)))
+
+
 def make_client(plan: Plan, max_concurrency: int) -> httpx.AsyncClient:
     """The run's one client: explicit timeouts and a pool sized to the concurrency.
 
-    Its transport is :class:`~specops.bench.transport.AiohttpTransport` (aiohttp does the
-    HTTP; httpx's default h11 transport costs ~7x more CPU per streamed token).
+    Its transport is :class:`~specops.bench.transport.StreamingTransport` (bulk SSE
+    reads; httpx's default h11 transport costs ~15x more CPU per streamed token).
     """
     t = plan.timeouts
     headers = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
@@ -185,7 +192,7 @@ def make_client(plan: Plan, max_concurrency: int) -> httpx.AsyncClient:
         base_url=plan.base_url,
         timeout=httpx.Timeout(connect=t.connect_s, read=t.read_s, write=t.read_s, pool=t.read_s),
         limits=limits,
-        transport=AiohttpTransport(limits),
+        transport=StreamingTransport(limits),
         headers=headers,
         trust_env=False,
     )
@@ -194,15 +201,18 @@ def make_client(plan: Plan, max_concurrency: int) -> httpx.AsyncClient:
 class _StreamState:
     """Per-request parsing state; kept small because it runs once per chunk."""
 
-    __slots__ = ("done", "last_tokens", "origin", "record", "saw_usage", "sglang_text_len")
+    __slots__ = (
+        "done", "fast", "last_tokens", "origin", "record", "saw_usage", "sglang_text_len",
+    )  # fmt: skip
 
-    def __init__(self, record: RequestRecord, origin: float) -> None:
+    def __init__(self, record: RequestRecord, origin: float, fast: bool = False) -> None:
         self.record = record
         self.origin = origin
         self.last_tokens = 0
         self.saw_usage = False
         self.done = False
         self.sglang_text_len = 0
+        self.fast = fast  # read by read (see _fast_block); off for good once it does not fit
 
 
 def _content_chunk(state: _StreamState, now: float, tokens: int | None) -> None:
@@ -313,10 +323,75 @@ def _slow_event(event: bytes) -> list[bytes]:
     return [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
 
 
+_DONE = b"data: [DONE]"
+
+
+def _finish_reason(rec: RequestRecord, block: bytes) -> None:
+    for event in block.split(b"\n\n"):
+        if b'"finish_reason"' not in event:
+            continue
+        data = orjson.loads(event[6:])
+        choices = data.get("choices") if data.__class__ is dict else None
+        if choices and choices[0].get("finish_reason") is not None:
+            rec.finish_reason = str(choices[0]["finish_reason"])
+
+
+def _fast_block(state: _StreamState, block: bytes, now: float) -> bool:
+    """Every event of one network read at once (OpenAI API with continuous usage).
+
+    Events that arrived in one read arrived at the same moment: they are one content
+    arrival at ``now``, carrying the tokens by which the last event's cumulative
+    ``usage.completion_tokens`` grew. So only that event is parsed (plus the one naming
+    a finish reason); the others are only counted as plain ``data: {...}`` events.
+    Returns False, changing nothing, for a block of any other shape (an error object,
+    comments or other fields, no usage): the caller parses it event by event.
+    """
+    if b'"error"' in block:
+        return False
+    done = block.endswith(_DONE)
+    if done:
+        block = block[: -len(_DONE)].rstrip(b"\n")
+        if not block:
+            state.done = True
+            return True
+    if block.count(b"\n") != 2 * block.count(b"\n\ndata: {") or not block.startswith(b"data: {"):
+        return False  # not only "data: {...}" events (comments, fields, split lines)
+    last = block.rfind(b"\n\ndata: {")
+    data = orjson.loads(block[last + 8 :] if last >= 0 else block[6:])
+    usage = data.get("usage") if data.__class__ is dict else None
+    completion = usage.get("completion_tokens") if usage.__class__ is dict else None
+    if completion is None:
+        state.fast = False  # the server sends no usage per chunk: event by event from now on
+        return False
+    rec = state.record
+    if block.count(b'"finish_reason"') != block.count(b'"finish_reason":null') + block.count(
+        b'"finish_reason": null'
+    ):
+        _finish_reason(rec, block)  # an event here names one (the stream's last, usually)
+    tokens_now = int(completion)
+    prompt = usage.get("prompt_tokens")  # type: ignore[union-attr]
+    if prompt is not None:
+        rec.prompt_tokens = int(prompt)
+    rec.output_tokens = tokens_now
+    state.saw_usage = True
+    carried = tokens_now - state.last_tokens
+    state.last_tokens = tokens_now
+    if carried > 0:
+        elapsed = round(now - state.origin, 6)
+        if rec.ttft_s is None:
+            rec.ttft_s = elapsed
+        rec.e2e_s = elapsed
+        rec.chunk_times.append(elapsed)
+        rec.chunk_tokens.append(carried)
+    if done:
+        state.done = True
+    return True
+
+
 async def _consume(response: httpx.Response, state: _StreamState, api: ApiKind) -> None:
-    # The per-event loop is the client's hot path (scripts/bench-client-cost.py): one
-    # split per read, orjson per event, no other allocation on the common
-    # "data: {json}" shape.
+    # The client's hot path (scripts/bench-client-cost.py): per network read one split
+    # and, in the common case, one JSON parse (_fast_block); else event by event, orjson
+    # per event.
     chat = api == "chat"
     handle = _handle_sglang_event if api == "sglang-generate" else _handle_openai
     buffer = b""
@@ -327,10 +402,13 @@ async def _consume(response: httpx.Response, state: _StreamState, api: ApiKind) 
         buffer = buffer + raw if buffer else raw
         if b"\r" in raw:  # CRLF line ends are valid SSE
             buffer = buffer.replace(b"\r\n", b"\n")
-        if b"\n\n" not in buffer:
+        cut = buffer.rfind(b"\n\n")
+        if cut < 0:
             continue
-        *events, buffer = buffer.split(b"\n\n")
-        for event in events:
+        block, buffer = buffer[:cut], buffer[cut + 2 :]
+        if state.fast and _fast_block(state, block, now):
+            continue
+        for event in block.split(b"\n\n"):
             if event.startswith(b"data: {") and b"\n" not in event:
                 try:
                     data = loads(event[6:])
@@ -379,7 +457,9 @@ async def _send(  # noqa: PLR0911, PLR0912 - one branch per failure class, each 
     path = endpoint_path(plan.api)
     origin = time.perf_counter()
     record.t_sent = origin - clock_origin
-    state = _StreamState(record, origin)
+    state = _StreamState(
+        record, origin, fast=plan.continuous_usage and plan.api != "sglang-generate"
+    )
     try:
         async with asyncio.timeout(plan.timeouts.request_s):
             response = await client.send(_request(client, path, body), stream=True)
