@@ -4,9 +4,10 @@ Definitions (anchored on ``vllm bench serve`` and ``sglang.bench_serving``):
 
 - TTFT: request sent -> first content chunk. E2E: request sent -> last content chunk.
 - TPOT = (E2E - TTFT) / (output_tokens - 1), for requests with more than one token.
-- ITL: gaps between content chunks; a gap is split evenly over the tokens the later
-  chunk carried when that count is known (so a 4-token chunk after 40 ms gives four
-  10 ms values), else it counts once.
+- ITL: gaps between content chunks (a chunk: the tokens one network read brought, see
+  ``client._fast_block``); a gap is split evenly over the tokens the later chunk
+  carried when that count is known (so a 4-token chunk after 40 ms gives four 10 ms
+  values), else it counts once.
 - Per-request decode speed = (output_tokens - 1) / (E2E - TTFT).
 - Output throughput = sum of output tokens / measured wall time (first request sent to
   last request over; warm-up is never part of it).
