@@ -276,6 +276,7 @@ def test_ctrl_c_keeps_finished_cells_and_resume_completes_the_run(
     import signal  # noqa: PLC0415
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
+    import time  # noqa: PLC0415
 
     server = synthetic(tokens_per_chunk=1, chunk_delay_s=0.02)  # ~0.16 s per request
     out = tmp_path / "runs"
