@@ -5,8 +5,9 @@ On one real lab node (vLLM CPU, tiny model, systemd container ``specops-tune-nod
 applied through Ansible exactly as ``specops sweep run`` does) it runs the full grid
 over ngram num_speculative_tokens 1..8 (the profile's num_draft_tokens 2..9) and then the
 coordinate-ascent sweep from the base profile (num_speculative_tokens 3), and prints
-both picks, whether the sweep's pick is within noise of the grid's (judged on the grid's
-own measurements), the restarts each search made and their ratio (target <= 0.60).
+the grid's best and the sweep's pick, whether that pick is within the grid's noise band
+of its best (judged on the grid's own measurements), the restarts each search made and
+their ratio (target <= 0.40).
 The logic is ``specops.tune.versus``; the fleet test runs the same comparison.
 
     scripts/bench-sweep-vs-grid.py [--out results/p5] [--keep-node] [--reuse-node]

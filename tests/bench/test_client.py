@@ -92,13 +92,21 @@ def test_multi_token_chunks_usage_chunk_and_done() -> None:
     assert rec.finish_reason == "length"
 
 
-def test_two_events_in_one_network_read_and_split_lines() -> None:
-    both = _sse(_completion("a", 1)) + _sse(_completion("b", 2))
-    final = _sse({"choices": [], "usage": {"completion_tokens": 2}}) + _sse(b"[DONE]")
+def test_two_events_in_one_network_read_are_one_arrival() -> None:
+    """Events a read brings together arrived together: one chunk with all their tokens
+    (the last event's cumulative usage), not a second chunk 0 s after the first."""
+    both = _sse(_completion("a", 1)) + _sse(_completion("b", 3))
+    final = _sse({"choices": [], "usage": {"completion_tokens": 3}}) + _sse(b"[DONE]")
     rec, _ = _run([both[:10], both[10:], final[:5], final[5:]])
     assert rec.error is None
-    assert rec.chunk_tokens == [1, 1]
-    assert rec.output_tokens == 2
+    assert rec.chunk_tokens == [3]
+    assert rec.ttft_s == rec.e2e_s
+    assert rec.output_tokens == 3
+    # without usage in every chunk, each event is read on its own (tokens unknown)
+    rec, _ = _run([both, final], continuous_usage=False)
+    assert rec.error is None
+    assert rec.chunk_tokens == [1, 2]
+    assert rec.output_tokens == 3
 
 
 def test_usage_only_at_end_gives_unknown_chunk_sizes() -> None:
@@ -246,5 +254,66 @@ def test_crlf_events_and_comment_lines() -> None:
     ]
     rec, _ = _run(pieces)
     assert rec.error is None
-    assert rec.chunk_tokens == [1, 2, 1]
+    assert rec.chunk_tokens == [3, 1]  # "a" and "bc" came in one read: one arrival
     assert rec.output_tokens == 4
+
+
+@pytest.mark.parametrize(
+    "exc", [ValueError("invalid literal for int() with base 16: b'zz'"), KeyError("usage")]
+)
+def test_any_fault_of_one_request_is_a_failed_request(exc: Exception) -> None:
+    """A transport or parser bug ends one request (its reason kept), never the run."""
+
+    class Broken(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield _sse(_completion("a", 1))
+            raise exc
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=Broken())
+
+    plan = Plan(base_url="http://127.0.0.1:9")
+
+    async def go() -> RequestRecord:
+        async with httpx.AsyncClient(
+            base_url=plan.base_url, transport=httpx.MockTransport(handler)
+        ) as client:
+            rec = RequestRecord(index=0, context_tokens=1)
+            return await send_request(
+                client, plan=plan, model="m", prompt="x", record=rec, clock_origin=0.0
+            )
+
+    rec = asyncio.run(go())
+    assert rec.error == f"client error: {type(exc).__name__}: {exc}"
+    assert rec.done_s is not None
+
+
+def test_transport_faults_map_to_httpx_reasons(synthetic) -> None:
+    """The real transport under httpx against the synthetic server's faults."""
+    from specops.bench.client import make_client  # noqa: PLC0415
+
+    cut = synthetic(die_after_chunks=2)
+    crashed = synthetic(exit_after_requests=0)
+    ok = synthetic(tokens_per_chunk=2, chunk_delay_s=0.01)  # one read per chunk
+
+    async def one(url: str) -> RequestRecord:
+        plan = Plan(base_url=url, output_len=8)
+        async with make_client(plan, 2) as client:
+            rec = RequestRecord(index=0, context_tokens=1)
+            return await send_request(
+                client, plan=plan, model="synthetic", prompt="x", record=rec, clock_origin=0.0
+            )
+
+    good = asyncio.run(one(ok.url))
+    assert good.error is None
+    assert good.output_tokens == 8
+    assert good.chunk_tokens == [2, 2, 2, 2]
+    truncated = asyncio.run(one(cut.url))
+    assert truncated.error is not None
+    assert truncated.error.startswith("truncated stream: peer closed connection")
+    gone = asyncio.run(one(crashed.url))  # the server drops the connection, then stops
+    assert gone.error is not None
+    assert gone.error.startswith("connection error: "), gone.error
+    refused = asyncio.run(one(crashed.url))  # nothing listens any more
+    assert refused.error is not None
+    assert refused.error.startswith("connection error: "), refused.error

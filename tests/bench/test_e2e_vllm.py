@@ -74,3 +74,55 @@ def test_ngram_matrix_against_real_vllm(vllm_ngram_server, tmp_path: Path) -> No
         assert f"| {cell.concurrency} | {cell.context_tokens} | vllm-metrics |" in text
     assert "HumanEval: " in text
     json.loads(path.read_text())  # valid JSON on disk
+
+
+def test_a_run_killed_mid_matrix_resumes_with_its_finished_cells(
+    vllm_ngram_server, tmp_path: Path, capsys
+) -> None:
+    """SIGKILL (no chance to clean up) a real run against the real server after its first
+    cells; --resume measures only the rest and keeps the finished cells as measured."""
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from specops.cli import main  # noqa: PLC0415
+
+    out = tmp_path / "runs"
+    argv = [
+        sys.executable, "-m", "specops.cli", "bench", "run", "--base-url",
+        vllm_ngram_server.base_url, "--concurrency", "1,2", "--context-lengths", "64,96,128",
+        "--output-len", "16", "--requests-per-cell", "3", "--waves-per-cell", "0",
+        "--warmup-per-cell", "0", "--temperature", "0", "--out", str(out), "--json",
+        "--no-report",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    killed_at = None
+    while proc.poll() is None:
+        found = list(out.glob("*/cells.jsonl"))
+        if found and found[0].read_bytes().count(b"\n") >= 2:
+            proc.kill()
+            killed_at = found[0].parent
+            break
+        time.sleep(0.05)
+    proc.communicate(timeout=60)
+    assert killed_at is not None, "the run ended before it could be killed"
+    assert not (killed_at / "results.json").exists()  # killed: nothing was finished up
+    kept = [json.loads(line) for line in (killed_at / "cells.jsonl").read_text().splitlines()
+            if line.strip()]  # fmt: skip
+    assert 2 <= len(kept) < 6
+
+    assert main(["bench", "run", "--resume", str(killed_at), "--json", "--no-report"]) == 0
+    capsys.readouterr()
+    done = load_results(killed_at / "results.json")
+    assert [(c.concurrency, c.context_tokens) for c in done.cells] == [
+        (1, 64), (2, 64), (1, 96), (2, 96), (1, 128), (2, 128)
+    ]  # fmt: skip
+    assert all(c.status == "ok" for c in done.cells)
+    for before in kept:
+        again = next(c for c in done.cells if c.concurrency == before["concurrency"]
+                     and c.context_tokens == before["context_tokens"])  # fmt: skip
+        assert again.to_dict() == before  # kept as measured, not measured again

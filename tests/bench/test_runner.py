@@ -26,6 +26,7 @@ def _plan(url: str, **kw: object):
         "context_lengths": [64, 300],
         "output_len": 24,
         "requests_per_cell": 6,
+        "waves_per_cell": 0,  # exactly requests_per_cell (the waves rule has its own test)
         "warmup_per_cell": 1,
     }
     data.update(kw)
@@ -230,3 +231,174 @@ def test_cli_errors_are_one_line(capsys, tmp_path: Path) -> None:
     bad.write_text('{"schema_version": 99}')
     assert main(["bench", "report", str(bad)]) == 2
     assert "schema_version: results schema 99 is not supported" in capsys.readouterr().err
+
+
+def test_a_c64_cell_reaches_64_in_flight_and_holds_it_for_its_waves(synthetic) -> None:
+    """Counts, not timings: the cell sends 4 x 64 requests and 64 are in flight at once."""
+    server = synthetic(tokens_per_chunk=1, chunk_delay_s=0.005)
+    plan = _plan(
+        server.url,
+        concurrency=[64],
+        context_lengths=[32],
+        output_len=12,
+        requests_per_cell=8,
+        waves_per_cell=4,
+        warmup_per_cell=0,
+    )
+    assert plan.requests_for(64) == 256
+    assert plan.requests_for(1) == 8  # requests_per_cell stays the floor
+    (cell,) = asyncio.run(run_plan(plan)).cells
+    assert cell.status == "ok"
+    assert cell.stats.requests == 256
+    assert cell.stats.concurrency_max == 64
+    seen = [r.in_flight_at_send for r in cell.records]
+    assert max(s or 0 for s in seen) == 64
+    assert all(s is not None and 1 <= s <= 64 for s in seen)
+    assert cell.stats.steady_s is not None
+    assert cell.stats.steady_output_tok_s is not None
+    assert cell.stats.concurrency_mean is not None
+    assert 0 < cell.stats.concurrency_mean <= 64
+
+
+def _cli_args(url: str, out: Path) -> list[str]:
+    return [
+        "bench", "run", "--base-url", url, "--concurrency", "1,2", "--context-lengths",
+        "64,96,128", "--output-len", "8", "--requests-per-cell", "3", "--warmup-per-cell",
+        "0", "--out", str(out), "--json", "--no-report",
+    ]  # fmt: skip
+
+
+def test_ctrl_c_keeps_finished_cells_and_resume_completes_the_run(
+    synthetic, tmp_path: Path, capsys
+) -> None:
+    """A real SIGINT to a real CLI process mid-matrix, then --resume in this one."""
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    server = synthetic(tokens_per_chunk=1, chunk_delay_s=0.02)  # ~0.16 s per request
+    out = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specops.cli", *_cli_args(server.url, out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    cells_file = None
+    while proc.poll() is None:
+        found = list(out.glob("*/cells.jsonl"))
+        if found and found[0].read_text().count("\n") >= 2:
+            cells_file = found[0]
+            proc.send_signal(signal.SIGINT)
+            break
+        time.sleep(0.02)
+    _, err = proc.communicate(timeout=60)
+    assert cells_file is not None, f"the run ended before it could be interrupted: {err}"
+    assert proc.returncode == 130, err
+    run_dir = cells_file.parent
+    assert f"--resume {run_dir}" in err
+    interrupted = load_results(run_dir / "results.json")
+    assert interrupted.interrupted
+    kept = {(c.concurrency, c.context_tokens): c for c in interrupted.cells}
+    assert 2 <= len(kept) < 6
+    assert "interrupted after" in interrupted.notes[-1]
+
+    assert main(["bench", "run", "--resume", str(run_dir), "--json", "--no-report"]) == 0
+    info = json.loads(capsys.readouterr().out.strip())
+    assert info["run_id"] == run_dir.name
+    done = load_results(run_dir / "results.json")
+    assert not done.interrupted
+    assert len(done.resumed_at) == 1
+    assert [(c.concurrency, c.context_tokens) for c in done.cells] == [
+        (1, 64), (2, 64), (1, 96), (2, 96), (1, 128), (2, 128)
+    ]  # fmt: skip
+    for cell in done.cells:
+        assert cell.status == "ok"
+        before = kept.get((cell.concurrency, cell.context_tokens))
+        if before is not None:  # kept as measured, not measured again
+            assert cell.to_dict() == before.to_dict()
+    assert (run_dir / "progress.log").read_text().count("cells ") >= 6
+
+
+def test_resume_refuses_flags_another_plan_or_another_server(synthetic, tmp_path: Path) -> None:
+    from specops.bench.results import RunStore  # noqa: PLC0415
+
+    server = synthetic()
+    store = RunStore(tmp_path / "run-1")
+    plan = _plan(server.url, concurrency=[1], context_lengths=[64])
+    asyncio.run(run_plan(plan, store=store))
+    assert store.load().cells
+    with pytest.raises(SpecopsError, match=r"^resume: .* another plan \(changed: output_len\)"):
+        asyncio.run(run_plan(_plan(server.url, concurrency=[1], context_lengths=[64],
+                                   output_len=5), store=store))  # fmt: skip
+    server.stop()
+    synthetic(port=server.port, version="synthetic-2")  # upgraded in place
+    with pytest.raises(
+        SpecopsError, match=r"^resume: the server changed .*engine_version: 'synthetic-1' -> "
+    ):
+        asyncio.run(run_plan(plan, store=store))
+    assert main(["bench", "run", "--resume", str(store.dir), "--concurrency", "4"]) == 2
+
+
+def test_a_cut_short_last_cell_line_is_measured_again(synthetic, tmp_path: Path) -> None:
+    from specops.bench.results import RunStore  # noqa: PLC0415
+
+    server = synthetic()
+    store = RunStore(tmp_path / "run-2")
+    plan = _plan(server.url, concurrency=[1, 2], context_lengths=[64])
+    first = asyncio.run(run_plan(plan, store=store))
+    lines = store.cells_path.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 2
+    store.cells_path.write_bytes(lines[0] + lines[1][: len(lines[1]) // 2])  # killed mid-write
+    assert [c.concurrency for c in store.load().cells] == [1]
+    again = asyncio.run(run_plan(plan, store=store))
+    assert again.cells[0].to_dict() == first.cells[0].to_dict()
+    assert again.cells[1].started_at >= first.cells[1].started_at
+    assert len(store.cells_path.read_bytes().splitlines()) == 2
+
+
+def test_report_shows_the_roofline_of_the_plan_or_why_not(synthetic, tmp_path: Path) -> None:
+    server = synthetic(tokens_per_chunk=2, chunk_delay_s=0.002)
+    roof = {"gpu": "rtx-pro-6000", "gpu_count": 1, "bytes_per_token": 2.0e9,
+            "bytes_source": "inventory"}  # fmt: skip
+    plan = _plan(server.url, concurrency=[1, 2], context_lengths=[64], roofline=roof)
+    path = asyncio.run(run_plan(plan)).save(tmp_path / "a" / "results.json")
+    text = write_report(load_results(path), tmp_path / "a").read_text()
+    section = text.split("## Roofline (single stream)", 1)[1]
+    assert "Blackwell Workstation Edition: 1 card(s) per replica of the container's 1" in section
+    assert "1792 GB/s (1 x 1792 GB/s (NVIDIA RTX PRO 6000" in section
+    # bound = 1792e9 / 2e9 = 896 tok/s x acceptance length 2 (2-token chunks)
+    row = next(line for line in section.splitlines() if line.startswith("| 64 |"))
+    cols = [c.strip() for c in row.strip("|").split("|")]
+    assert cols[3:5] == ["896.0", "1792.0"]
+    bare = asyncio.run(run_plan(_plan(server.url, concurrency=[1], context_lengths=[64])))
+    other = bare.save(tmp_path / "b" / "results.json")
+    text = write_report(load_results(other), tmp_path / "b").read_text()
+    assert "No roofline: no roofline inputs in the plan" in text
+
+
+def test_cli_roofline_gpu_replaces_the_plan_cards_and_keeps_its_weights(
+    synthetic, tmp_path: Path, capsys
+) -> None:
+    """A migrated container: the plan written on the source names its old card."""
+    server = synthetic(chunk_delay_s=0.002)
+    plan = tmp_path / "plan.yml"
+    plan.write_text(json.dumps({"concurrency": [1], "context_lengths": [32], "output_len": 8,
+                                "requests_per_cell": 2, "warmup_per_cell": 0, "roofline": {
+                                    "gpu": "rtx-pro-6000", "gpu_count": 1,
+                                    "weights": {"bytes_per_token": 1e9}}}))  # fmt: skip
+    args = ["bench", "run", "--plan", str(plan), "--base-url", server.url, "--out",
+            str(tmp_path / "r"), "--json", "--roofline-gpu", "NVIDIA RTX A6000",
+            "--roofline-gpu-count", "2"]  # fmt: skip
+    assert main(args) == 0
+    info = json.loads(capsys.readouterr().out)
+    recorded = load_results(info["results"]).plan["roofline"]
+    assert (recorded["gpu"], recorded["gpu_count"]) == ("NVIDIA RTX A6000", 2)
+    assert recorded["weights"] == {"bytes_per_token": 1e9}
+    assert (
+        "NVIDIA RTX A6000: 1 card(s) per replica of the container's 2"
+        in Path(info["report"]).read_text()
+    )

@@ -206,6 +206,20 @@ def test_first_run_deploys_and_reports(first_run: Run) -> None:
     cells = results["cells"]
     assert [(c["concurrency"], c["context_tokens"]) for c in cells] == [(1, 128), (2, 128)]
     assert all(c["status"] == "ok" and c["records"] for c in cells), "every cell measured"
+    # The embedded default shows speculation working: ngram drafted and was accepted.
+    for c in cells:
+        assert c["acceptance"]["drafts"] > 0, c["acceptance"]
+        assert c["acceptance"]["mean_acceptance_length"] > 1.0, c["acceptance"]
+        assert len(c["acceptance"]["per_position"]) == 3  # num_draft_tokens 4: 3 positions
+    text = report.read_text()
+    assert "No acceptance data" not in text
+    acceptance = text.split("## Acceptance by position", 1)[1].split("\n## ", 1)[0]
+    assert "| 1 | 128 | vllm-metrics |" in acceptance
+    # ... and the roofline of the card the inventory gives lab-ct801, on the tiny model
+    roofline = text.split("## Roofline (single stream)", 1)[1].split("\n## ", 1)[0]
+    assert "NVIDIA RTX PRO 6000 Blackwell Workstation Edition: 1 card(s) per replica" in roofline
+    assert "| context | decode tok/s p50 (C=1) |" in roofline
+    assert re.search(r"^\| 128 \| [\d.]+ \|", roofline, re.MULTILINE), roofline
 
 
 def _assert_serving_with_gpu(node: Node, lxc_name: str) -> None:

@@ -341,7 +341,7 @@ def test_pvecfg_and_dpkg_fallback(tmp_path: Path) -> None:
 def test_name_table_and_fallback() -> None:
     assert gpu.gpu_name("10de:2bb5").name == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
     assert gpu.gpu_name("10DE:2230").name == "NVIDIA RTX A6000"
-    assert gpu.gpu_name("10de:abcd") == gpu.KnownGpu("NVIDIA GPU 10de:abcd", "unknown")
+    assert gpu.gpu_name("10de:abcd") == gpu.KnownGpu("NVIDIA GPU 10de:abcd", "unknown", False)
 
 
 def test_empty_root_gives_empty_facts(tmp_path: Path) -> None:

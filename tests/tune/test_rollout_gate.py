@@ -163,3 +163,31 @@ def test_overhead_leaves_out_what_the_engine_and_the_measurements_spend() -> Non
     gated = overhead({**record, "rollout_s": 44.1, "output_gate_s": 2.0})
     assert gated["output gate"] == 2.0
     assert gated["orchestration"] == pytest.approx(4.7)
+
+
+def test_rollout_report_shows_each_changed_node_roofline(synthetic, tmp_path: Path) -> None:
+    import asyncio  # noqa: PLC0415
+
+    from specops.bench.plan import plan_from_mapping  # noqa: PLC0415
+    from specops.bench.runner import run_plan  # noqa: PLC0415
+
+    server = synthetic(chunk_delay_s=0.002)
+    plan = plan_from_mapping({"base_url": server.url, "concurrency": [1], "context_lengths": [32],
+                              "output_len": 8, "requests_per_cell": 2, "warmup_per_cell": 0,
+                              "roofline": {"gpu": "h200", "bytes_per_token": 1.6e10}})  # fmt: skip
+    smoke = asyncio.run(run_plan(plan)).save(tmp_path / "smoke" / "results.json")
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    (nodes / "n0.json").write_text(json.dumps({
+        "node": "n0", "outcome": "changed", "started_at": "1", "rollout_s": 9.0,
+        "engine_start_to_healthy_s": 5.0, "smoke_results": str(smoke), "message": "ok",
+    }))  # fmt: skip
+    (nodes / "n1.json").write_text(json.dumps({
+        "node": "n1", "outcome": "changed", "started_at": "2", "rollout_s": 9.0,
+        "engine_start_to_healthy_s": 5.0, "message": "ok",
+    }))  # fmt: skip
+    text = summary(load_records(nodes))
+    n0 = text.split("### n0", 1)[1].split("### n1", 1)[0]
+    assert "NVIDIA H200: 1 card(s)" in n0
+    assert "| 32 |" in n0
+    assert "No roofline: no smoke benchmark results in the node's record" in text.split("### n1")[1]

@@ -6,33 +6,53 @@ import pytest
 
 from specops.errors import ValidationError
 from specops.speculative import Engine
-from specops.tune.score import Decision, Scoring, compare, mad, robust_score
+from specops.tune.score import (
+    Decision,
+    Scoring,
+    compare,
+    interval,
+    mad,
+    pooled_spread,
+    standard_error,
+)
 from specops.tune.search import ascend, grid
 from specops.tune.space import SearchSpace
 
 from .conftest import NGRAM_BASE, ScriptedEvaluator
 
-S = Scoring(k=1.0, min_gain=0.02, tolerance=0.0, min_repeats=2, max_repeats=4)
+S = Scoring(z=2.0, min_gain=0.02, tolerance=0.0, min_repeats=2, max_repeats=4)
 
 
 def peak_at(peak: int, height: float = 100.0, slope: float = 10.0):
     return lambda a, r: height - slope * abs(a["num_draft_tokens"] - peak)
 
 
-def test_robust_score_and_mad() -> None:
+def test_pooled_spread_standard_error_and_interval() -> None:
     assert mad([1.0, 2.0, 3.0, 4.0, 100.0]) == 1.0
-    assert robust_score([10.0, 10.0, 10.0], 1.0) == 10.0
-    assert robust_score([9.0, 10.0, 11.0], 2.0) == pytest.approx(10.0 - 2 * 1.4826)
     assert mad([5.0]) == 0.0
+    # two runs 10 % apart: each deviates 5 % from their median, x sqrt(2) for the dof
+    assert pooled_spread([[95.0, 105.0]]) == pytest.approx(1.4826 * 0.05 * 2**0.5)
+    # pooled over candidates; a lone run and a zero median say nothing
+    assert pooled_spread([[100.0], [0.0, 0.0]]) is None
+    three = pooled_spread([[90.0, 100.0, 110.0], [180.0, 200.0, 220.0]])
+    assert three == pytest.approx(1.4826 * 0.1 * 1.5**0.5)  # the median run is left out
+    se = standard_error([90.0, 100.0, 110.0], 0.1)
+    assert se == pytest.approx((3.14159265 / 2) ** 0.5 * 0.1 * 100 / 3**0.5)
+    low, high = interval([90.0, 100.0, 110.0], 0.1, 2.0)
+    assert (low, high) == pytest.approx((100 - 2 * se, 100 + 2 * se))
+    assert standard_error([100.0], None) == 0.0
 
 
 def test_compare_needs_more_than_noise() -> None:
-    s = Scoring(k=1.0, min_gain=0.02)
+    s = Scoring(z=2.0, min_gain=0.02)
     assert compare([110.0, 110.0], [100.0, 100.0], s) is Decision.BETTER
     assert compare([101.0, 101.0], [100.0, 100.0], s) is Decision.WITHIN_NOISE
     assert compare([90.0, 90.0], [100.0, 100.0], s) is Decision.WORSE
     # wide spread: a 10 % gain is within noise
     assert compare([95.0, 125.0], [100.0, 100.0], s) is Decision.WITHIN_NOISE
+    # the search's pooled spread decides, not the two candidates' own few runs
+    assert compare([110.0, 110.0], [100.0, 100.0], s, spread=0.2) is Decision.WITHIN_NOISE
+    assert compare([110.0, 110.0], [100.0, 100.0], s, spread=0.01) is Decision.BETTER
 
 
 @pytest.mark.parametrize("peak", [2, 3, 4, 5, 6, 7, 8, 9])
@@ -55,11 +75,14 @@ def test_ascent_stops_early_on_a_plateau(ngram_space: SearchSpace) -> None:
     out = ascend(ngram_space, ev, Scoring(tolerance=0.02))
     assert out.order == ["num_draft_tokens=4", "num_draft_tokens=5", "num_draft_tokens=3"]
     assert ev.restarts == 3
-    # 5 scores 1 % higher: within the 2 % tolerance, so the cheaper 4 is picked
+    # 5 scores 1 % higher: within the 2 % tolerance, so the cheaper 4 is picked, 5 is
+    # the runner-up
     assert out.best is not None
     assert out.best.candidate.key == "num_draft_tokens=5"
     assert out.pick is not None
     assert out.pick.candidate.key == "num_draft_tokens=4"
+    assert out.runner_up is not None
+    assert out.runner_up.candidate.key == "num_draft_tokens=5"
 
 
 def test_repeats_only_where_the_decision_is_within_noise(ngram_space: SearchSpace) -> None:
@@ -70,7 +93,7 @@ def test_repeats_only_where_the_decision_is_within_noise(ngram_space: SearchSpac
     for key, _ in ev.calls:
         runs[key] = runs.get(key, 0) + 1
     assert runs["num_draft_tokens=4"] == 2  # incumbent: min_repeats only
-    assert runs["num_draft_tokens=5"] == 4  # within noise: repeated up to max_repeats
+    assert runs["num_draft_tokens=5"] == 4  # within noise: raced up to max_repeats
     assert runs["num_draft_tokens=3"] == 2  # clearly worse: no repeats
 
 

@@ -105,7 +105,7 @@ def config(**over: Any) -> dict[str, Any]:
         "base_profile": NGRAM_BASE,
         "space": {"num_draft_tokens": "2..9"},
         "plan": {"concurrency": [1, 4], "context_lengths": [64], "output_len": 48,
-                 "requests_per_cell": 4, "warmup_per_cell": 1},
+                 "requests_per_cell": 4, "waves_per_cell": 0, "warmup_per_cell": 1},
         "objective": {"min_repeats": 2, "max_repeats": 3, "min_gain": 0.05, "tolerance": 0.0},
         # The synthetic server only streams made-up text: the output gate (greedy
         # /v1/completions) is proven against the real vLLM in test_output_gate_vllm.py.
@@ -119,18 +119,27 @@ def test_sweep_runs_writes_outputs_and_leaves_the_winner(applier, tmp_path: Path
     result = sweep(cfg, applier, tmp_path)
     pick = result.outcome.pick
     assert pick is not None
-    # tolerance 0: the pick is the best robust score among the usable candidates
-    k = cfg.scoring.k
-    usable = [st for st in result.outcome.standings.values() if st.score(k) is not None]
+    # tolerance 0: the pick is the best median among the usable candidates
+    usable = [st for st in result.outcome.standings.values() if st.usable]
     assert len(usable) >= 2
-    assert pick.score(k) == max(st.score(k) or 0.0 for st in usable)
+    assert pick.median == max(st.median or 0.0 for st in usable)
     assert applier.profile == pick.candidate.profile  # canary left on the winner
     assert result.restarts == applier.restarts  # every server start is counted
     assert result.restarts_total <= result.restarts  # the final apply is not a run
     md = (tmp_path / "leaderboard.md").read_text()
     assert "| rank |" in md
     assert pick.candidate.key in md
-    assert (tmp_path / "leaderboard.csv").read_text().startswith("rank,candidate,score")
+    assert (
+        (tmp_path / "leaderboard.csv").read_text().startswith("rank,candidate,median,low,high,runs")
+    )
+    assert f"**Pick: {pick.candidate.key}**" in md
+    assert "runner-up" in md
+    # progress: numbered lines (the playbook waits for line n), candidate k of at most N
+    progress = (tmp_path / "progress.log").read_text().splitlines()
+    assert progress[0].startswith("1 candidate 1 of at most 8 (num_draft_tokens=4) run 1 |")
+    assert [int(line.split()[0]) for line in progress[:-1]] == list(range(1, len(progress)))
+    assert progress[-1].startswith(f"done pick {pick.candidate.key};")
+    assert "ETA ~" in progress[1]
     assert (tmp_path / "objective.png").read_bytes()[:4] == b"\x89PNG"
     snippet = (tmp_path / "chosen-profile.yml").read_text()
     assert "inference_service_speculative:" in snippet
@@ -163,7 +172,7 @@ def test_interrupted_sweep_resumes_without_measuring_again(applier, tmp_path: Pa
 
     def stop_after_five(msg: str) -> None:
         seen.append(msg)
-        if sum(" run " in m for m in seen) == 5:
+        if sum(m.startswith("num_draft_tokens=") and " run " in m for m in seen) == 5:
             raise Interrupt
 
     with pytest.raises(Interrupt):

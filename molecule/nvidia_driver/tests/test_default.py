@@ -115,7 +115,10 @@ def test_check_mode_plans_an_upgrade_and_changes_nothing(host: Any, converge: An
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ({"nvidia_driver_module_flavour": "proprietary"}, "Blackwell needs open"),
+        (
+            {"nvidia_driver_module_flavour": "proprietary"},
+            "Only the open modules drive NVIDIA RTX PRO 6000 Blackwell",
+        ),
         ({"nvidia_driver_headers_package": "proxmox-headers-6.8.99-1-pve"}, "cannot be installed"),
         ({"nvidia_driver_runfile_checksum": "md5:0"}, "sha256:<64 hex digits>"),
         (

@@ -2,8 +2,11 @@
 
 ``run`` exits 0 when every cell is ``ok``, 1 when a cell failed or was partial (the
 results are still written), 2 on bad input or an unreachable server (one line naming
-the field or URL). ``--json`` prints one JSON line (results path, report path, failed
-cells) and nothing else, for playbooks. ``compare`` exits 1 on a regression.
+the field or URL), 130 (Ctrl-C) or 143 (SIGTERM) when interrupted: the finished cells
+are kept in the run directory and ``--resume DIR`` measures the rest. ``--json``
+prints one JSON line (results path, report path, failed cells) and nothing else, for
+playbooks; progress goes to ``progress.log`` in the run directory either way.
+``compare`` exits 1 on a regression.
 """
 
 from __future__ import annotations
@@ -11,15 +14,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from specops.bench.compare import Thresholds, compare, threshold_arg
-from specops.bench.plan import load_plan, plan_from_mapping
-from specops.bench.report import fmt, write_report
-from specops.bench.results import Results, load_results
-from specops.bench.runner import RunState, run_plan
+from specops.bench.plan import Plan, load_plan, plan_from_mapping
+from specops.bench.report import write_report
+from specops.bench.results import Results, RunStore, load_results
+from specops.bench.runner import RunState, new_run_id, run_plan
+from specops.errors import ValidationError
+from specops.templating import fmt
+
+T = TypeVar("T")
 
 __all__ = ["register"]
 
@@ -37,6 +46,9 @@ def register(subparsers: Any) -> None:
     run.add_argument("--context-lengths", help="comma list, e.g. 1K,8K,30K")
     run.add_argument("--output-len", type=int)
     run.add_argument("--requests-per-cell", type=int)
+    run.add_argument(
+        "--waves-per-cell", type=int, help="a cell sends at least waves x C requests (0: off)"
+    )
     run.add_argument("--warmup-per-cell", type=int)
     run.add_argument("--prompt-set", choices=["mixed", "chat", "coding"])
     run.add_argument("--prompt-file")
@@ -50,9 +62,19 @@ def register(subparsers: Any) -> None:
         "--ignore-eos", action="store_true", default=None, help="opt-in; inflates numbers"
     )
     run.add_argument("--tokenizer-path", help="tokenizer.json when the server has no /tokenize")
+    run.add_argument(
+        "--roofline-gpu",
+        help="the server's cards for the roofline (GPU catalogue key); overrides the plan's",
+    )
+    run.add_argument("--roofline-gpu-count", type=int, help="how many cards the server has")
     run.add_argument("--humaneval", action="store_true", help="also run HumanEval pass@1")
     run.add_argument("--humaneval-limit", type=int)
     run.add_argument("--out", default="results", help="results root (default ./results)")
+    run.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue an interrupted run (its plan, its server): only missing cells",
+    )
     run.add_argument("--json", action="store_true", help="quiet; print one JSON line")
     run.add_argument("--fail-fast", action="store_true", help="stop after a failing cell")
     run.add_argument("--no-report", action="store_true", help="write only results.json")
@@ -92,6 +114,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "context_lengths": args.context_lengths,
         "output_len": args.output_len,
         "requests_per_cell": args.requests_per_cell,
+        "waves_per_cell": args.waves_per_cell,
         "warmup_per_cell": args.warmup_per_cell,
         "prompt_set": args.prompt_set,
         "prompt_file": args.prompt_file,
@@ -107,7 +130,47 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _run_with_progress(plan: Any, fail_fast: bool) -> Results:
+def _progress_line(state: RunState) -> str:
+    eta = state.eta_s
+    return (
+        f"cells {state.cells_done}/{state.cells_total} ({state.cell_label}) | "
+        f"failed requests {state.failures} | elapsed {fmt(state.elapsed_s, 0)} s | "
+        f"ETA {'?' if eta is None else fmt(eta, 0) + ' s'}"
+    )
+
+
+class _ProgressLog:
+    """One line per finished cell in ``progress.log`` (``tail -f`` it, or a playbook)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.done = -1
+
+    def __call__(self, state: RunState) -> None:
+        if state.cells_done == self.done:
+            return
+        self.done = state.cells_done
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(_progress_line(state) + "\n")
+
+
+async def _cancel_on_sigterm(coro: Coroutine[Any, Any, T]) -> T:
+    """SIGTERM stops the run the way Ctrl-C does: cancelled, finished cells kept."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    if task is not None:
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await coro
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _run(plan: Plan, store: RunStore, fail_fast: bool, quiet: bool) -> Results:
+    log = _ProgressLog(store.dir / "progress.log")
+    store.dir.mkdir(parents=True, exist_ok=True)
+    if quiet:
+        return asyncio.run(_cancel_on_sigterm(run_plan(plan, log, fail_fast, store)))
     from rich.progress import (  # noqa: PLC0415
         BarColumn,
         MofNCompleteColumn,
@@ -123,11 +186,14 @@ def _run_with_progress(plan: Any, fail_fast: bool) -> Results:
         TextColumn("cells | in flight {task.fields[in_flight]:>3} | {task.fields[tok_s]:>8} tok/s"),
         TextColumn("| failed {task.fields[failed]}"),
         TimeElapsedColumn(),
+        TextColumn("| ETA {task.fields[eta]}"),
         transient=False,
     ) as progress:
-        task = progress.add_task("bench", total=None, in_flight=0, tok_s="-", failed=0)
+        task = progress.add_task("bench", total=None, in_flight=0, tok_s="-", failed=0, eta="?")
 
         def observe(state: RunState) -> None:
+            log(state)
+            eta = state.eta_s
             progress.update(
                 task,
                 total=state.cells_total,
@@ -136,23 +202,62 @@ def _run_with_progress(plan: Any, fail_fast: bool) -> Results:
                 in_flight=state.in_flight,
                 tok_s=fmt(state.live_tok_s),
                 failed=state.failures,
+                eta="?" if eta is None else f"{fmt(eta, 0)} s",
             )
 
-        return asyncio.run(run_plan(plan, observe, fail_fast))
+        return asyncio.run(_cancel_on_sigterm(run_plan(plan, observe, fail_fast, store)))
+
+
+def _hardware(plan: Plan, gpu: str | None, count: int | None) -> Plan:
+    """The plan with the server's cards named on the command line (the rest of its
+    roofline section, model weights included, kept): a migrated container's new node."""
+    if gpu is None and count is None:
+        return plan
+    section = plan.to_dict().get("roofline") or {}
+    if gpu is not None:
+        section["gpu"] = gpu
+        section.pop("unknown", None)
+    if count is not None:
+        section["gpu_count"] = count
+    return plan_from_mapping({**plan.to_dict(), "roofline": section})
+
+
+def _resume_plan(args: argparse.Namespace) -> tuple[Plan, RunStore]:
+    store = RunStore(Path(args.resume))
+    if not store.exists():
+        raise ValidationError("--resume", f"{args.resume} is not a run directory (no run.json)")
+    given = [k for k, v in _overrides(args).items() if k != "humaneval" or v]
+    if args.plan or given:
+        raise ValidationError(
+            "--resume",
+            "a resumed run keeps its own plan; drop "
+            + ", ".join(["--plan"] * bool(args.plan) + [f"--{k.replace('_', '-')}" for k in given]),
+        )
+    return plan_from_mapping(store.load().plan), store
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    overrides = _overrides(args)
-    plan = load_plan(args.plan, overrides) if args.plan else plan_from_mapping(overrides)
-    if args.json:
-        results = asyncio.run(run_plan(plan, None, args.fail_fast))
+    if args.resume:
+        plan, store = _resume_plan(args)
     else:
-        results = _run_with_progress(plan, args.fail_fast)
-    out_dir = Path(args.out) / results.run_id
-    path = results.save(out_dir / "results.json")
+        overrides = _overrides(args)
+        plan = load_plan(args.plan, overrides) if args.plan else plan_from_mapping(overrides)
+        plan = _hardware(plan, args.roofline_gpu, args.roofline_gpu_count)
+        store = RunStore(Path(args.out) / new_run_id())
+    try:
+        results = _run(plan, store, args.fail_fast, args.json)
+    except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+        kept = len(store.load().cells) if store.exists() else 0
+        print(
+            f"specops: interrupted; {kept} finished cell(s) kept in {store.dir}; "
+            f"continue with: specops bench run --resume {store.dir}",
+            file=sys.stderr,
+        )
+        return 130 if isinstance(exc, KeyboardInterrupt) else 143
+    path = store.results_path
     report = None
     if not args.no_report:
-        report = write_report(load_results(path), out_dir)
+        report = write_report(load_results(path), store.dir)
     failed = [f"c{c.concurrency}-ctx{c.context_tokens}" for c in results.failed_cells]
     if args.json:
         print(
@@ -160,7 +265,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 {
                     "results": str(path),
                     "report": str(report) if report else None,
-                    "plots": sorted(str(png) for png in out_dir.glob("*.png")),
+                    "plots": sorted(str(png) for png in store.dir.glob("*.png")),
                     "run_id": results.run_id,
                     "cells": len(results.cells),
                     "failed_cells": failed,

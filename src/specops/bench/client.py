@@ -18,7 +18,6 @@ This module only sends and times; statistics live in ``stats`` and acceptance in
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 import weakref
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import orjson
 
 from specops.bench.plan import ApiKind, Plan
 from specops.bench.transport import StreamingTransport
@@ -36,6 +36,7 @@ __all__ = [
     "build_payload",
     "endpoint_path",
     "make_client",
+    "post_json",
     "send_request",
 ]
 
@@ -71,6 +72,7 @@ class RequestRecord:
     http_status: int | None = None
     error: str | None = None
     spec: dict[str, Any] | None = None  # SGLang meta_info speculative fields
+    in_flight_at_send: int | None = None  # requests in flight (this one included) when sent
 
     @property
     def ok(self) -> bool:
@@ -92,11 +94,14 @@ class RequestRecord:
             "http_status": self.http_status,
             "error": self.error,
             "spec": self.spec,
+            "in_flight_at_send": self.in_flight_at_send,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
-        return cls(**data)
+        """A record as written; fields newer than the file take their defaults."""
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def endpoint_path(api: ApiKind) -> str:
@@ -156,21 +161,32 @@ def _request(client: httpx.AsyncClient, path: str, body: bytes) -> httpx.Request
     return httpx.Request("POST", url, headers=headers, content=body, extensions=extensions)
 
 
+# Below uvicorn's 5 s keep-alive (vLLM, SGLang): an idle connection is dropped by the
+# client before the server closes it under a request.
+KEEPALIVE_S = 4.0
+
+
+async def post_json(client: httpx.AsyncClient, path: str, payload: Any) -> httpx.Response:
+    """A small JSON POST through the run's client, read whole (the tokenizer's calls:
+    one or two per prompt, so they skip httpx's per-call URL and header merging too)."""
+    return await client.send(_request(client, path, orjson.dumps(payload)))
+
+
 def make_client(plan: Plan, max_concurrency: int) -> httpx.AsyncClient:
     """The run's one client: explicit timeouts and a pool sized to the concurrency.
 
     Its transport is :class:`~specops.bench.transport.StreamingTransport` (bulk SSE
-    reads; httpx's default h11 transport costs ~10x more CPU per event).
+    reads; httpx's default h11 transport costs ~15x more CPU per streamed token).
     """
     t = plan.timeouts
-    headers = {"Accept": "text/event-stream"}
+    headers = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
     if plan.api_key_env:
         token = os.environ.get(plan.api_key_env)
         if token:
             headers["Authorization"] = f"Bearer {token}"
     pool = max_concurrency + 4
     limits = httpx.Limits(
-        max_connections=pool, max_keepalive_connections=pool, keepalive_expiry=30.0
+        max_connections=pool, max_keepalive_connections=pool, keepalive_expiry=KEEPALIVE_S
     )
     return httpx.AsyncClient(
         base_url=plan.base_url,
@@ -185,15 +201,18 @@ def make_client(plan: Plan, max_concurrency: int) -> httpx.AsyncClient:
 class _StreamState:
     """Per-request parsing state; kept small because it runs once per chunk."""
 
-    __slots__ = ("done", "last_tokens", "origin", "record", "saw_usage", "sglang_text_len")
+    __slots__ = (
+        "done", "fast", "last_tokens", "origin", "record", "saw_usage", "sglang_text_len",
+    )  # fmt: skip
 
-    def __init__(self, record: RequestRecord, origin: float) -> None:
+    def __init__(self, record: RequestRecord, origin: float, fast: bool = False) -> None:
         self.record = record
         self.origin = origin
         self.last_tokens = 0
         self.saw_usage = False
         self.done = False
         self.sglang_text_len = 0
+        self.fast = fast  # read by read (see _fast_block); off for good once it does not fit
 
 
 def _content_chunk(state: _StreamState, now: float, tokens: int | None) -> None:
@@ -283,9 +302,6 @@ def _handle_sglang(state: _StreamState, data: dict[str, Any], now: float) -> Non
         _content_chunk(state, now, carried)
 
 
-_DECODER = json.JSONDecoder()
-
-
 def _handle_sglang_event(state: _StreamState, data: dict[str, Any], now: float, chat: bool) -> None:
     del chat
     _handle_sglang(state, data, now)
@@ -297,13 +313,9 @@ class _StreamError(Exception):
 
 def _decode(payload: bytes) -> Any:
     try:
-        # str + raw_decode skips json.loads' encoding sniffing on every event
-        return _DECODER.raw_decode(payload.decode())[0]
-    except ValueError:
-        try:
-            return json.loads(payload)
-        except ValueError:
-            raise _StreamError(f"unparsable SSE data: {payload[:120]!r}") from None
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        raise _StreamError(f"unparsable SSE data: {payload[:120]!r}") from None
 
 
 def _slow_event(event: bytes) -> list[bytes]:
@@ -311,28 +323,97 @@ def _slow_event(event: bytes) -> list[bytes]:
     return [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
 
 
+_DONE = b"data: [DONE]"
+
+
+def _finish_reason(rec: RequestRecord, block: bytes) -> None:
+    for event in block.split(b"\n\n"):
+        if b'"finish_reason"' not in event:
+            continue
+        data = orjson.loads(event[6:])
+        choices = data.get("choices") if data.__class__ is dict else None
+        if choices and choices[0].get("finish_reason") is not None:
+            rec.finish_reason = str(choices[0]["finish_reason"])
+
+
+def _fast_block(state: _StreamState, block: bytes, now: float) -> bool:
+    """Every event of one network read at once (OpenAI API with continuous usage).
+
+    Events that arrived in one read arrived at the same moment: they are one content
+    arrival at ``now``, carrying the tokens by which the last event's cumulative
+    ``usage.completion_tokens`` grew. So only that event is parsed (plus the one naming
+    a finish reason); the others are only counted as plain ``data: {...}`` events.
+    Returns False, changing nothing, for a block of any other shape (an error object,
+    comments or other fields, no usage): the caller parses it event by event.
+    """
+    if b'"error"' in block:
+        return False
+    done = block.endswith(_DONE)
+    if done:
+        block = block[: -len(_DONE)].rstrip(b"\n")
+        if not block:
+            state.done = True
+            return True
+    if block.count(b"\n") != 2 * block.count(b"\n\ndata: {") or not block.startswith(b"data: {"):
+        return False  # not only "data: {...}" events (comments, fields, split lines)
+    last = block.rfind(b"\n\ndata: {")
+    data = orjson.loads(block[last + 8 :] if last >= 0 else block[6:])
+    usage = data.get("usage") if data.__class__ is dict else None
+    completion = usage.get("completion_tokens") if usage.__class__ is dict else None
+    if completion is None:
+        state.fast = False  # the server sends no usage per chunk: event by event from now on
+        return False
+    rec = state.record
+    if block.count(b'"finish_reason"') != block.count(b'"finish_reason":null') + block.count(
+        b'"finish_reason": null'
+    ):
+        _finish_reason(rec, block)  # an event here names one (the stream's last, usually)
+    tokens_now = int(completion)
+    prompt = usage.get("prompt_tokens")  # type: ignore[union-attr]
+    if prompt is not None:
+        rec.prompt_tokens = int(prompt)
+    rec.output_tokens = tokens_now
+    state.saw_usage = True
+    carried = tokens_now - state.last_tokens
+    state.last_tokens = tokens_now
+    if carried > 0:
+        elapsed = round(now - state.origin, 6)
+        if rec.ttft_s is None:
+            rec.ttft_s = elapsed
+        rec.e2e_s = elapsed
+        rec.chunk_times.append(elapsed)
+        rec.chunk_tokens.append(carried)
+    if done:
+        state.done = True
+    return True
+
+
 async def _consume(response: httpx.Response, state: _StreamState, api: ApiKind) -> None:
-    # The per-event loop is the client's hot path (scripts/bench-client-cost.py): one
-    # split per read, no allocation per event on the common "data: {json}" shape.
+    # The client's hot path (scripts/bench-client-cost.py): per network read one split
+    # and, in the common case, one JSON parse (_fast_block); else event by event, orjson
+    # per event.
     chat = api == "chat"
     handle = _handle_sglang_event if api == "sglang-generate" else _handle_openai
     buffer = b""
     perf = time.perf_counter
-    decode = _DECODER.raw_decode
+    loads = orjson.loads
     async for raw in response.aiter_raw():
         now = perf()
         buffer = buffer + raw if buffer else raw
         if b"\r" in raw:  # CRLF line ends are valid SSE
             buffer = buffer.replace(b"\r\n", b"\n")
-        if b"\n\n" not in buffer:
+        cut = buffer.rfind(b"\n\n")
+        if cut < 0:
             continue
-        *events, buffer = buffer.split(b"\n\n")
-        for event in events:
+        block, buffer = buffer[:cut], buffer[cut + 2 :]
+        if state.fast and _fast_block(state, block, now):
+            continue
+        for event in block.split(b"\n\n"):
             if event.startswith(b"data: {") and b"\n" not in event:
                 try:
-                    data = decode(event[6:].decode())[0]
-                except ValueError:
-                    data = _decode(event[6:])
+                    data = loads(event[6:])
+                except orjson.JSONDecodeError:
+                    raise _StreamError(f"unparsable SSE data: {event[6:126]!r}") from None
                 handle(state, data, now, chat)
                 continue
             payloads = [event[6:]] if event.startswith(b"data: ") else _slow_event(event)
@@ -372,11 +453,13 @@ async def _send(  # noqa: PLR0911, PLR0912 - one branch per failure class, each 
     record: RequestRecord,
     clock_origin: float,
 ) -> RequestRecord:
-    body = json.dumps(build_payload(plan, model, prompt)).encode()
+    body = orjson.dumps(build_payload(plan, model, prompt))
     path = endpoint_path(plan.api)
     origin = time.perf_counter()
     record.t_sent = origin - clock_origin
-    state = _StreamState(record, origin)
+    state = _StreamState(
+        record, origin, fast=plan.continuous_usage and plan.api != "sglang-generate"
+    )
     try:
         async with asyncio.timeout(plan.timeouts.request_s):
             response = await client.send(_request(client, path, body), stream=True)
@@ -409,6 +492,9 @@ async def _send(  # noqa: PLR0911, PLR0912 - one branch per failure class, each 
         return record
     except _StreamError as exc:
         record.error = str(exc)
+        return record
+    except Exception as exc:  # a fault of one request never ends a run: it is a failed request
+        record.error = f"client error: {type(exc).__name__}: {exc}"
         return record
     if not state.done:
         record.error = "truncated stream: ended without data: [DONE]"

@@ -74,10 +74,27 @@ class Timeouts:
 
 @dataclass(frozen=True)
 class Roofline:
-    """Inputs of the bandwidth roofline line in the report."""
+    """What the bandwidth roofline needs; resolved by :mod:`specops.bench.roofline`.
 
-    bandwidth_gb_s: float  # GPU memory bandwidth (inventory), GB/s (1e9 bytes)
-    bytes_per_token: float  # model bytes read per decoded token (active weights)
+    Bandwidth: ``bandwidth_gb_s`` as given, else the GPU catalogue's bandwidth of
+    ``gpu`` (catalogue id, PCI ``vendor:device`` or exact product name) times the cards
+    one model replica spans (tensor x pipeline parallel size, from ``tp_size`` /
+    ``pp_size`` or the engine's ``engine_args``), at most ``gpu_count``. Bytes per
+    token: ``bytes_per_token`` as given, else ``weights`` (the ``model_weights`` module's
+    reading of the model's safetensors: active parameters for MoE). ``unknown`` says
+    why there is no roofline when the caller knows (e.g. a CPU-only container).
+    """
+
+    bandwidth_gb_s: float | None = None  # aggregate GB/s (1e9 bytes/s) one replica reads
+    bytes_per_token: float | None = None  # weight bytes read per decode step (active)
+    gpu: str | None = None  # GPU catalogue key of the container's cards
+    gpu_count: int | None = None  # cards in the container
+    tp_size: int | None = None  # tensor-parallel size (None: from engine_args, else 1)
+    pp_size: int | None = None  # pipeline-parallel size (None: from engine_args, else 1)
+    engine_args: tuple[str, ...] = ()  # the serving engine's extra arguments
+    weights: dict[str, Any] | None = None  # specops.infra.model_weights result
+    bytes_source: str | None = None  # where a given bytes_per_token comes from
+    unknown: str | None = None  # why the hardware or the weights are not known
 
 
 @dataclass(frozen=True)
@@ -103,7 +120,8 @@ class Plan:
     concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
     context_lengths: tuple[int, ...] = DEFAULT_CONTEXT_LENGTHS  # input tokens per request
     output_len: int = 256  # max_tokens per request
-    requests_per_cell: int = 32  # measured requests per (concurrency, context) cell
+    requests_per_cell: int = 32  # measured requests per cell, at least (see waves_per_cell)
+    waves_per_cell: int = 4  # a cell sends at least waves x concurrency requests (0: off)
     warmup_per_cell: int = 2  # requests sent before each cell's measured phase
     prompt_set: str = "mixed"  # built-in corpus: mixed, chat or coding
     prompt_file: str | None = None  # own UTF-8 text corpus instead of the built-in one
@@ -118,10 +136,17 @@ class Plan:
     roofline: Roofline | None = None
     humaneval: HumanEvalPlan = field(default_factory=HumanEvalPlan)
 
+    def requests_for(self, concurrency: int) -> int:
+        """Measured requests of a cell at ``concurrency``: enough to hold it for
+        ``waves_per_cell`` waves, never fewer than ``requests_per_cell``."""
+        return max(self.requests_per_cell, self.waves_per_cell * concurrency)
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["concurrency"] = list(self.concurrency)
         data["context_lengths"] = list(self.context_lengths)
+        if self.roofline is not None:
+            data["roofline"]["engine_args"] = list(self.roofline.engine_args)
         return data
 
 
@@ -286,17 +311,7 @@ def plan_from_mapping(data: dict[str, Any]) -> Plan:
         read_s=cast(float, _float(t_data, "read_s", defaults.read_s, "timeouts.")),
         request_s=cast(float, _float(t_data, "request_s", defaults.request_s, "timeouts.")),
     )
-    roofline = None
-    r_data = _section(data, "roofline")
-    if r_data:
-        _check_keys(r_data, set(Roofline.__dataclass_fields__), "roofline.")
-        for key in ("bandwidth_gb_s", "bytes_per_token"):
-            if key not in r_data:
-                raise ValidationError(f"roofline.{key}", "is required when roofline is given")
-        roofline = Roofline(
-            bandwidth_gb_s=cast(float, _float(r_data, "bandwidth_gb_s", None, "roofline.")),
-            bytes_per_token=cast(float, _float(r_data, "bytes_per_token", None, "roofline.")),
-        )
+    roofline = _roofline(_section(data, "roofline"))
     h_data = _section(data, "humaneval")
     _check_keys(h_data, set(HumanEvalPlan.__dataclass_fields__), "humaneval.")
     hdef = HumanEvalPlan()
@@ -328,6 +343,7 @@ def plan_from_mapping(data: dict[str, Any]) -> Plan:
         context_lengths=contexts,
         output_len=_int(data, "output_len", 256, 1),
         requests_per_cell=_int(data, "requests_per_cell", 32, 1),
+        waves_per_cell=_int(data, "waves_per_cell", 4, 0),
         warmup_per_cell=_int(data, "warmup_per_cell", 2, 0),
         prompt_set=prompt_set,
         prompt_file=prompt_file,
@@ -341,6 +357,40 @@ def plan_from_mapping(data: dict[str, Any]) -> Plan:
         timeouts=timeouts,
         roofline=roofline,
         humaneval=humaneval,
+    )
+
+
+def _roofline(r_data: dict[str, Any]) -> Roofline | None:
+    """The plan's ``roofline`` section; empty strings and nulls count as not given."""
+    r_data = {k: v for k, v in r_data.items() if v is not None and v != ""}
+    if not r_data:
+        return None
+    _check_keys(r_data, set(Roofline.__dataclass_fields__), "roofline.")
+    engine_args = r_data.get("engine_args", [])
+    if not isinstance(engine_args, list | tuple) or not all(
+        isinstance(a, str | int | float) for a in engine_args
+    ):
+        raise ValidationError(
+            "roofline.engine_args", f"must be a list of strings (got {engine_args!r})"
+        )
+    weights = r_data.get("weights")
+    if weights is not None and not isinstance(weights, dict):
+        raise ValidationError(
+            "roofline.weights", f"must be the model_weights module's result (got {weights!r})"
+        )
+    sizes = {k: _int(r_data, k, 1, 1, "roofline.") if k in r_data else None
+             for k in ("gpu_count", "tp_size", "pp_size")}  # fmt: skip
+    return Roofline(
+        bandwidth_gb_s=_float(r_data, "bandwidth_gb_s", None, "roofline."),
+        bytes_per_token=_float(r_data, "bytes_per_token", None, "roofline."),
+        gpu=_opt_str(r_data, "gpu", "roofline."),
+        gpu_count=sizes["gpu_count"],
+        tp_size=sizes["tp_size"],
+        pp_size=sizes["pp_size"],
+        engine_args=tuple(str(a) for a in engine_args),
+        weights=cast(dict[str, Any], weights) if weights is not None else None,
+        bytes_source=_opt_str(r_data, "bytes_source", "roofline."),
+        unknown=_opt_str(r_data, "unknown", "roofline."),
     )
 
 

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
+import orjson
 
+from specops.bench.client import post_json
 from specops.bench.plan import ApiKind
 from specops.errors import SpecopsError, ValidationError
 
@@ -80,17 +82,20 @@ class ServerTokenizer:
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            response = await self._client.post(path, json=body)
+            response = await post_json(self._client, path, body)
         except httpx.RemoteProtocolError:
             # The server closed a pooled keep-alive connection as it was reused (uvicorn's
             # idle timeout): tokenizing has no side effects, so ask once more.
-            response = await self._client.post(path, json=body)
+            response = await post_json(self._client, path, body)
         if response.status_code != 200:
             raise SpecopsError(
                 f"{self._client.base_url}{path} answered HTTP {response.status_code}: "
                 f"{response.text[:200]}"
             )
-        data: dict[str, Any] = response.json()
+        try:
+            data: dict[str, Any] = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            raise SpecopsError(f"{self._client.base_url}{path} answered no JSON") from None
         return data
 
     async def encode(self, text: str, special: bool) -> list[int]:

@@ -2,96 +2,116 @@
 
 ``write_report`` takes :class:`~specops.bench.results.Results` (as loaded from JSON)
 and never talks to a server: every number shown is a field of the results or a
-function of them (the roofline line).
+function of them (the roofline). The text is ``templates/bench/report.md.j2``; this
+module hands it keyed rows (:data:`REPORT_COLUMNS`, :func:`~specops.bench.results.cell_row`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from specops.bench.results import Results, cells_csv, requests_csv
-from specops.bench.roofline import roofline_rows
+from specops.bench.results import CELL_COLUMNS, Column, Results, cell_row, cells_csv, requests_csv
+from specops.bench.roofline import Hardware, resolve, roofline_rows
 from specops.plots import pyplot
+from specops.templating import fmt, render
 
-__all__ = ["fmt", "render_markdown", "write_report"]
+__all__ = [
+    "REPORT_COLUMNS",
+    "fmt",
+    "render_markdown",
+    "report_context",
+    "roofline_context",
+    "write_report",
+]
 
-
-def fmt(value: float | int | None, digits: int = 1) -> str:
-    """How every number appears in the report (tests re-derive with this)."""
-    if value is None:
-        return "-"
-    if isinstance(value, int):
-        return str(value)
-    return f"{value:.{digits}f}"
-
-
-def _temperature(plan: dict[str, object]) -> str:
-    value = plan.get("temperature")
-    return "server default" if value is None else str(value)
-
-
-def _cells_table(results: Results) -> list[str]:
-    lines = [
-        "| C | context | status | ok | failed | out tok/s | req/s | goodput req/s "
-        "| TTFT p50 | TTFT p90 | TTFT p99 | TPOT p50 | TPOT p90 | TPOT p99 "
-        "| ITL p50 | ITL p90 | ITL p99 | E2E p50 | E2E p99 | decode tok/s p50 | accept len |",
-        "|" + "---|" * 21,
-    ]
-    for cell in results.cells:
-        s = cell.stats
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    str(cell.concurrency),
-                    str(cell.context_tokens),
-                    cell.status,
-                    str(s.completed),
-                    str(s.failed),
-                    fmt(s.output_tok_s),
-                    fmt(s.request_rate, 2),
-                    fmt(s.goodput_req_s, 2),
-                    fmt(s.ttft_ms.p50),
-                    fmt(s.ttft_ms.p90),
-                    fmt(s.ttft_ms.p99),
-                    fmt(s.tpot_ms.p50, 2),
-                    fmt(s.tpot_ms.p90, 2),
-                    fmt(s.tpot_ms.p99, 2),
-                    fmt(s.itl_ms.p50, 2),
-                    fmt(s.itl_ms.p90, 2),
-                    fmt(s.itl_ms.p99, 2),
-                    fmt(s.e2e_ms.p50),
-                    fmt(s.e2e_ms.p99),
-                    fmt(s.decode_tok_s.p50),
-                    fmt(cell.acceptance.mean_acceptance_length, 3),
-                ]
-            )
-            + " |"
-        )
-    return lines
+_REPORT_KEYS = (
+    "concurrency", "context_tokens", "status", "completed", "failed", "concurrency_max",
+    "concurrency_mean", "output_tok_s", "steady_output_tok_s", "request_rate",
+    "goodput_req_s", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99", "tpot_ms_p50",
+    "tpot_ms_p90", "tpot_ms_p99", "itl_ms_p50", "itl_ms_p90", "itl_ms_p99", "e2e_ms_p50",
+    "e2e_ms_p99", "decode_tok_s_p50", "mean_acceptance_length",
+)  # fmt: skip
+_BY_KEY = {c.key: c for c in CELL_COLUMNS}
+# The report's cells table: these columns of CELL_COLUMNS, by key.
+REPORT_COLUMNS: tuple[Column, ...] = tuple(_BY_KEY[k] for k in _REPORT_KEYS)
 
 
-def _acceptance_table(results: Results) -> list[str]:
-    rows = [c for c in results.cells if c.acceptance.mean_acceptance_length is not None]
-    if not rows:
-        return ["No acceptance data (no speculative counters or meta_info).", ""]
-    width = max(len(c.acceptance.per_position) for c in rows)
-    head = "| C | context | source | accept len | draft accept rate | drafts | accepted |"
-    head += "".join(f" pos {i} |" for i in range(width))
-    lines = [head, "|" + "---|" * (7 + width)]
-    for c in rows:
-        a = c.acceptance
-        cols = [
-            str(c.concurrency),
-            str(c.context_tokens),
-            a.source,
-            fmt(a.mean_acceptance_length, 3),
-            fmt(a.draft_acceptance_rate, 3),
-            fmt(a.drafts, 0),
-            fmt(a.accepted, 0),
-        ] + [fmt(a.per_position[i], 3) if i < len(a.per_position) else "-" for i in range(width)]
-        lines.append("| " + " | ".join(cols) + " |")
-    return [*lines, ""]
+def _hardware(
+    results: Results, bandwidth_gb_s: float | None, bytes_per_token: float | None
+) -> Hardware | str:
+    if bandwidth_gb_s and bytes_per_token:
+        return Hardware(bandwidth_gb_s, bytes_per_token, "given (--gpu-bandwidth-gbs)",
+                        "given (--model-bytes-per-token)")  # fmt: skip
+    return resolve(results.plan.get("roofline"))
+
+
+def roofline_context(
+    results: Results, bandwidth_gb_s: float | None = None, bytes_per_token: float | None = None
+) -> dict[str, Any]:
+    """The roofline part of a report: hardware and rows, or the reason there is none.
+
+    Also what the sweep's and the rollout's reports show (``templates/roofline.md.j2``).
+    """
+    hardware = _hardware(results, bandwidth_gb_s, bytes_per_token)
+    rows = (
+        roofline_rows(results, hardware.bandwidth_gb_s, hardware.bytes_per_token)
+        if isinstance(hardware, Hardware)
+        else []
+    )
+    return {
+        "hardware": hardware if isinstance(hardware, Hardware) else None,
+        "roofline_reason": hardware if isinstance(hardware, str) else None,
+        "roofline": rows,
+    }
+
+
+def report_context(
+    results: Results,
+    plots: list[str],
+    bandwidth_gb_s: float | None = None,
+    bytes_per_token: float | None = None,
+) -> dict[str, Any]:
+    """Everything the report template shows, as numbers and keyed rows."""
+    rows = [cell_row(c) for c in results.cells]
+    failures: list[dict[str, Any]] = []
+    for c in results.cells:
+        for reason, count in sorted(c.stats.failure_reasons.items()):
+            failures.append({"concurrency": c.concurrency, "context_tokens": c.context_tokens,
+                             "count": count, "text": reason})  # fmt: skip
+        for note in c.notes:
+            failures.append({"concurrency": c.concurrency, "context_tokens": c.context_tokens,
+                             "count": None, "text": note})  # fmt: skip
+    accepted = [c for c in results.cells if c.acceptance.mean_acceptance_length is not None]
+    acceptance = [
+        {"concurrency": c.concurrency, "context_tokens": c.context_tokens,
+         **c.acceptance.to_dict()}
+        for c in accepted
+    ]  # fmt: skip
+    return {
+        **roofline_context(results, bandwidth_gb_s, bytes_per_token),
+        "run": results,
+        "server": results.server,
+        "plan": results.plan,
+        "cells": results.cells,
+        "columns": REPORT_COLUMNS,
+        "rows": rows,
+        "short_cells": [
+            r
+            for r in rows
+            if r["concurrency_max"] is not None and r["concurrency_max"] < r["concurrency"]
+        ],
+        "failures": failures,
+        "acceptance": acceptance,
+        "positions": max((len(a["per_position"]) for a in acceptance), default=0),
+        "no_drafts": sum(
+            1
+            for c in results.cells
+            if c.acceptance.source == "vllm-metrics" and not c.acceptance.drafts
+        ),
+        "correctness": results.correctness,
+        "plots": plots,
+    }
 
 
 def render_markdown(
@@ -100,71 +120,9 @@ def render_markdown(
     bandwidth_gb_s: float | None = None,
     bytes_per_token: float | None = None,
 ) -> str:
-    srv = results.server
-    plan = results.plan
-    out = [
-        f"# Benchmark {results.run_id}",
-        "",
-        f"- Server: {srv.base_url}, engine {srv.engine} {srv.engine_version or '?'}, "
-        f"model `{srv.model}`, max_model_len {fmt(srv.max_model_len)}",
-        f"- Speculative config: {srv.speculative if srv.speculative else 'not read back'} "
-        f"(source: {srv.speculative_source})",
-        f"- API {plan['api']}, output_len {plan['output_len']}, "
-        f"{plan['requests_per_cell']} requests per cell after {plan['warmup_per_cell']} "
-        f"warm-up, temperature {_temperature(plan)}, "
-        f"ignore_eos {plan['ignore_eos']}",
-        f"- Host {results.host.get('hostname', '?')}, started {results.created_at}, "
-        f"finished {results.finished_at or '?'}, schema {results.schema_version}",
-        "",
-    ]
-    if results.notes:
-        out += ["## Notes", "", *[f"- {n}" for n in results.notes], ""]
-    out += [
-        "## Cells",
-        "",
-        "Latencies in ms; throughput over the measured wall time (warm-up excluded).",
-        "",
-        *_cells_table(results),
-        "",
-    ]
-    failing = [c for c in results.cells if c.stats.failure_reasons or c.notes]
-    if failing:
-        out += ["## Failures", ""]
-        for c in failing:
-            for reason, count in sorted(c.stats.failure_reasons.items()):
-                out.append(f"- c{c.concurrency}-ctx{c.context_tokens}: {count} x {reason}")
-            for note in c.notes:
-                out.append(f"- c{c.concurrency}-ctx{c.context_tokens}: {note}")
-        out.append("")
-    out += ["## Acceptance by position", "", *_acceptance_table(results)]
-    if bandwidth_gb_s and bytes_per_token:
-        out += [
-            "## Roofline (single stream)",
-            "",
-            f"Bandwidth {fmt(bandwidth_gb_s)} GB/s, {fmt(bytes_per_token, 0)} bytes per token.",
-            "",
-            "| context | decode tok/s p50 (C=1) | accept len | roofline tok/s "
-            "| roofline x accept | % of bound |",
-            "|---|---|---|---|---|---|",
-        ]
-        for r in roofline_rows(results, bandwidth_gb_s, bytes_per_token):
-            out.append(
-                f"| {r.context_tokens} | {fmt(r.achieved_tok_s)} | {fmt(r.acceptance_length, 3)}"
-                f" | {fmt(r.roofline_tok_s)} | {fmt(r.bound_tok_s)} | {fmt(r.percent_of_bound)} |"
-            )
-        out.append("")
-    if results.correctness:
-        cor = results.correctness
-        out += [
-            "## Correctness",
-            "",
-            f"HumanEval: {cor['passed']}/{cor['problems']} passed, pass@1 "
-            f"{fmt(float(cor['pass_at_1']), 3)} (temperature {cor['temperature']}).",
-            "",
-        ]
-    if plots:
-        out += ["## Plots", "", *[f"![{p}]({p})" for p in plots], ""]
-    return "\n".join(out)
+    return render(
+        "bench/report.md.j2", **report_context(results, plots, bandwidth_gb_s, bytes_per_token)
+    )
 
 
 def _plot_throughput(results: Results, path: Path) -> None:
@@ -174,9 +132,10 @@ def _plot_throughput(results: Results, path: Path) -> None:
         cells = sorted(
             (c for c in results.cells if c.context_tokens == ctx), key=lambda c: c.concurrency
         )
+        rows = [cell_row(c) for c in cells]
         ax.plot(
-            [c.concurrency for c in cells],
-            [c.stats.output_tok_s for c in cells],
+            [r["concurrency"] for r in rows],
+            [r["output_tok_s"] for r in rows],
             marker="o",
             label=f"{ctx} tokens in",
         )
@@ -191,18 +150,24 @@ def _plot_throughput(results: Results, path: Path) -> None:
     plt.close(fig)
 
 
-def _plot_percentiles(results: Results, path: Path, attr: str, title: str) -> None:
+def _plot_percentiles(results: Results, path: Path, name: str, title: str) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for ctx in sorted({c.context_tokens for c in results.cells}):
-        cells = sorted(
-            (c for c in results.cells if c.context_tokens == ctx), key=lambda c: c.concurrency
+        rows = sorted(
+            (cell_row(c) for c in results.cells if c.context_tokens == ctx),
+            key=lambda r: r["concurrency"],
         )
         for q, style in (("p50", "-"), ("p90", "--"), ("p99", ":")):
-            xs = [c.concurrency for c in cells if getattr(getattr(c.stats, attr), q) is not None]
-            ys = [getattr(getattr(c.stats, attr), q) for c in cells]
-            ys = [y for y in ys if y is not None]
-            ax.plot(xs, ys, linestyle=style, marker=".", label=f"{ctx} in, {q}")
+            points = [(r["concurrency"], r[f"{name}_{q}"]) for r in rows]
+            points = [(x, y) for x, y in points if y is not None]
+            ax.plot(
+                [x for x, _ in points],
+                [y for _, y in points],
+                linestyle=style,
+                marker=".",
+                label=f"{ctx} in, {q}",
+            )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("concurrency")
     ax.set_ylabel("ms")
@@ -246,11 +211,11 @@ def write_report(
     bandwidth_gb_s: float | None = None,
     bytes_per_token: float | None = None,
 ) -> Path:
-    """Write report.md, cells.csv, requests.csv and the PNG plots; return report.md."""
+    """Write report.md, cells.csv, requests.csv and the PNG plots; return report.md.
+
+    The roofline comes from the plan's ``roofline`` inputs unless both numbers are given.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
-    roof = results.plan.get("roofline") or {}
-    bandwidth_gb_s = bandwidth_gb_s or roof.get("bandwidth_gb_s")
-    bytes_per_token = bytes_per_token or roof.get("bytes_per_token")
     (out_dir / "cells.csv").write_text(cells_csv(results), encoding="utf-8")
     (out_dir / "requests.csv").write_text(requests_csv(results), encoding="utf-8")
     plots: list[str] = []

@@ -2,17 +2,33 @@
 
 Everything a report, a comparison, a sweep or a rollout gate shows is read from this
 document; nothing re-measures. ``SCHEMA_VERSION`` changes whenever a field changes
-meaning or disappears; readers refuse versions they do not know.
+meaning or disappears; readers refuse versions they do not know and read older ones
+they do, a field newer than the file taking its documented default (schema 2 added
+per cell ``concurrency_max``, ``concurrency_mean``, ``steady_s``,
+``steady_output_tok_s`` (None when read from schema 1), per request
+``in_flight_at_send`` (None), per run ``interrupted`` (false) and ``resumed_at`` ([])).
+
+A run directory (:class:`RunStore`) holds the document while it grows: ``run.json``
+(everything but the cells, written once), ``cells.jsonl`` (one finished cell per line,
+appended and flushed as the cell ends) and ``results.json`` (the whole document,
+written when the run ends or is interrupted). A run killed at any point keeps every
+cell that had finished; ``--resume`` reads them back and measures only the rest.
+
+Columns of the CSV files and the report's tables are keyed (:data:`CELL_COLUMNS`,
+:func:`cell_row`): the CSV header, the Markdown template and the plots read the same
+keys, never positions.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from specops.bench.client import RequestRecord
 from specops.bench.metrics import Acceptance
@@ -20,16 +36,23 @@ from specops.bench.stats import CellStats, itl_values, tpot_s
 from specops.errors import ValidationError
 
 __all__ = [
+    "CELL_COLUMNS",
+    "REQUEST_COLUMNS",
     "SCHEMA_VERSION",
     "Cell",
+    "Column",
     "Results",
+    "RunStore",
     "ServerIdentity",
+    "cell_row",
     "cells_csv",
     "load_results",
+    "request_row",
     "requests_csv",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
 
 
 @dataclass
@@ -45,6 +68,10 @@ class ServerIdentity:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ServerIdentity:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
 @dataclass
@@ -102,12 +129,15 @@ class Results:
     notes: list[str] = field(default_factory=list)
     correctness: dict[str, Any] | None = None
     schema_version: int = SCHEMA_VERSION
+    interrupted: bool = False  # stopped before the matrix was done (Ctrl-C, SIGTERM)
+    resumed_at: list[str] = field(default_factory=list)  # when --resume continued it
 
     @property
     def failed_cells(self) -> list[Cell]:
         return [c for c in self.cells if c.status != "ok"]
 
-    def to_dict(self) -> dict[str, Any]:
+    def header(self) -> dict[str, Any]:
+        """Everything but the cells (``run.json`` of a run directory)."""
         return {
             "schema_version": self.schema_version,
             "run_id": self.run_id,
@@ -118,24 +148,26 @@ class Results:
             "server": self.server.to_dict(),
             "notes": self.notes,
             "correctness": self.correctness,
-            "cells": [c.to_dict() for c in self.cells],
+            "interrupted": self.interrupted,
+            "resumed_at": self.resumed_at,
         }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.header(), "cells": [c.to_dict() for c in self.cells]}
 
     def save(self, path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), separators=(",", ":")) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        _write_atomic(path, _dumps(self.to_dict()) + b"\n")
         return path
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Results:
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_SCHEMAS:
             raise ValidationError(
                 "schema_version",
                 f"results schema {version!r} is not supported (this specops reads "
-                f"{SCHEMA_VERSION})",
+                f"{', '.join(str(v) for v in READABLE_SCHEMAS)})",
             )
         return cls(
             run_id=str(data["run_id"]),
@@ -143,20 +175,98 @@ class Results:
             finished_at=data.get("finished_at"),
             host=dict(data["host"]),
             plan=dict(data["plan"]),
-            server=ServerIdentity(**data["server"]),
+            server=ServerIdentity.from_dict(data["server"]),
             cells=[Cell.from_dict(c) for c in data["cells"]],
             notes=list(data.get("notes", [])),
             correctness=data.get("correctness"),
+            schema_version=SCHEMA_VERSION,
+            interrupted=bool(data.get("interrupted", False)),
+            resumed_at=list(data.get("resumed_at", [])),
         )
+
+
+def _dumps(data: Any, indent: bool = False) -> bytes:
+    option = orjson.OPT_NON_STR_KEYS | (orjson.OPT_INDENT_2 if indent else 0)
+    return orjson.dumps(data, option=option)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+
+
+class RunStore:
+    """A run directory that keeps every finished cell (see the module docstring)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.header_path = directory / "run.json"
+        self.cells_path = directory / "cells.jsonl"
+        self.results_path = directory / "results.json"
+
+    def exists(self) -> bool:
+        return self.header_path.is_file()
+
+    def start(self, results: Results) -> None:
+        """A new run: its header, no cells yet."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        _write_atomic(self.header_path, _dumps(results.header(), indent=True))
+        self.cells_path.write_bytes(b"")
+
+    def add(self, cell: Cell) -> None:
+        """Append one finished cell, on disk before this returns."""
+        with self.cells_path.open("ab") as fh:
+            fh.write(_dumps(cell.to_dict()) + b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def load(self) -> Results:
+        """The run as far as it got: the header and every complete cell line."""
+        try:
+            header = orjson.loads(self.header_path.read_bytes())
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise ValidationError(
+                "resume", f"{self.header_path} is not a run header: {exc}"
+            ) from None
+        cells: list[dict[str, Any]] = []
+        lines = self.cells_path.read_bytes().split(b"\n") if self.cells_path.exists() else []
+        for n, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                cells.append(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                if n == len(lines):  # the line a kill cut short: that cell is measured again
+                    break
+                raise ValidationError("resume", f"{self.cells_path}:{n} is not JSON") from None
+        try:
+            return Results.from_dict({**header, "cells": cells})
+        except (KeyError, TypeError) as exc:
+            raise ValidationError("resume", f"{self.dir}: missing or bad field {exc}") from None
+
+    def rewrite_cells(self, cells: list[Cell]) -> None:
+        """Drop a cut-short last line: the file holds exactly ``cells`` again."""
+        _write_atomic(self.cells_path, b"".join(_dumps(c.to_dict()) + b"\n" for c in cells))
+
+    def update_header(self, results: Results) -> None:
+        _write_atomic(self.header_path, _dumps(results.header(), indent=True))
+
+    def finish(self, results: Results) -> Path:
+        self.update_header(results)
+        return results.save(self.results_path)
 
 
 def load_results(path: str | Path) -> Results:
     file = Path(path)
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = orjson.loads(file.read_bytes())
     except OSError as exc:
         raise ValidationError("results", f"cannot read {file}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
+    except orjson.JSONDecodeError as exc:
         raise ValidationError("results", f"{file} is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValidationError("results", f"{file} does not hold a results object")
@@ -166,104 +276,121 @@ def load_results(path: str | Path) -> Results:
         raise ValidationError("results", f"{file} is missing or has a bad field: {exc}") from None
 
 
-_CELL_COLUMNS = (
-    "concurrency",
-    "context_tokens",
-    "status",
-    "requests",
-    "completed",
-    "failed",
-    "duration_s",
-    "total_output_tokens",
-    "output_tok_s",
-    "request_rate",
-    "goodput_req_s",
-    "ttft_ms_p50",
-    "ttft_ms_p90",
-    "ttft_ms_p99",
-    "ttft_ms_mean",
-    "tpot_ms_p50",
-    "tpot_ms_p90",
-    "tpot_ms_p99",
-    "tpot_ms_mean",
-    "itl_ms_p50",
-    "itl_ms_p90",
-    "itl_ms_p99",
-    "itl_ms_mean",
-    "e2e_ms_p50",
-    "e2e_ms_p90",
-    "e2e_ms_p99",
-    "e2e_ms_mean",
-    "decode_tok_s_p50",
-    "decode_tok_s_mean",
-    "mean_acceptance_length",
-    "draft_acceptance_rate",
+@dataclass(frozen=True)
+class Column:
+    """One keyed column: the CSV header is ``key``; reports show ``header``."""
+
+    key: str
+    header: str
+    digits: int = 1  # decimals a report shows
+    description: str = ""
+
+
+def _dist_columns(name: str, label: str, digits: int) -> tuple[Column, ...]:
+    return tuple(
+        Column(f"{name}_{q}", f"{label} {q}", digits) for q in ("p50", "p90", "p99", "mean")
+    )
+
+
+CELL_COLUMNS: tuple[Column, ...] = (
+    Column("concurrency", "C", 0, "requests the cell keeps in flight"),
+    Column("context_tokens", "context", 0, "input tokens per request"),
+    Column("status", "status"),
+    Column("requests", "requests", 0),
+    Column("completed", "ok", 0),
+    Column("failed", "failed", 0),
+    Column("concurrency_max", "max in flight", 0, "most requests in flight at once"),
+    Column("concurrency_mean", "mean in flight", 1, "time-weighted over the measured span"),
+    Column("duration_s", "duration s", 2),
+    Column("total_output_tokens", "output tokens", 0),
+    Column("output_tok_s", "out tok/s", 1, "output tokens / measured wall time"),
+    Column("steady_output_tok_s", "steady tok/s", 1, "output tok/s while all C in flight"),
+    Column("steady_s", "steady s", 2),
+    Column("request_rate", "req/s", 2),
+    Column("goodput_req_s", "goodput req/s", 2),
+    *_dist_columns("ttft_ms", "TTFT", 1),
+    *_dist_columns("tpot_ms", "TPOT", 2),
+    *_dist_columns("itl_ms", "ITL", 2),
+    *_dist_columns("e2e_ms", "E2E", 1),
+    Column("decode_tok_s_p50", "decode tok/s p50", 1),
+    Column("decode_tok_s_mean", "decode tok/s mean", 1),
+    Column("mean_acceptance_length", "accept len", 3),
+    Column("draft_acceptance_rate", "draft accept rate", 3),
 )
 
 
-def cells_csv(results: Results) -> str:
+def cell_row(cell: Cell) -> dict[str, Any]:
+    """Every :data:`CELL_COLUMNS` value of a cell, by key."""
+    s = cell.stats
+    row: dict[str, Any] = {
+        "concurrency": cell.concurrency,
+        "context_tokens": cell.context_tokens,
+        "status": cell.status,
+        "requests": s.requests,
+        "completed": s.completed,
+        "failed": s.failed,
+        "concurrency_max": s.concurrency_max,
+        "concurrency_mean": s.concurrency_mean,
+        "duration_s": s.duration_s,
+        "total_output_tokens": s.total_output_tokens,
+        "output_tok_s": s.output_tok_s,
+        "steady_output_tok_s": s.steady_output_tok_s,
+        "steady_s": s.steady_s,
+        "request_rate": s.request_rate,
+        "goodput_req_s": s.goodput_req_s,
+        "decode_tok_s_p50": s.decode_tok_s.p50,
+        "decode_tok_s_mean": s.decode_tok_s.mean,
+        "mean_acceptance_length": cell.acceptance.mean_acceptance_length,
+        "draft_acceptance_rate": cell.acceptance.draft_acceptance_rate,
+    }
+    for name in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        dist = getattr(s, name)
+        for q in ("p50", "p90", "p99", "mean"):
+            row[f"{name}_{q}"] = getattr(dist, q)
+    return row
+
+
+REQUEST_COLUMNS: tuple[Column, ...] = tuple(
+    Column(key, key, 3)
+    for key in (
+        "concurrency", "context_tokens", "index", "t_sent", "in_flight_at_send", "ttft_s",
+        "e2e_s", "tpot_s", "output_tokens", "prompt_tokens", "chunks", "itl_count",
+        "finish_reason", "error",
+    )
+)  # fmt: skip
+
+
+def request_row(cell: Cell, r: RequestRecord) -> dict[str, Any]:
+    return {
+        "concurrency": cell.concurrency,
+        "context_tokens": cell.context_tokens,
+        "index": r.index,
+        "t_sent": r.t_sent,
+        "in_flight_at_send": r.in_flight_at_send,
+        "ttft_s": r.ttft_s,
+        "e2e_s": r.e2e_s,
+        "tpot_s": tpot_s(r),
+        "output_tokens": r.output_tokens,
+        "prompt_tokens": r.prompt_tokens,
+        "chunks": len(r.chunk_times),
+        "itl_count": len(itl_values(r)),
+        "finish_reason": r.finish_reason,
+        "error": r.error,
+    }
+
+
+def _csv(columns: tuple[Column, ...], rows: list[dict[str, Any]]) -> str:
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(_CELL_COLUMNS)
-    for cell in results.cells:
-        s = cell.stats
-        row: list[object] = [
-            cell.concurrency,
-            cell.context_tokens,
-            cell.status,
-            s.requests,
-            s.completed,
-            s.failed,
-            s.duration_s,
-            s.total_output_tokens,
-            s.output_tok_s,
-            s.request_rate,
-            s.goodput_req_s,
-        ]
-        for dist in (s.ttft_ms, s.tpot_ms, s.itl_ms, s.e2e_ms):
-            row.extend([dist.p50, dist.p90, dist.p99, dist.mean])
-        row.extend([s.decode_tok_s.p50, s.decode_tok_s.mean])
-        row.extend([cell.acceptance.mean_acceptance_length, cell.acceptance.draft_acceptance_rate])
-        writer.writerow(["" if v is None else v for v in row])
+    writer = csv.DictWriter(out, fieldnames=[c.key for c in columns], lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({c.key: "" if row[c.key] is None else row[c.key] for c in columns})
     return out.getvalue()
+
+
+def cells_csv(results: Results) -> str:
+    return _csv(CELL_COLUMNS, [cell_row(c) for c in results.cells])
 
 
 def requests_csv(results: Results) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(
-        [
-            "concurrency",
-            "context_tokens",
-            "index",
-            "t_sent",
-            "ttft_s",
-            "e2e_s",
-            "tpot_s",
-            "output_tokens",
-            "prompt_tokens",
-            "chunks",
-            "itl_count",
-            "finish_reason",
-            "error",
-        ]
-    )
-    for cell in results.cells:
-        for r in cell.records:
-            row: list[object] = [
-                cell.concurrency,
-                cell.context_tokens,
-                r.index,
-                r.t_sent,
-                r.ttft_s,
-                r.e2e_s,
-                tpot_s(r),
-                r.output_tokens,
-                r.prompt_tokens,
-                len(r.chunk_times),
-                len(itl_values(r)),
-                r.finish_reason,
-                r.error,
-            ]
-            writer.writerow(["" if v is None else v for v in row])
-    return out.getvalue()
+    return _csv(REQUEST_COLUMNS, [request_row(c, r) for c in results.cells for r in c.records])

@@ -2,9 +2,16 @@
 
 Per cell: build every prompt first (tokenizing is never timed), send the warm-up
 requests, snapshot the server's counters, send the measured requests with at most
-``concurrency`` in flight, snapshot again. A cell whose requests fail is marked
-(``partial``/``failed``) with the reasons and the run goes on, unless ``fail_fast``.
-An unreachable server fails the run in about ``timeouts.connect_s`` naming the URL.
+``concurrency`` in flight (:meth:`Plan.requests_for`: enough requests to hold the
+concurrency for ``waves_per_cell`` waves), snapshot again. A cell whose requests fail
+is marked (``partial``/``failed``) with the reasons and the run goes on, unless
+``fail_fast``; no fault of a request ends a run. An unreachable server fails the run in
+about ``timeouts.connect_s`` naming the URL.
+
+With a :class:`~specops.bench.results.RunStore` every finished cell is on disk before
+the next one starts; a cancelled run (Ctrl-C, SIGTERM) writes what it has and re-raises;
+a store that already holds cells is resumed: the same plan on the same server, only the
+missing cells measured.
 """
 
 from __future__ import annotations
@@ -39,11 +46,11 @@ from specops.bench.prompts import (
     Tokenizer,
     load_corpus,
 )
-from specops.bench.results import Cell, Results, ServerIdentity
+from specops.bench.results import Cell, Results, RunStore, ServerIdentity
 from specops.bench.stats import cell_stats
 from specops.errors import SpecopsError, ValidationError
 
-__all__ = ["Observer", "RunState", "run_plan"]
+__all__ = ["Observer", "RunState", "new_run_id", "run_plan"]
 
 
 @dataclass
@@ -52,16 +59,32 @@ class RunState:
 
     cells_total: int = 0
     cells_done: int = 0
+    cells_kept: int = 0  # cells a resumed run found already measured
     in_flight: int = 0
     cell_label: str = ""
     cell_tokens: int = 0
     cell_started: float = 0.0
     failures: int = 0
+    started: float = 0.0  # perf_counter when measuring began
+    requests_total: int = 0  # requests (warm-up included) of the cells still to measure
+    requests_done: int = 0
 
     @property
     def live_tok_s(self) -> float:
         elapsed = time.perf_counter() - self.cell_started if self.cell_started else 0.0
         return self.cell_tokens / elapsed if elapsed > 0 else 0.0
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.started if self.started else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        """Rough time left: the time per finished request so far, for the rest."""
+        if not self.requests_done or not self.started:
+            return None
+        left = max(self.requests_total - self.requests_done, 0)
+        return self.elapsed_s / self.requests_done * left
 
 
 Observer = Callable[[RunState], None]
@@ -207,7 +230,9 @@ async def _run_requests(
             state.in_flight += 1
             if observer:
                 observer(state)
-            record = RequestRecord(index=i, context_tokens=context)
+            record = RequestRecord(
+                index=i, context_tokens=context, in_flight_at_send=state.in_flight
+            )
             try:
                 await send_request(
                     client,
@@ -219,6 +244,7 @@ async def _run_requests(
                 )
             finally:
                 state.in_flight -= 1
+                state.requests_done += 1
             if count_tokens and record.ok:
                 state.cell_tokens += record.output_tokens or 0
             if record.error:
@@ -246,7 +272,7 @@ async def _run_cell(
     label = f"c{concurrency}-ctx{context}"
     started_at = _now()
     warm_keys = [f"{label}-w{i}" for i in range(plan.warmup_per_cell)]
-    keys = [f"{label}-r{i}" for i in range(plan.requests_per_cell)]
+    keys = [f"{label}-r{i}" for i in range(plan.requests_for(concurrency))]
     notes: list[str] = []
     try:
         warm_prompts = await _build_prompts(builder, warm_keys, context)
@@ -257,13 +283,14 @@ async def _run_cell(
         reason = f"prompts could not be built: {type(exc).__name__}: {exc}"
         records = [
             RequestRecord(index=i, context_tokens=context, error=reason, done_s=0.0)
-            for i in range(plan.requests_per_cell)
+            for i in range(len(keys))
         ]
+        state.requests_done += len(keys) + len(warm_keys)
         return Cell(
             concurrency=concurrency,
             context_tokens=context,
             status="failed",
-            stats=cell_stats(records, plan.slo),
+            stats=cell_stats(records, plan.slo, concurrency),
             acceptance=Acceptance(source="none", note=reason),
             warmup_requests=0,
             warmup_failed=0,
@@ -290,7 +317,7 @@ async def _run_cell(
     state.cell_started = time.perf_counter()
     records = await _run_requests(client, prompts=prompts, count_tokens=True, **common)
     after = await _snapshot(client) if identity.engine != "sglang" else None
-    stats = cell_stats(records, plan.slo)
+    stats = cell_stats(records, plan.slo, concurrency)
     if any(r.spec for r in records):
         acceptance = acceptance_from_sglang((r.output_tokens, r.spec) for r in records if r.ok)
     elif before is not None and after is not None:
@@ -317,26 +344,126 @@ async def _run_cell(
     )
 
 
+def new_run_id() -> str:
+    """A run id: UTC time and a random suffix (the run directory's name)."""
+    return f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+
+
+def _label(concurrency: int, context: int) -> str:
+    return f"c{concurrency}-ctx{context}"
+
+
+def _begin(
+    store: RunStore | None,
+    before: Results | None,
+    results: Results,
+    matrix: list[tuple[int, int]],
+    plan: Plan,
+) -> tuple[dict[tuple[int, int], Cell], RunState]:
+    """The cells a resumed run keeps (by (C, context)), the progress state; the store
+    started (or its cut-short last line dropped)."""
+    kept = {(c.concurrency, c.context_tokens): c for c in (before.cells if before else [])}
+    if store is not None:
+        if before is None:
+            store.start(results)
+        else:
+            store.rewrite_cells(list(kept.values()))
+            store.update_header(results)
+    todo = [(ctx, c) for ctx, c in matrix if (c, ctx) not in kept]
+    state = RunState(
+        cells_total=len(matrix),
+        cells_done=len(matrix) - len(todo),
+        cells_kept=len(matrix) - len(todo),
+        started=time.perf_counter(),
+        requests_total=sum(plan.requests_for(c) + plan.warmup_per_cell for _, c in todo),
+    )
+    return kept, state
+
+
+def _interrupted(results: Results, cells: int, store: RunStore | None) -> None:
+    results.interrupted = True
+    results.finished_at = _now()
+    results.notes.append(
+        f"interrupted after {len(results.cells)} of {cells} cells; "
+        "the finished cells are kept (resume with --resume)"
+    )
+    if store is not None:
+        store.finish(results)
+
+
+def _same_run(before: Results, plan: Plan, identity: ServerIdentity) -> None:
+    """Refuse to resume on another plan or server: the cells would not be comparable."""
+    recorded = before.plan
+    now = plan.to_dict()
+    changed = sorted(k for k in set(recorded) | set(now) if recorded.get(k) != now.get(k))
+    if changed:
+        raise ValidationError(
+            "resume",
+            f"{before.run_id} was measured with another plan (changed: {', '.join(changed)});"
+            " start a new run instead",
+        )
+    was, is_ = before.server, identity
+    for key in ("base_url", "model", "engine", "engine_version", "speculative"):
+        if getattr(was, key) != getattr(is_, key):
+            raise ValidationError(
+                "resume",
+                f"the server changed since {before.run_id} began ({key}: "
+                f"{getattr(was, key)!r} -> {getattr(is_, key)!r}); start a new run instead",
+            )
+
+
 async def run_plan(
-    plan: Plan, observer: Observer | None = None, fail_fast: bool = False
+    plan: Plan,
+    observer: Observer | None = None,
+    fail_fast: bool = False,
+    store: RunStore | None = None,
 ) -> Results:
-    """Run the whole matrix (and HumanEval when the plan asks) and return the results."""
-    created = _now()
+    """Run the whole matrix (and HumanEval when the plan asks) and return the results.
+
+    ``store``: keep each finished cell there as it ends; a store holding a run already
+    is resumed (its plan, its server, only the cells it lacks).
+    """
+    before = store.load() if store is not None and store.exists() else None
+    created = before.created_at if before else _now()
+    run_id = before.run_id if before else store.dir.name if store else new_run_id()
     origin = time.perf_counter()
     async with make_client(plan, max(plan.concurrency)) as client:
         model, max_len = await _preflight(client, plan)
         identity = await _identity(client, plan, model, max_len)
         contexts, notes = clip_context_lengths(plan.context_lengths, plan.output_len, max_len)
         effective = replace(plan, model=model, context_lengths=contexts)
+        if before is not None:
+            _same_run(before, effective, identity)
+            notes = list(before.notes)
+        results = Results(
+            run_id=run_id,
+            created_at=created,
+            finished_at=None,
+            host={
+                "hostname": socket.gethostname(),
+                "platform": platform.platform(),
+                "python": platform.python_version(),
+            },
+            plan=effective.to_dict(),
+            server=identity,
+            cells=[],
+            notes=notes,
+            correctness=before.correctness if before else None,
+            resumed_at=[*before.resumed_at, _now()] if before else [],
+        )
+        matrix = [(ctx, c) for ctx in contexts for c in plan.concurrency]
+        kept, state = _begin(store, before, results, matrix, effective)
         tokenizer = await _tokenizer(client, plan, model)
         builder = PromptBuilder(
             tokenizer, plan.api, load_corpus(plan.prompt_set, plan.prompt_file), plan.seed
         )
-        state = RunState(cells_total=len(contexts) * len(plan.concurrency))
-        cells: list[Cell] = []
         stop = False
-        for context in contexts:
-            for concurrency in plan.concurrency:
+        try:
+            for context, concurrency in matrix:
+                done = kept.get((concurrency, context))
+                if done is not None:
+                    results.cells.append(done)
+                    continue
                 cell = await _run_cell(
                     client,
                     plan=effective,
@@ -349,34 +476,25 @@ async def run_plan(
                     state=state,
                     observer=observer,
                 )
-                cells.append(cell)
+                results.cells.append(cell)
+                if store is not None:
+                    store.add(cell)
                 state.cells_done += 1
                 if observer:
                     observer(state)
                 if fail_fast and cell.status != "ok":
-                    notes.append(
-                        f"stopped after cell c{concurrency}-ctx{context} (--fail-fast): "
+                    results.notes.append(
+                        f"stopped after cell {_label(concurrency, context)} (--fail-fast): "
                         f"{cell.stats.failed} failed request(s)"
                     )
                     stop = True
                     break
-            if stop:
-                break
-        correctness = None
-        if plan.humaneval.enabled and not stop:
-            correctness = await humaneval.run_humaneval(client, effective, model)
-    return Results(
-        run_id=f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}",
-        created_at=created,
-        finished_at=_now(),
-        host={
-            "hostname": socket.gethostname(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-        },
-        plan=effective.to_dict(),
-        server=identity,
-        cells=cells,
-        notes=notes,
-        correctness=correctness,
-    )
+            if plan.humaneval.enabled and not stop and results.correctness is None:
+                results.correctness = await humaneval.run_humaneval(client, effective, model)
+        except asyncio.CancelledError:
+            _interrupted(results, len(matrix), store)
+            raise
+    results.finished_at = _now()
+    if store is not None:
+        store.finish(results)
+    return results

@@ -4,14 +4,21 @@ Definitions (anchored on ``vllm bench serve`` and ``sglang.bench_serving``):
 
 - TTFT: request sent -> first content chunk. E2E: request sent -> last content chunk.
 - TPOT = (E2E - TTFT) / (output_tokens - 1), for requests with more than one token.
-- ITL: gaps between content chunks; a gap is split evenly over the tokens the later
-  chunk carried when that count is known (so a 4-token chunk after 40 ms gives four
-  10 ms values), else it counts once.
+- ITL: gaps between content chunks (a chunk: the tokens one network read brought, see
+  ``client._fast_block``); a gap is split evenly over the tokens the later chunk
+  carried when that count is known (so a 4-token chunk after 40 ms gives four 10 ms
+  values), else it counts once.
 - Per-request decode speed = (output_tokens - 1) / (E2E - TTFT).
 - Output throughput = sum of output tokens / measured wall time (first request sent to
   last request over; warm-up is never part of it).
 - Goodput = requests meeting every SLO / measured wall time.
 - Percentiles are over pooled values with linear interpolation (numpy's default).
+- Concurrency achieved: requests in flight over the measured wall time, from each
+  request's send and end: the maximum, and the time-weighted mean.
+- Steady state: from the send that filled the cell to its concurrency (the C-th send) to
+  the last send; the whole concurrency is in flight throughout (a request ends, the next
+  starts). Steady output tok/s = tokens streamed inside that window / its length, from
+  every chunk's time and token count. None when the cell never fills (requests <= C).
 """
 
 from __future__ import annotations
@@ -30,9 +37,11 @@ __all__ = [
     "Distribution",
     "cell_stats",
     "decode_tok_s",
+    "in_flight",
     "itl_values",
     "meets_slo",
     "percentile",
+    "steady_state",
     "tpot_s",
 ]
 
@@ -145,13 +154,18 @@ class CellStats:
     goodput_req_s: float | None
     slo_met: int | None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Added in results schema 2; a schema-1 file reads them as these defaults.
+    concurrency_max: int | None = None  # most requests in flight at once
+    concurrency_mean: float | None = None  # time-weighted mean in flight (measured span)
+    steady_s: float | None = None  # length of the steady window (all C in flight)
+    steady_output_tok_s: float | None = None  # output tok/s inside the steady window
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CellStats:
-        values = dict(data)
+        values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "decode_tok_s", "output_tokens"):
             values[key] = Distribution(**values[key])
         return cls(**values)
@@ -162,8 +176,67 @@ def _reason_key(error: str) -> str:
     return error if len(error) <= 160 else error[:157] + "..."
 
 
-def cell_stats(records: Sequence[RequestRecord], slo: Slo) -> CellStats:
-    """Aggregate the measured records of one cell (warm-up records never get here)."""
+def _span(rec: RequestRecord) -> tuple[float, float]:
+    return rec.t_sent, rec.t_sent + (rec.done_s if rec.done_s is not None else 0.0)
+
+
+def in_flight(records: Sequence[RequestRecord]) -> tuple[int, float]:
+    """(max, time-weighted mean) requests in flight from first send to last end."""
+    if not records:
+        return 0, 0.0
+    events: list[tuple[float, int]] = []
+    for rec in records:
+        start, end = _span(rec)
+        events += [(start, 1), (end, -1)]
+    events.sort(key=lambda e: (e[0], e[1]))  # an end before a start at the same instant
+    level = peak = 0
+    area = 0.0
+    last = events[0][0]
+    for t, step in events:
+        area += level * (t - last)
+        last = t
+        level += step
+        peak = max(peak, level)
+    span = events[-1][0] - events[0][0]
+    return peak, (area / span if span > 0 else float(peak))
+
+
+def _chunk_tokens(rec: RequestRecord) -> list[float]:
+    """Tokens each content chunk carried (evenly spread when the server did not say)."""
+    known = rec.chunk_tokens
+    if known and len(known) == len(rec.chunk_times) and all(t is not None for t in known):
+        return [float(t or 0) for t in known]
+    n = len(rec.chunk_times)
+    return [(rec.output_tokens or 0) / n] * n if n else []
+
+
+def steady_state(
+    records: Sequence[RequestRecord], concurrency: int
+) -> tuple[float | None, float | None]:
+    """(window seconds, output tok/s in it) while the whole concurrency is in flight."""
+    sends = sorted(r.t_sent for r in records)
+    if concurrency < 1 or len(sends) <= concurrency:
+        return None, None
+    begin, end = sends[concurrency - 1], sends[-1]
+    if end <= begin:
+        return None, None
+    tokens = 0.0
+    for rec in records:
+        if rec.error is not None:
+            continue
+        for at, n in zip(rec.chunk_times, _chunk_tokens(rec), strict=True):
+            if begin <= rec.t_sent + at < end:
+                tokens += n
+    return end - begin, tokens / (end - begin)
+
+
+def cell_stats(
+    records: Sequence[RequestRecord], slo: Slo, concurrency: int | None = None
+) -> CellStats:
+    """Aggregate the measured records of one cell (warm-up records never get here).
+
+    ``concurrency``: the cell's level, for the steady-state window (None: no window).
+    """
     ok = [r for r in records if r.error is None]
     failed = [r for r in records if r.error is not None]
     reasons = Counter(_reason_key(r.error or "") for r in failed)
@@ -186,6 +259,8 @@ def cell_stats(records: Sequence[RequestRecord], slo: Slo) -> CellStats:
     if not slo.is_empty():
         met = sum(1 for r in ok if meets_slo(r, slo))
         goodput = met / duration if duration > 0 else 0.0
+    peak, mean = in_flight(records)
+    steady_s, steady_tok_s = steady_state(records, concurrency or 0)
     return CellStats(
         requests=len(records),
         completed=len(ok),
@@ -204,4 +279,8 @@ def cell_stats(records: Sequence[RequestRecord], slo: Slo) -> CellStats:
         output_tokens=Distribution.of([float(r.output_tokens or 0) for r in ok]),
         goodput_req_s=goodput,
         slo_met=met,
+        concurrency_max=peak,
+        concurrency_mean=mean,
+        steady_s=steady_s,
+        steady_output_tok_s=steady_tok_s,
     )

@@ -42,6 +42,7 @@ class SyntheticConfig:
     no_usage: bool = False
     status: int | None = None
     exit_after_requests: int | None = None
+    version: str = "synthetic-1"  # what /version answers (an engine upgrade, in tests)
 
 
 _CHAT_OVERHEAD = 10  # "template" tokens a chat prompt adds
@@ -67,13 +68,13 @@ class SyntheticServer:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", port, backlog=512)
         self.port = self._server.sockets[0].getsockname()[1]
 
-    def start(self) -> int:
+    def start(self, port: int = 0) -> int:
         ready = threading.Event()
 
         def run() -> None:
             loop = asyncio.new_event_loop()
             self._loop = loop
-            loop.run_until_complete(self.serve())
+            loop.run_until_complete(self.serve(port))
             ready.set()
             loop.run_forever()
             loop.run_until_complete(loop.shutdown_asyncgens())
@@ -153,7 +154,7 @@ class SyntheticServer:
                 {"object": "list", "data": [{"id": cfg.model, "max_model_len": cfg.max_model_len}]},
             )
         if method == "GET" and path == "/version":
-            return await self._json(writer, 200, {"version": "synthetic-1"})
+            return await self._json(writer, 200, {"version": cfg.version})
         if method == "GET" and path in ("/health", "/ping"):
             return await self._json(writer, 200, {})
         if method == "GET" and path == "/metrics":

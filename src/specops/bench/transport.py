@@ -1,18 +1,24 @@
 """A lean HTTP/1.1 transport for ``httpx.AsyncClient``, built for many SSE streams.
 
-Why: httpx's default transport (httpcore + h11, pure Python) spends ~70 us of CPU per
-SSE event, because every HTTP chunk becomes an h11 event and a trip through the
-connection pool. At concurrency 100 with one token per chunk, that makes the client
-the bottleneck, and a benchmark client must never be one. This transport reads
-whatever bytes the socket has, decodes chunked framing in bulk and hands the client
-one block per read, so the per-event cost is the JSON parse.
+httpx stays the API (one ``httpx.AsyncClient`` per run, explicit ``httpx.Timeout`` and
+``httpx.Limits``, ``httpx.MockTransport`` in tests); this transport does the wire. Why
+hand-written: measured (``scripts/bench-client-cost.py``, src/specops/bench/README.md,
+"Client"), httpx's own transport (httpcore + h11, pure Python) spends ~40 us of client
+CPU per streamed token at concurrency 100, because every HTTP chunk becomes an h11
+event and a trip through the connection pool; aiohttp under httpx (tried in this
+issue's branch) ~1.5x this transport's whole-run CPU, its parser handing each HTTP
+chunk to Python on its own, which left the benchmark no cheaper than the peer it is
+measured against. This transport reads whatever bytes the socket has, decodes chunked
+framing in bulk and hands the client one block per read, so the client parses one
+event per read (``client._fast_block``).
 
 It keeps httpx's contract: the client still sets ``httpx.Timeout`` (connect, read,
 write, pool are honoured per operation) and this transport enforces the pool size of
 an ``httpx.Limits``; errors are httpx's (``ConnectError``, ``ConnectTimeout``,
 ``ReadTimeout``, ``PoolTimeout``, ``RemoteProtocolError``, ``ReadError``). It speaks
 HTTP/1.1 over TCP or TLS with keep-alive; no proxies, no HTTP/2, no content decoding
-(it asks for ``identity``).
+(it asks for ``identity``). A request whose reused keep-alive connection the server had
+closed while idle is sent once more.
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ansible_collections.specops.infra.plugins.module_utils import gpu_catalogue
 from ansible_collections.specops.infra.plugins.module_utils.gpu import (
     PciAddress,
     parse_hostpci_value,
@@ -87,16 +88,11 @@ class Model:
     audio_id: str | None  # the HD audio function .1 of cards with display outputs
 
 
-# Product -> PCI identity. IDs as in module_utils/gpu.py KNOWN_GPUS (NVIDIA's
-# open-gpu-kernel-modules supported-GPU table); audio functions from public lspci
-# listings (GA102 10de:1aef, GB202 10de:22e8). The 3090's subsystem is a board
-# partner's in practice; 10de:147d (Founders Edition) stands in for it.
+# Description key (the catalogue id) -> PCI identity, read from the one GPU catalogue
+# (module_utils/gpu_catalogue.py).
 MODELS: dict[str, Model] = {
-    "rtx-a6000": Model("10de:2230", "0x030000", "10de:1459", "10de:1aef"),
-    "rtx-3090": Model("10de:2204", "0x030000", "10de:147d", "10de:1aef"),
-    "rtx-pro-6000": Model("10de:2bb1", "0x030000", "10de:204b", "10de:22e8"),
-    "rtx-pro-6000-maxq": Model("10de:2bb4", "0x030000", "10de:204c", "10de:22e8"),
-    "h200": Model("10de:2335", "0x030200", "10de:18bf", None),
+    p.id: Model(p.pci_id, p.pci_class, p.subsystem_id, p.audio_pci_id)
+    for p in gpu_catalogue.CATALOGUE
 }
 
 # Character majors every Linux host lists before any GPU driver (as read on the H200
@@ -927,14 +923,9 @@ class _Builder:
 
 
 def _model_name(pci_id: str) -> str:
-    names = {
-        "10de:2230": "NVIDIA RTX A6000",
-        "10de:2204": "NVIDIA GeForce RTX 3090",
-        "10de:2bb1": "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
-        "10de:2bb4": "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
-        "10de:2335": "NVIDIA H200",
-    }
-    return names.get(pci_id, "NVIDIA Graphics Device")
+    """The name the driver gives the card (GPU catalogue), as /proc/driver/nvidia shows it."""
+    product = gpu_catalogue.by_pci_id(pci_id)
+    return product.name if product is not None else "NVIDIA Graphics Device"
 
 
 # --------------------------------------------------------------------------- files

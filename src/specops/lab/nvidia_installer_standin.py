@@ -48,8 +48,11 @@ from pathlib import Path
 __all__ = ["main", "make_runfile"]
 
 _NAME = re.compile(r"NVIDIA-Linux-x86_64-(\d+\.\d+(?:\.\d+)?)\.run$")
-# Blackwell device IDs (GB20x) that only the open kernel modules drive.
-_OPEN_ONLY = {"2bb1", "2bb4", "2bb5"}
+# PCI device ids that only the open kernel modules drive: the GPU catalogue's
+# open_module_required (module_utils/gpu_catalogue.py), read by _open_only(). The copy
+# make_runfile() writes runs where specops is not installed: make_runfile() writes the
+# catalogue's ids into that copy's _EMBEDDED_OPEN_ONLY line.
+_EMBEDDED_OPEN_ONLY: tuple[str, ...] = ()
 _LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 _MANIFEST = Path("/var/lib/nvidia/specops-standin-files")
 _LOG = Path("/var/log/nvidia-installer.log")
@@ -87,9 +90,27 @@ def make_runfile(version: str, dest_dir: str | os.PathLike[str]) -> Path:
         raise ValueError(f"version: must look like 580.126.09 (got {version!r})")
     dest = Path(dest_dir) / f"NVIDIA-Linux-x86_64-{version}.run"
     dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(__file__, dest)
-    dest.chmod(0o755)
+    source = Path(__file__).read_text(encoding="utf-8")
+    line = "_EMBEDDED_OPEN_ONLY: tuple[str, ...] = ()\n"
+    if source.count(line) != 1:
+        raise RuntimeError(f"{__file__}: the _EMBEDDED_OPEN_ONLY line is missing")
+    source = source.replace(line, f"_EMBEDDED_OPEN_ONLY: tuple[str, ...] = {_open_only()!r}\n")
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    tmp.write_text(source, encoding="utf-8")
+    tmp.chmod(0o755)
+    tmp.replace(dest)
     return dest
+
+
+def _open_only() -> tuple[str, ...]:
+    """Device ids (``2bb1``) only the open modules drive: the catalogue, else the copy's."""
+    try:
+        from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: PLC0415
+            gpu_catalogue,
+        )
+    except ImportError:  # the copy in a container: make_runfile embedded them
+        return _EMBEDDED_OPEN_ONLY
+    return gpu_catalogue.open_module_device_ids()
 
 
 def _hardware_root() -> Path | None:
@@ -496,7 +517,7 @@ def _preflight_module(hw: Path | None, opts: dict[str, str | bool], flavour: str
     if flavour == "proprietary":
         for dev in _nvidia_functions(hw):
             device = (_read(dev / "device") or "").strip().lower().removeprefix("0x")
-            if device in _OPEN_ONLY:
+            if device in _open_only():
                 raise InstallerError(
                     f"The NVIDIA GPU at {dev.name} (10de:{device}) requires use of the NVIDIA "
                     "open kernel modules; install with -m=kernel-open."

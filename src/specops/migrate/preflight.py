@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ansible_collections.specops.infra.plugins.module_utils import gpu_catalogue
 from ansible_collections.specops.infra.plugins.module_utils.gpu_select import (
     GpuSelectError,
     matches_model,
@@ -23,7 +24,6 @@ from specops.migrate.client import PveClient
 from specops.migrate.spec import MigrationSpec
 
 __all__ = [
-    "VRAM_GIB",
     "Check",
     "PreflightResult",
     "ct_gpu_lines",
@@ -31,17 +31,6 @@ __all__ = [
     "preflight",
     "select_cards",
 ]
-
-# Memory per card (GiB) by product name as the GPU facts name it (NVIDIA's data sheets).
-VRAM_GIB: dict[str, int] = {
-    "NVIDIA RTX A6000": 48,
-    "NVIDIA GeForce RTX 3090": 24,
-    "NVIDIA RTX PRO 6000 Blackwell Workstation Edition": 96,
-    "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition": 96,
-    "NVIDIA RTX PRO 6000 Blackwell Server Edition": 96,
-    "NVIDIA H200": 141,
-    "NVIDIA H200 NVL": 141,
-}
 
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)$")
 _NV_MINOR_RE = re.compile(r"/dev/nvidia(\d+)\b")
@@ -172,10 +161,12 @@ def select_cards(
     candidates = [c for c in cards if matches_model(c, model)]
     if min_vram_gib and candidates:
         name = str(candidates[0].get("name"))
-        vram = VRAM_GIB.get(name)
+        product = gpu_catalogue.by_pci_id(str(candidates[0].get("pci_id", "")))
+        vram = product.vram_gib if product is not None else None
         if vram is None:
             problems.append(
-                f"VRAM of '{name}' is not known to specops (VRAM_GIB); drop min_vram_gib or add it"
+                f"VRAM of '{name}' is not known to specops (the GPU catalogue,"
+                " module_utils/gpu_catalogue.py); drop min_vram_gib or add the card there"
             )
         elif vram < min_vram_gib:
             problems.append(f"'{name}' has {vram} GiB per card, {min_vram_gib} GiB wanted")

@@ -1,7 +1,8 @@
 """Sweep and rollout of speculative-decoding settings.
 
 - :mod:`~specops.tune.space`: the search space and its candidates (profiles).
-- :mod:`~specops.tune.score`: robust scores and the noise-aware comparison.
+- :mod:`~specops.tune.score`: scores with intervals (pooled run-to-run spread) and the
+  noise-aware comparison.
 - :mod:`~specops.tune.search`: coordinate ascent and the full grid (pure: an evaluator
   is passed in).
 - :mod:`~specops.tune.ledger`: the results file that makes a sweep resumable.

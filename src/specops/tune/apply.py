@@ -56,6 +56,7 @@ class ApplyOutcome:
     before: Identity | None
     after: Identity
     seconds: float  # wall time of the apply step
+    roofline: dict[str, Any] | None = None  # the host's roofline inputs (bench plan section)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -193,4 +194,7 @@ class AnsibleApplier:
         result = data["result"]
         before = Identity(**result["before"]) if result["before"]["invocation_id"] else None
         after = Identity(**result["after"])
-        return ApplyOutcome(bool(result["restarted"]), before, after, time.monotonic() - began)
+        return ApplyOutcome(
+            bool(result["restarted"]), before, after, time.monotonic() - began,
+            data.get("roofline"),
+        )  # fmt: skip

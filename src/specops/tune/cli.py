@@ -37,7 +37,19 @@ def register(subparsers: Any) -> None:
     run.add_argument("--inventory", help="override the config's inventory")
     run.add_argument("--canary", help="override the config's canary host")
     run.add_argument("--base-url", dest="base_url", help="override the config's base_url")
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON line on stdout (pick, interval, runner-up, restarts, files); progress"
+        " lines go to stderr and OUT/progress.log",
+    )
     run.set_defaults(func=_sweep_run)
+    plan = ssub.add_parser(
+        "plan", help="what a sweep would do: candidates and the most progress lines (JSON)"
+    )
+    plan.add_argument("config", type=Path)
+    plan.add_argument("--mode", choices=["ascent", "grid"])
+    plan.set_defaults(func=_sweep_plan)
 
     rollout = subparsers.add_parser("rollout", help="decisions of playbooks/rollout.yml")
     rsub = rollout.add_subparsers(dest="rollout_command", metavar="SUBCOMMAND", required=True)
@@ -89,13 +101,39 @@ def _sweep_run(args: argparse.Namespace) -> int:
         cfg.inventory, cfg.canary, cfg.base_url, cfg.served_model_name,
         log=args.out / "ansible.log", timeout=cfg.apply_timeout_s,
     )  # fmt: skip
-    result = run_sweep(cfg, applier, args.out, log=lambda m: print(m, flush=True))
+    stream = sys.stderr if args.json else sys.stdout
+    try:
+        result = run_sweep(cfg, applier, args.out, log=lambda m: print(m, file=stream, flush=True))
+    except BaseException as exc:  # the playbook following progress.log stops waiting
+        first = (str(exc).splitlines() or [""])[0]
+        with (args.out / "progress.log").open("a", encoding="utf-8") as fh:
+            fh.write(f"done failed: {type(exc).__name__}: {first}\n")
+        raise
     pick = result.outcome.pick
-    print(
-        f"pick: {pick.candidate.key if pick else 'none'}; restarts {result.restarts_total};"
-        f" leaderboard {result.files['leaderboard_md']}; snippet {result.files['snippet']}"
-    )
+    if args.json:
+        json.dump(result.summary(), sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        print(
+            f"pick: {pick.candidate.key if pick else 'none'}; restarts {result.restarts_total};"
+            f" leaderboard {result.files['leaderboard_md']}; snippet {result.files['snippet']}"
+        )
     return 0 if pick is not None else 1
+
+
+def _sweep_plan(args: argparse.Namespace) -> int:
+    cfg = load_config_file(args.config, {"mode": args.mode})
+    json.dump(
+        {
+            "mode": cfg.mode,
+            "candidates": cfg.candidates_bound(),
+            "space": cfg.space.size(),
+            "max_progress_lines": cfg.progress_bound(),
+        },
+        sys.stdout,
+    )
+    sys.stdout.write("\n")
+    return 0
 
 
 def _gate(args: argparse.Namespace) -> int:

@@ -1,6 +1,8 @@
 """Sweep outputs: leaderboard (Markdown, CSV), objective plot (PNG), inventory snippet.
 
-Read from the outcome and the ledger; nothing here measures.
+Read from the outcome, the ledger and the runs' results; nothing here measures. The
+text is ``templates/sweep/leaderboard.md.j2`` and ``templates/sweep/chosen-profile.yml.j2``;
+this module hands them keyed rows (:data:`COLUMNS`) and numbers.
 """
 
 from __future__ import annotations
@@ -9,95 +11,141 @@ import csv
 import datetime as dt
 import io
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from specops.bench.report import roofline_context
+from specops.bench.results import Column, load_results
+from specops.errors import ValidationError
 from specops.plots import pyplot
+from specops.templating import render
 from specops.tune.ledger import Ledger
 from specops.tune.search import Outcome, Standing, standings
 
 if TYPE_CHECKING:
     from specops.tune.sweep import SweepConfig
 
-__all__ = ["leaderboard_csv", "leaderboard_md", "snippet", "write_outputs"]
+__all__ = ["COLUMNS", "leaderboard_csv", "leaderboard_md", "rows", "snippet", "write_outputs"]
 
-_COLUMNS = ("rank", "candidate", "score", "median", "single_stream", "runs", "status", "profile")
+COLUMNS: tuple[Column, ...] = (
+    Column("rank", "rank", 0),
+    Column("candidate", "candidate"),
+    Column("median", "median tok/s", 1, "median objective over the runs"),
+    Column("low", "interval low", 1, "median - z standard errors"),
+    Column("high", "interval high", 1, "median + z standard errors"),
+    Column("runs", "runs", 0),
+    Column("single_stream", "single-stream tok/s", 1),
+    Column("status", "status"),
+    Column("profile", "profile"),
+)
 
 
-def _rows(outcome: Outcome, k: float) -> list[dict[str, str]]:
-    rows = []
+def _summary(outcome: Outcome, st: Standing | None) -> dict[str, Any] | None:
+    if st is None:
+        return None
+    low, high = outcome.interval(st) or (None, None)
+    return {"key": st.candidate.key, "median": st.median, "low": low, "high": high,
+            "runs": len(st.runs), "profile": st.candidate.profile}  # fmt: skip
+
+
+def rows(outcome: Outcome) -> list[dict[str, Any]]:
+    """One keyed row per candidate (:data:`COLUMNS`), best median first."""
+    out = []
     rank = 0
-    for st in standings(outcome, k):
-        score = st.score(k)
-        if score is not None:
+    for st in standings(outcome):
+        if st.usable:
             rank += 1
         status = st.rejected or ("pick" if outcome.pick is st else "ok")
         if outcome.best is st and outcome.pick is not st:
-            status = "best score (a cheaper one is within tolerance)"
-        rows.append(
+            status = "best median (a cheaper one is within tolerance)"
+        elif outcome.runner_up is st:
+            status = "runner-up"
+        summary = _summary(outcome, st) if st.runs else None
+        out.append(
             {
-                "rank": str(rank) if score is not None else "-",
+                "rank": rank if st.usable else None,
                 "candidate": st.candidate.key,
-                "score": f"{score:.1f}" if score is not None else "",
-                "median": f"{st.median:.1f}" if st.median is not None else "",
-                "single_stream": f"{st.tiebreak:.1f}" if st.tiebreak is not None else "",
-                "runs": str(len(st.runs)),
+                "median": st.median,
+                "low": summary["low"] if summary and st.usable else None,
+                "high": summary["high"] if summary and st.usable else None,
+                "runs": len(st.runs),
+                "single_stream": st.tiebreak,
                 "status": status,
                 "profile": yaml.safe_dump(st.candidate.profile, default_flow_style=True).strip(),
             }
         )
-    return rows
+    return out
 
 
-def leaderboard_csv(outcome: Outcome, k: float) -> str:
+def leaderboard_csv(outcome: Outcome) -> str:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=[c.key for c in COLUMNS], lineterminator="\n")
     writer.writeheader()
-    writer.writerows(_rows(outcome, k))
+    for row in rows(outcome):
+        writer.writerow({k: "" if v is None else v for k, v in row.items()})
     return out.getvalue()
 
 
-def leaderboard_md(cfg: SweepConfig, outcome: Outcome, ledger: Ledger) -> str:
-    k = cfg.scoring.k
-    restarts = sum(
+def _restarts(ledger: Ledger) -> int:
+    return sum(
         1 for e in ledger.events
         if e.get("kind") == "run" and (e.get("restart") or {}).get("restarted")
     )  # fmt: skip
-    lines = [
-        f"# Sweep on {cfg.canary} ({cfg.mode})",
-        "",
-        f"Objective: mean output tok/s over the plan's cells (tie-break: single-stream tok/s);"
-        f" score = median - {k} x 1.4826 x MAD; pick = cheapest within"
-        f" {cfg.scoring.tolerance:.0%} of the best score. {len(outcome.standings)} candidates"
-        f" visited of {cfg.space.size()}, {restarts} restarts.",
-        "",
-        "| " + " | ".join(_COLUMNS) + " |",
-        "|" + "---|" * len(_COLUMNS),
-    ]
-    for row in _rows(outcome, k):
-        lines.append("| " + " | ".join(row[c].replace("|", "/") for c in _COLUMNS) + " |")
-    lines += ["", "## Decisions", ""] + [f"- {s}" for s in outcome.steps]
-    return "\n".join(lines) + "\n"
 
 
-def snippet(cfg: SweepConfig, pick: Standing | None) -> str:
+def _pick_roofline(outcome: Outcome, ledger: Ledger, out: Path) -> dict[str, Any]:
+    """The roofline of the pick's latest good run, or why there is none."""
+    pick = outcome.pick
     if pick is None:
-        return "# specops sweep: no usable candidate; nothing to commit\n"
-    score = pick.score(cfg.scoring.k)
-    head = (
-        f"# Chosen by specops sweep on {cfg.canary}, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC:"
-        f" {pick.candidate.key}, score {score:.1f} tok/s over {len(pick.runs)} runs.\n"
-        f"# Put it in {cfg.inventory}/host_vars/{cfg.canary}.yml, or in group_vars/<group>/ and\n"
-        "# roll it out with playbooks/rollout.yml.\n"
-    )
-    body = yaml.safe_dump(
-        {"inference_service_speculative": pick.candidate.profile}, sort_keys=False
-    )
-    return "---\n" + head + body
+        return {"roofline_of": None, "roofline_reason": "no pick"}
+    runs = [r for (key, _), r in sorted(ledger.runs.items()) if key == pick.candidate.key]
+    good = [r for r in runs if r.measurement.ok and r.results]
+    if not good:
+        return {"roofline_of": None, "roofline_reason": "the pick has no results file"}
+    path = out / str(good[-1].results)
+    try:
+        results = load_results(path)
+    except ValidationError as exc:
+        return {"roofline_of": None, "roofline_reason": f"cannot read {path}: {exc}"}
+    return {"roofline_of": str(good[-1].results), **roofline_context(results)}
 
 
-def _plot(outcome: Outcome, k: float, path: Path) -> None:
+def leaderboard_md(cfg: SweepConfig, outcome: Outcome, ledger: Ledger, out: Path) -> str:
+    return render(
+        "sweep/leaderboard.md.j2",
+        cfg=cfg,
+        z=cfg.scoring.z,
+        spread=outcome.spread,
+        visited=len(outcome.standings),
+        restarts=_restarts(ledger),
+        pick=_summary(outcome, outcome.pick),
+        runner_up=_summary(outcome, outcome.runner_up),
+        columns=COLUMNS,
+        rows=rows(outcome),
+        steps=outcome.steps,
+        **_pick_roofline(outcome, ledger, out),
+    )
+
+
+def snippet(cfg: SweepConfig, outcome: Outcome) -> str:
+    pick = _summary(outcome, outcome.pick)
+    body = (
+        yaml.safe_dump({"inference_service_speculative": pick["profile"]}, sort_keys=False)
+        if pick
+        else ""
+    )
+    return render(
+        "sweep/chosen-profile.yml.j2",
+        cfg=cfg,
+        now=f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M}",
+        pick=pick,
+        runner_up=_summary(outcome, outcome.runner_up),
+        profile_yaml=body.rstrip(),
+    )
+
+
+def _plot(outcome: Outcome, path: Path) -> None:
     keys = outcome.order
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(keys)), 4.0))
@@ -105,16 +153,18 @@ def _plot(outcome: Outcome, k: float, path: Path) -> None:
         st = outcome.standings[key]
         if st.runs:
             ax.scatter([x] * len(st.runs), st.values, color="tab:blue", s=12, alpha=0.6)
-        score = st.score(k)
-        if score is not None:
-            ax.scatter([x], [score], marker="_", s=400, color="tab:orange")
+        band = outcome.interval(st) if st.usable else None
+        if band is not None:
+            med = st.median or 0.0
+            ax.errorbar([x], [med], yerr=[[med - band[0]], [band[1] - med]],
+                        color="tab:orange", capsize=6, marker="_", markersize=18)  # fmt: skip
         elif st.candidate.invalid or st.rejected:
             ax.annotate("x", (x, 0), ha="center", color="tab:red")
     if outcome.pick is not None:
         x = keys.index(outcome.pick.candidate.key)
         ax.axvline(x, color="tab:green", linestyle="--", linewidth=1)
     ax.set_xticks(range(len(keys)), [k_.replace(",", "\n") for k_ in keys], rotation=0, fontsize=7)
-    ax.set_ylabel("objective: output tok/s (dots: runs, bar: robust score)")
+    ax.set_ylabel("objective: output tok/s (dots: runs, bar: median and interval)")
     ax.set_title("sweep: candidates in visit order (dashed: pick)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -128,8 +178,8 @@ def write_outputs(cfg: SweepConfig, outcome: Outcome, ledger: Ledger, out: Path)
         "plot": out / "objective.png",
         "snippet": out / "chosen-profile.yml",
     }
-    files["leaderboard_md"].write_text(leaderboard_md(cfg, outcome, ledger), encoding="utf-8")
-    files["leaderboard_csv"].write_text(leaderboard_csv(outcome, cfg.scoring.k), encoding="utf-8")
-    files["snippet"].write_text(snippet(cfg, outcome.pick), encoding="utf-8")
-    _plot(outcome, cfg.scoring.k, files["plot"])
+    files["leaderboard_md"].write_text(leaderboard_md(cfg, outcome, ledger, out), encoding="utf-8")
+    files["leaderboard_csv"].write_text(leaderboard_csv(outcome), encoding="utf-8")
+    files["snippet"].write_text(snippet(cfg, outcome), encoding="utf-8")
+    _plot(outcome, files["plot"])
     return files

@@ -28,9 +28,11 @@ from typing import Any
 
 from specops.bench.compare import Thresholds, compare
 from specops.bench.plan import plan_from_mapping
-from specops.bench.results import Results, load_results
+from specops.bench.report import roofline_context
+from specops.bench.results import Column, Results, load_results
 from specops.bench.runner import run_plan
 from specops.errors import ValidationError
+from specops.templating import render
 from specops.tune import output_gate
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "smoke_gate",
     "smoke_step",
     "summary",
+    "summary_rows",
 ]
 
 
@@ -235,21 +238,56 @@ def overhead_table(records: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def summary(records: list[dict[str, Any]]) -> str:
-    lines = ["| node | outcome | gate | rollout s | engine start->healthy s | overhead s | note |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+SUMMARY_COLUMNS: tuple[Column, ...] = (
+    Column("node", "node"),
+    Column("outcome", "outcome"),
+    Column("failed_gate", "gate"),
+    Column("rollout_s", "rollout s", 1),
+    Column("engine_start_to_healthy_s", "engine start->healthy s", 1),
+    Column("overhead_s", "overhead s", 1, "rollout - engine start->healthy"),
+    Column("message", "note"),
+)
+
+
+def summary_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One keyed row per node (:data:`SUMMARY_COLUMNS`)."""
+    rows = []
     for r in records:
         total = r.get("rollout_s")
         # a node that was not restarted has no engine start of this rollout
         engine = r.get("engine_start_to_healthy_s") if r.get("restarted", True) else None
-        over = (
-            total - engine
-            if isinstance(total, float | int) and isinstance(engine, float | int)
-            else None
-        )
-        lines.append(
-            f"| {r['node']} | {r.get('outcome', '?')} | {r.get('failed_gate') or ''} | "
-            f"{total if total is not None else ''} | {engine if engine is not None else ''} | "
-            f"{f'{over:.1f}' if over is not None else ''} | {r.get('message', '')} |"
-        )
-    return "\n".join(lines) + "\n"
+        numbers = isinstance(total, float | int) and isinstance(engine, float | int)
+        rows.append({
+            "node": r["node"], "outcome": r.get("outcome", "?"),
+            "failed_gate": r.get("failed_gate") or None,
+            "rollout_s": float(total) if isinstance(total, float | int) else None,
+            "engine_start_to_healthy_s": float(engine) if isinstance(engine, float | int) else None,
+            "overhead_s": float(total) - float(engine) if numbers else None,  # type: ignore[arg-type]
+            "message": r.get("message", ""),
+        })  # fmt: skip
+    return rows
+
+
+def _roofline(record: Mapping[str, Any]) -> dict[str, Any]:
+    path = record.get("smoke_results")
+    if not path:
+        reason = "no smoke benchmark results in the node's record"
+        return {"node": record["node"], "results": "-", "hardware": None,
+                "roofline_reason": reason, "roofline": []}  # fmt: skip
+    try:
+        results = load_results(path)
+    except ValidationError as exc:
+        return {"node": record["node"], "results": path, "hardware": None,
+                "roofline_reason": str(exc), "roofline": []}  # fmt: skip
+    return {"node": record["node"], "results": path, **roofline_context(results)}
+
+
+def summary(records: list[dict[str, Any]]) -> str:
+    """The rollout report (``templates/rollout/summary.md.j2``): a row per node, then the
+    roofline of each node's smoke benchmark."""
+    return render(
+        "rollout/summary.md.j2",
+        columns=SUMMARY_COLUMNS,
+        rows=summary_rows(records),
+        rooflines=[_roofline(r) for r in records if r.get("outcome") == "changed"],
+    )

@@ -1,20 +1,23 @@
-"""The search: coordinate ascent along ordered parameters, or the full grid.
+"""The search: coordinate ascent along ordered parameters (racing), or the full grid.
 
 Pure logic. The caller passes an :class:`Evaluator` that benchmarks a candidate (and
-restarts the server when it is not the one running); tests pass deterministic
-objective functions, the sweep passes the real thing wrapped in its results file.
+restarts the server when it is not the one running); tests pass deterministic or
+seeded-noise objective functions, the sweep passes the real thing.
 
 Coordinate ascent (``ascend``) starts at the base profile's values and walks each
 parameter in its order: a step up while it improves beyond noise, else a step down;
-a walk stops at the first step that does not improve beyond noise. A candidate is
-measured ``min_repeats`` times on its first visit; more runs (up to ``max_repeats``,
-on the server already running it, so no restart) are taken only while the decision
-against the incumbent is within noise. Rounds repeat over all parameters until no
-parameter moves. ``grid`` measures every candidate ``min_repeats`` times.
+a walk stops at the first step that does not. A candidate gets ``min_repeats`` runs on
+its first visit; while the decision against the incumbent is within noise the running
+challenger is measured again (racing, no restart) up to ``max_repeats``; one clearly
+worse is dropped at once. Rounds repeat over all parameters until no parameter moves,
+or until ``max_candidates`` candidates were measured (each one a restart). ``grid``
+measures every candidate ``min_repeats`` times.
 
-Both end with :func:`choose`: rejected candidates (failed requests, failed
-correctness gate) are out; the best robust score wins, and the cheapest candidate
-whose score is within ``tolerance`` of the best is picked.
+Noise is the run-to-run spread pooled over every candidate measured so far
+(:func:`~specops.tune.score.pooled_spread`). Both end with :func:`choose`: rejected
+candidates (failed requests, failed correctness gate) are out; the best median leads;
+the pick is the cheapest candidate within ``tolerance`` of the leader's median,
+reported with its interval and the runner-up.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from specops.tune.score import Decision, Scoring, compare, robust_score
+from specops.tune.score import Decision, Scoring, compare, interval, margin, pooled_spread
 from specops.tune.space import Assignment, Candidate, SearchSpace
 
 __all__ = [
+    "Choice",
     "Evaluator",
     "Measurement",
     "Outcome",
@@ -82,10 +86,9 @@ class Standing:
     def values(self) -> list[float]:
         return [r.objective for r in self.runs]
 
-    def score(self, k: float) -> float | None:
-        if self.rejected or not self.runs:
-            return None
-        return robust_score(self.values, k)
+    @property
+    def usable(self) -> bool:
+        return not self.rejected and bool(self.runs)
 
     @property
     def median(self) -> float | None:
@@ -95,14 +98,31 @@ class Standing:
     def tiebreak(self) -> float | None:
         return float(statistics.median(r.tiebreak for r in self.runs)) if self.runs else None
 
+    def interval(self, spread: float | None, z: float) -> tuple[float, float] | None:
+        return interval(self.values, spread, z) if self.runs else None
+
+
+@dataclass(frozen=True)
+class Choice:
+    best: Standing | None  # highest median (with the tie-break)
+    pick: Standing | None  # cheapest within tolerance of the best
+    runner_up: Standing | None  # the best-ranked usable candidate other than the pick
+    spread: float | None  # pooled relative run-to-run spread the choice used
+
 
 @dataclass
 class Outcome:
     pick: Standing | None
-    best: Standing | None  # highest robust score (before the cheaper-within-tolerance rule)
+    best: Standing | None  # highest median (before the cheaper-within-tolerance rule)
     order: list[str]  # candidate keys in the order they were first visited
     standings: dict[str, Standing]
     steps: list[str]  # what the search decided, one line per decision
+    runner_up: Standing | None = None
+    spread: float | None = None
+    z: float = 2.0
+
+    def interval(self, st: Standing) -> tuple[float, float] | None:
+        return st.interval(self.spread, self.z)
 
 
 class _Book:
@@ -113,6 +133,15 @@ class _Book:
         self.standings: dict[str, Standing] = {}
         self.order: list[str] = []
         self.steps: list[str] = []
+        self.last: str | None = None  # the candidate measured last: the one running
+
+    @property
+    def measured(self) -> int:
+        """Candidates that have at least one run (each cost a restart)."""
+        return sum(1 for st in self.standings.values() if st.runs)
+
+    def spread(self) -> float | None:
+        return pooled_spread([st.values for st in self.standings.values() if st.usable])
 
     def get(self, assignment: Assignment) -> Standing:
         cand = self.space.candidate(assignment)
@@ -128,6 +157,7 @@ class _Book:
 
     def run(self, st: Standing) -> None:
         st.runs.append(self.ev.measure(st.candidate, len(st.runs)))
+        self.last = st.candidate.key
 
     def ensure(self, assignment: Assignment) -> Standing:
         st = self.get(assignment)
@@ -135,27 +165,41 @@ class _Book:
             self.run(st)
         return st
 
+    def decide(self, st: Standing, incumbent: Standing) -> Decision:
+        return compare(st.values, incumbent.values, self.s, self.spread())
+
     def challenge(self, assignment: Assignment, incumbent: Standing) -> Decision:
         st = self.ensure(assignment)
         if st.rejected:
             self.steps.append(f"{st.candidate.key}: rejected ({st.rejected})")
             return Decision.WORSE
-        decision = compare(st.values, incumbent.values, self.s)
-        while decision is Decision.WITHIN_NOISE and len(st.runs) < self.s.max_repeats:
+        decision = self.decide(st, incumbent)
+        while (
+            decision is Decision.WITHIN_NOISE
+            and len(st.runs) < self.s.max_repeats
+            and self.last == st.candidate.key  # racing costs no restart: only the running one
+        ):
             self.run(st)
             if st.rejected:
                 self.steps.append(f"{st.candidate.key}: rejected ({st.rejected})")
                 return Decision.WORSE
-            decision = compare(st.values, incumbent.values, self.s)
-        self.steps.append(
+            decision = self.decide(st, incumbent)
+        need = margin(st.values, incumbent.values, self.s, self.spread())
+        step = (
             f"{st.candidate.key} vs {incumbent.candidate.key}: {decision.value}"
-            f" (median {st.median:.1f} vs {incumbent.median:.1f}, {len(st.runs)} runs)"
+            f" (median {st.median:.1f} vs {incumbent.median:.1f}, margin {need:.1f},"
+            f" {len(st.runs)} runs)"
         )
+        if step not in self.steps:  # a later round asking again, on the same runs
+            self.steps.append(step)
         return decision
 
     def outcome(self) -> Outcome:
-        best, pick = choose(list(self.standings.values()), self.space, self.s)
-        return Outcome(pick, best, list(self.order), dict(self.standings), list(self.steps))
+        c = choose(list(self.standings.values()), self.space, self.s)
+        return Outcome(
+            c.pick, c.best, list(self.order), dict(self.standings), list(self.steps),
+            c.runner_up, c.spread, self.s.z,
+        )  # fmt: skip
 
 
 def _with(assignment: Assignment, name: str, value: int) -> Assignment:
@@ -175,8 +219,20 @@ def _first_usable(book: _Book) -> Standing | None:
     return None
 
 
+def _budget_spent(book: _Book, step: Assignment, max_candidates: int | None) -> bool:
+    """A new candidate would pass ``max_candidates`` measured ones (each a restart)."""
+    if max_candidates is None or book.get(step).runs or book.measured < max_candidates:
+        return False
+    book.steps.append(f"stopped: {max_candidates} candidates measured (max_candidates)")
+    return True
+
+
 def ascend(
-    space: SearchSpace, evaluator: Evaluator, scoring: Scoring, max_rounds: int = 3
+    space: SearchSpace,
+    evaluator: Evaluator,
+    scoring: Scoring,
+    max_rounds: int = 3,
+    max_candidates: int | None = None,
 ) -> Outcome:
     """Coordinate ascent from the base profile (see the module docstring)."""
     book = _Book(space, evaluator, scoring)
@@ -195,6 +251,8 @@ def ascend(
                     step = _with(current, param.name, param.values[j])
                     if book.get(step).candidate.invalid:
                         break
+                    if _budget_spent(book, step, max_candidates):
+                        return book.outcome()
                     if book.challenge(step, book.get(current)) is not Decision.BETTER:
                         break
                     current = step
@@ -216,30 +274,38 @@ def grid(space: SearchSpace, evaluator: Evaluator, scoring: Scoring) -> Outcome:
     return book.outcome()
 
 
-def standings(outcome: Outcome, k: float) -> list[Standing]:
-    """Usable candidates by robust score (best first), then the rejected ones."""
-    usable = [s for s in outcome.standings.values() if s.score(k) is not None]
-    usable.sort(key=lambda s: (s.score(k) or 0.0, s.tiebreak or 0.0), reverse=True)
-    rest = [s for s in outcome.standings.values() if s.score(k) is None]
+def _rank(st: Standing) -> tuple[float, float]:
+    return (st.median or 0.0, st.tiebreak or 0.0)
+
+
+def standings(outcome: Outcome) -> list[Standing]:
+    """Usable candidates by median (best first), then the rejected ones."""
+    usable = sorted((s for s in outcome.standings.values() if s.usable), key=_rank, reverse=True)
+    rest = [s for s in outcome.standings.values() if not s.usable]
     return usable + rest
 
 
-def choose(
-    items: Sequence[Standing], space: SearchSpace, scoring: Scoring
-) -> tuple[Standing | None, Standing | None]:
-    """(best by robust score with the tie-break, pick: cheapest within tolerance of best)."""
-    usable = [s for s in items if s.score(scoring.k) is not None]
+def choose(items: Sequence[Standing], space: SearchSpace, scoring: Scoring) -> Choice:
+    """The best (median), the pick (cheapest within ``tolerance`` of it), the runner-up.
+
+    Noise decides the walk, not the pick: with wide intervals "cheapest within noise"
+    would trade real throughput for a cheaper profile (simulated in
+    tests/tune/test_p5_algorithm.py, it lost P5 far more often).
+    """
+    usable = [s for s in items if s.usable]
+    spread = pooled_spread([s.values for s in usable])
     if not usable:
-        return None, None
-    best = max(usable, key=lambda s: (s.score(scoring.k) or 0.0, s.tiebreak or 0.0))
-    floor = (best.score(scoring.k) or 0.0) * (1 - scoring.tolerance)
-    near = [s for s in usable if (s.score(scoring.k) or 0.0) >= floor]
+        return Choice(None, None, None, spread)
+    best = max(usable, key=_rank)
+    floor = (best.median or 0.0) * (1 - scoring.tolerance)
+    near = [s for s in usable if (s.median or 0.0) >= floor]
     pick = min(
         near,
         key=lambda s: (
             sum(space.cost(s.candidate.assignment)),
             space.cost(s.candidate.assignment),
-            -(s.score(scoring.k) or 0.0),
+            -(s.median or 0.0),
         ),
     )
-    return best, pick
+    others = sorted((s for s in usable if s is not pick), key=_rank, reverse=True)
+    return Choice(best, pick, others[0] if others else None, spread)

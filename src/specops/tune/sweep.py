@@ -10,12 +10,15 @@ degeneration) rejects a candidate whose greedy output differs
 from the canary's before the sweep, or loops, without benchmarking it;
 ``specops bench`` measures the plan (results saved under ``runs/``) and the objective
 and verdict are read from those results. Every step goes into the ledger
-(``sweep.jsonl``), which makes an interrupted sweep resumable.
+(``sweep.jsonl``), which makes an interrupted sweep resumable. Progress (candidate k of
+at most N, run r, elapsed, ETA) goes to the log and, numbered, to ``progress.log``,
+which ``playbooks/sweep.yml`` follows while the sweep runs as an async job.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +37,7 @@ from specops.tune.objective import CorrectnessGate, measurement_from_results
 from specops.tune.output_gate import GateConfig, OutputCheck, gate_config
 from specops.tune.report import write_outputs
 from specops.tune.score import Scoring
-from specops.tune.search import Measurement, Outcome, ascend, grid
+from specops.tune.search import Measurement, Outcome, Standing, ascend, grid
 from specops.tune.space import Candidate, SearchSpace
 
 __all__ = ["SweepConfig", "SweepEvaluator", "SweepResult", "load_config", "run_sweep"]
@@ -44,6 +47,7 @@ _KEYS = {
     "space", "plan", "correctness", "objective", "mode", "restore", "max_rounds",
     "apply_timeout_s",
     "output_gate",
+    "max_candidates",
 }  # fmt: skip
 
 
@@ -62,9 +66,28 @@ class SweepConfig:
     max_rounds: int = 3
     apply_timeout_s: float = 1800.0  # one candidate's apply playbook, at most
     output_gate: GateConfig | None = field(default_factory=GateConfig)
+    max_candidates: int | None = None  # ascent: most candidates measured (each a restart)
 
-    def bench_plan(self, base_url: str | None = None) -> Plan:
+    def candidates_bound(self) -> int:
+        """Candidates the search measures at most (the N of "candidate k of N")."""
+        valid = sum(1 for a in self.space.grid() if not self.space.candidate(a).invalid)
+        if self.mode == "grid" or self.max_candidates is None:
+            return valid
+        return min(valid, self.max_candidates)
+
+    def progress_bound(self) -> int:
+        """Most numbered lines progress.log gets: one per run, at most max_repeats per
+        candidate (a failed start is one), then the final line."""
+        return self.candidates_bound() * self.scoring.max_repeats + 1
+
+    def bench_plan(
+        self, base_url: str | None = None, roofline: dict[str, Any] | None = None
+    ) -> Plan:
+        """The bench plan of a run; ``roofline``: the canary's inputs, unless the config's
+        plan gives its own."""
         data = {**self.plan, "base_url": base_url or self.base_url}
+        if roofline and "roofline" not in data:
+            data["roofline"] = roofline
         if self.served_model_name:
             data["model"] = self.served_model_name
         if self.correctness.enabled:
@@ -82,6 +105,7 @@ class SweepConfig:
             "mode": self.mode,
             "canary": self.canary,
             "output_gate": self.output_gate.__dict__ if self.output_gate else None,
+            "max_candidates": self.max_candidates,
         }
 
 
@@ -101,6 +125,12 @@ def load_config(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = N
     space = SearchSpace.from_mapping(data["base_profile"], data["space"], engine)
     objective = dict(data.get("objective") or {})
     valid_obj = set(Scoring.__dataclass_fields__)
+    if "k" in objective:
+        raise ValidationError(
+            "objective.k",
+            "replaced by objective.z: intervals and margins are z standard errors of the"
+            " run-to-run spread pooled over the search (default 2)",
+        )
     for key in objective:
         if key not in valid_obj:
             raise ValidationError(
@@ -132,9 +162,18 @@ def load_config(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = N
         max_rounds=int(data.get("max_rounds", 3)),
         apply_timeout_s=float(apply_timeout),
         output_gate=gate_config(data.get("output_gate", True)),
+        max_candidates=_max_candidates(data.get("max_candidates")),
     )
     cfg.bench_plan()  # a bad plan fails here, before anything restarts
     return cfg
+
+
+def _max_candidates(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValidationError("max_candidates", f"must be an integer >= 1 (got {value!r})")
+    return value
 
 
 BenchFn = Callable[[Plan], Results]
@@ -171,6 +210,35 @@ class SweepEvaluator:
         self.log = log
         self.running: str | None = None  # unknown at start: the first apply decides
         self.restarts = 0
+        self.roofline: dict[str, Any] | None = None  # the canary's, from its last apply
+        self.began = time.monotonic()
+        self.seen: list[str] = []  # candidates measured (or replayed), in order
+        self.lines = 0
+        self.progress_file = out / "progress.log"
+        self.progress_file.parent.mkdir(parents=True, exist_ok=True)
+        self.progress_file.write_text("", encoding="utf-8")
+
+    def progress(self, text: str, *, final: bool = False) -> None:
+        """One numbered line in progress.log (the playbook waits for line n), and the log."""
+        self.lines += 1
+        line = f"{'done' if final else self.lines} {text}"
+        with self.progress_file.open("a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+        self.log(f"sweep: {text}")
+
+    def _where(self, candidate: Candidate, repeat: int) -> str:
+        if candidate.key not in self.seen:
+            self.seen.append(candidate.key)
+        k = self.seen.index(candidate.key) + 1
+        bound = max(self.cfg.candidates_bound(), k)
+        elapsed = time.monotonic() - self.began
+        eta = elapsed / len(self.seen) * max(bound - len(self.seen), 0) if self.seen else 0.0
+        prefix = "" if self.cfg.mode == "grid" else "at most "
+        return (
+            f"candidate {k} of {prefix}{bound} ({candidate.key}) run {repeat + 1} |"
+            f" restarts {self.restarts} | elapsed {elapsed:.0f} s | ETA ~{eta:.0f} s"
+            " for the candidates left"
+        )
 
     def invalid(self, candidate: Candidate) -> None:
         if candidate.key not in self.ledger.invalid:
@@ -184,6 +252,8 @@ class SweepEvaluator:
         outcome = self.applier.apply(profile)
         if outcome.restarted:
             self.restarts += 1
+        if outcome.roofline is not None:
+            self.roofline = outcome.roofline
         prove_restart(outcome, self.applier.base_url, self.applier.served_model_name, self.ready)
         self.running = key
         return outcome.to_dict()
@@ -191,7 +261,15 @@ class SweepEvaluator:
     def measure(self, candidate: Candidate, repeat: int) -> Measurement:
         recorded = self.ledger.run(candidate.key, repeat)
         if recorded is not None:
-            return recorded.measurement
+            m = recorded.measurement
+            self.progress(f"{self._where(candidate, repeat)} | {m.objective:.1f} tok/s (recorded)")
+            return m
+        m = self._measure(candidate, repeat)
+        verdict = "" if m.ok else f" REJECTED: {m.reason}"
+        self.progress(f"{self._where(candidate, repeat)} | {m.objective:.1f} tok/s{verdict}")
+        return m
+
+    def _measure(self, candidate: Candidate, repeat: int) -> Measurement:
         restart = None
         if candidate.key in self._gate_rejected:
             m = Measurement(0.0, 0.0, False, self._gate_rejected[candidate.key])
@@ -221,7 +299,7 @@ class SweepEvaluator:
                 self._record(candidate, repeat, m, None, restart)
                 self.log(f"{candidate.key}: REJECTED: {why}")
                 return m
-        results = self.bench(self.cfg.bench_plan(self.applier.base_url))
+        results = self.bench(self.cfg.bench_plan(self.applier.base_url, self.roofline))
         path = results.save(self.out / "runs" / candidate.key.replace(",", "_") / f"r{repeat}.json")
         m = measurement_from_results(results, self.cfg.correctness)
         self._record(candidate, repeat, m, str(path.relative_to(self.out)), restart)
@@ -252,6 +330,25 @@ class SweepResult:
     left_on: dict[str, Any] | None
     files: dict[str, Path] = field(default_factory=dict)
 
+    def _standing(self, st: Standing | None) -> dict[str, Any] | None:
+        if st is None:
+            return None
+        low, high = self.outcome.interval(st) or (None, None)
+        return {"candidate": st.candidate.key, "profile": st.candidate.profile,
+                "median": st.median, "interval": [low, high], "runs": len(st.runs)}  # fmt: skip
+
+    def summary(self) -> dict[str, Any]:
+        """What ``sweep run --json`` prints."""
+        return {
+            "pick": self._standing(self.outcome.pick),
+            "runner_up": self._standing(self.outcome.runner_up),
+            "best": self._standing(self.outcome.best),
+            "spread": self.outcome.spread,
+            "restarts": self.restarts_total,
+            "left_on": self.left_on,
+            "files": {k: str(v) for k, v in self.files.items()},
+        }
+
 
 def run_sweep(
     cfg: SweepConfig,
@@ -274,7 +371,7 @@ def run_sweep(
     if cfg.mode == "grid":
         outcome = grid(cfg.space, ev, cfg.scoring)
     else:
-        outcome = ascend(cfg.space, ev, cfg.scoring, cfg.max_rounds)
+        outcome = ascend(cfg.space, ev, cfg.scoring, cfg.max_rounds, cfg.max_candidates)
     left_on: dict[str, Any] | None = None
     target: Candidate | None = None
     if cfg.restore:
@@ -293,6 +390,12 @@ def run_sweep(
         if e.get("kind") == "run" and (e.get("restart") or {}).get("restarted")
     )  # fmt: skip
     result.files = write_outputs(cfg, outcome, ledger, out)
+    pick = outcome.pick
+    ev.progress(
+        f"pick {pick.candidate.key if pick else 'none'}; restarts {result.restarts_total};"
+        f" leaderboard {result.files['leaderboard_md']}",
+        final=True,
+    )
     return result
 
 

@@ -23,9 +23,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ansible_collections.specops.infra.plugins.module_utils import gpu_catalogue
+
 __all__ = [
     "FACTS_SCHEMA_VERSION",
-    "KNOWN_GPUS",
     "BootInfo",
     "CgroupInfo",
     "DeviceNode",
@@ -77,38 +78,21 @@ class GpuFactsError(Exception):
 
 @dataclass(frozen=True)
 class KnownGpu:
+    """What the GPU facts say about a product (read from the GPU catalogue)."""
+
     name: str
     architecture: str
-
-
-# PCI vendor:device -> product. Sources: the issue (A6000, 3090 as seen in the seeds'
-# hosts) and NVIDIA's open-gpu-kernel-modules README "supported GPUs" table at tag
-# 595.45.04 (commit df1c9a3d, 2026-03-05), which lists:
-#   NVIDIA RTX A6000                                        2230 (subsys 1459)
-#   NVIDIA GeForce RTX 3090                                 2204
-#   NVIDIA RTX PRO 6000 Blackwell Workstation Edition       2BB1 (subsys 204B)
-#   NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition 2BB4 (subsys 204C)
-#   NVIDIA RTX PRO 6000 Blackwell Server Edition            2BB5 (subsys 204E, 220B)
-#   NVIDIA H200                                             2335 (subsys 18BE, 18BF)
-#   NVIDIA H200 NVL                                         233B (subsys 1996)
-# 2bb1 as a VGA function (class 0x0300) with an HD audio sibling 10de:22e8 is also seen
-# in public lspci listings of RTX PRO 6000 hosts.
-KNOWN_GPUS: dict[str, KnownGpu] = {
-    "10de:2230": KnownGpu("NVIDIA RTX A6000", "ampere"),
-    "10de:2204": KnownGpu("NVIDIA GeForce RTX 3090", "ampere"),
-    "10de:2bb1": KnownGpu("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "blackwell"),
-    "10de:2bb4": KnownGpu("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "blackwell"),
-    "10de:2bb5": KnownGpu("NVIDIA RTX PRO 6000 Blackwell Server Edition", "blackwell"),
-    "10de:2335": KnownGpu("NVIDIA H200", "hopper"),
-    "10de:233b": KnownGpu("NVIDIA H200 NVL", "hopper"),
-}
+    open_module_required: bool = False
 
 
 def gpu_name(pci_id: str) -> KnownGpu:
-    """The product behind ``vendor:device`` (lower-case hex), or a generic fallback."""
-    known = KNOWN_GPUS.get(pci_id.lower())
-    if known is not None:
-        return known
+    """The product behind ``vendor:device`` (any case), or a generic fallback.
+
+    Products come from the one GPU catalogue (``module_utils/gpu_catalogue.py``).
+    """
+    product = gpu_catalogue.by_pci_id(pci_id)
+    if product is not None:
+        return KnownGpu(product.name, product.architecture, product.open_module_required)
     vendor, _, _device = pci_id.lower().partition(":")
     if vendor == NVIDIA_VENDOR:
         return KnownGpu(f"NVIDIA GPU {pci_id.lower()}", "unknown")
@@ -620,6 +604,7 @@ class GpuCard:
     subsystem_id: str | None
     name: str
     architecture: str
+    open_module_required: bool  # only NVIDIA's open kernel modules drive it (catalogue)
     class_code: str
     class_kind: str
     driver: str | None
@@ -1095,6 +1080,7 @@ def _cards(
                 subsystem_id=primary.subsystem_id,
                 name=known.name,
                 architecture=known.architecture,
+                open_module_required=known.open_module_required,
                 class_code=primary.class_code,
                 class_kind=primary.class_kind,
                 driver=primary.driver,

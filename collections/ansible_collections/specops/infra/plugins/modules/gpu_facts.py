@@ -143,6 +143,7 @@ ansible_facts:
             subsystem_id: {description: "Subsystem vendor:device.", type: str}
             name: {description: "Product name (table, else \"NVIDIA GPU 10de:XXXX\").", type: str, sample: NVIDIA RTX A6000}
             architecture: {description: "ampere, hopper, blackwell or unknown.", type: str}
+            open_module_required: {description: "Only the open NVIDIA kernel modules drive it (GPU catalogue).", type: bool}
             class_code: {description: "PCI class.", type: str, sample: "0x030000"}
             class_kind: {description: "vga or 3d.", type: str}
             driver: {description: "Bound driver (nvidia, vfio-pci, nouveau) or null.", type: str}

@@ -1,0 +1,80 @@
+"""Report text lives in Jinja templates under the repository's top-level ``templates/``.
+
+Python computes the numbers and hands them over keyed (mappings, dataclasses); the
+templates hold every sentence and table layout, and format numbers with the filters
+below. ``SPECOPS_TEMPLATES`` points at another directory (an installed specops).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+__all__ = ["fmt", "render", "templates_dir"]
+
+
+def templates_dir() -> Path:
+    env = os.environ.get("SPECOPS_TEMPLATES")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "templates"
+
+
+def fmt(value: Any, digits: int = 1) -> str:
+    """How every number appears in a report: ``-`` for none, ints as ints."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def _cell(value: Any) -> str:
+    """A value inside a Markdown table cell (no pipes, no newlines)."""
+    return str(value).replace("|", "/").replace("\n", " ")
+
+
+@cache
+def _environment(root: str) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(root),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,  # noqa: S701 - Markdown and text, never HTML
+    )
+    env.filters["fmt"] = fmt
+    env.filters["duration"] = _duration
+    env.filters["cell"] = _cell
+    return env
+
+
+def render(name: str, **context: Any) -> str:
+    """Render ``templates/<name>`` with ``context``."""
+    root = templates_dir()
+    if not (root / name).is_file():
+        raise FileNotFoundError(f"template {name} not found under {root} (SPECOPS_TEMPLATES)")
+    return _environment(str(root)).get_template(name).render(**context)
