@@ -108,5 +108,8 @@ def test_ctrl_c_ends_without_a_traceback(tmp_path: Path) -> None:
             proc.send_signal(signal.SIGINT)
             _out, err = proc.communicate(timeout=60)
     assert "Traceback" not in err, err
-    assert err.strip().endswith("specops: interrupted"), err
+    # the last line says so, and how to go on (a bench run keeps its finished cells)
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("specops: interrupted"), err
+    assert f"specops bench run --resume {tmp_path}" in last, err
     assert proc.returncode == 130
