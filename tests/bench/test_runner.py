@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from bench_consistency import assert_report_consistent
+from plugins.terminal import python_module_argv
 
 from specops.bench.plan import plan_from_mapping
 from specops.bench.prompts import PromptBuilder, ServerTokenizer, load_corpus
@@ -281,7 +282,7 @@ def test_ctrl_c_keeps_finished_cells_and_resume_completes_the_run(
     server = synthetic(tokens_per_chunk=1, chunk_delay_s=0.02)  # ~0.16 s per request
     out = tmp_path / "runs"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "specops.cli", *_cli_args(server.url, out)],
+        python_module_argv("specops.cli", *_cli_args(server.url, out)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

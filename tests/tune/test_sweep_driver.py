@@ -25,6 +25,7 @@ from ansible_collections.specops.infra.plugins.module_utils.service_unit import 
 from specops.bench.synthetic import SyntheticConfig, SyntheticServer
 from specops.errors import ValidationError
 from specops.tune.apply import ApplyError, ApplyOutcome
+from specops.tune.ledger import Ledger
 from specops.tune.sweep import load_config, run_sweep
 
 from .conftest import NGRAM_BASE
@@ -200,6 +201,14 @@ def test_a_changed_config_refuses_the_old_results_file(applier, tmp_path: Path) 
     sweep(load_config(config(space={"num_draft_tokens": [4, 5]})), applier, tmp_path)
     with pytest.raises(ValidationError, match=r"results: .* belongs to a different sweep"):
         sweep(load_config(config(space={"num_draft_tokens": [4, 6]})), applier, tmp_path)
+
+
+def test_the_results_file_of_a_gated_sweep_reopens(tmp_path: Path) -> None:
+    """The output gate's settings (a tuple of prompts) read back from the header as
+    JSON lists: the same config must still own its results file."""
+    fingerprint = load_config(config(output_gate={"threshold": 0.9})).fingerprint()
+    Ledger(tmp_path / "sweep.jsonl", fingerprint)
+    Ledger(tmp_path / "sweep.jsonl", fingerprint)  # the resume: no "different sweep"
 
 
 def test_bad_config_names_the_field() -> None:

@@ -5,10 +5,10 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from plugins.terminal import python_module_argv
 
 from specops import cli
 from specops.errors import ValidationError
@@ -95,10 +95,10 @@ def test_ctrl_c_ends_without_a_traceback(tmp_path: Path) -> None:
         server.listen()
         port = server.getsockname()[1]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "specops.cli", "bench", "run", "--base-url",
+            python_module_argv("specops.cli", "bench", "run", "--base-url",
              f"http://127.0.0.1:{port}", "--model", "m", "--concurrency", "1",
              "--context-lengths", "1K", "--output-len", "8", "--requests-per-cell", "1",
-             "--out", str(tmp_path)],
+             "--out", str(tmp_path)),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'collections'}"},
         )  # fmt: skip

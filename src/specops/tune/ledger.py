@@ -36,7 +36,9 @@ class RunRecord:
 class Ledger:
     def __init__(self, path: Path, fingerprint: dict[str, Any]) -> None:
         self.path = path
-        self.fingerprint = fingerprint
+        # as the header reads back: JSON has no tuples (a config's tuple of prompts is
+        # a list after a round trip, and a resumed sweep must match its own header)
+        self.fingerprint = json.loads(json.dumps(fingerprint))
         self.runs: dict[tuple[str, int], RunRecord] = {}
         self.invalid: dict[str, str] = {}
         self.events: list[dict[str, Any]] = []
