@@ -18,8 +18,11 @@ PYTHON=${SPECOPS_PYTHON:-python3}
 # lxc-pve and the PVE stand-in includes at every container start (as PVE does).
 DEBIAN_PACKAGES=(docker.io debootstrap lxc lxc-templates python3-lxc iproute2 uidmap openssl kmod)
 # Packages inside the base image: systemd as PID 1, python3 for Ansible, sudo/acl for
-# become_user, and what the roles' verifiers read.
-IMAGE_PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,sudo,acl,procps,iproute2,ca-certificates,kmod,udev
+# become_user, what the roles' verifiers read, and ifupdown: PVE's guest setup writes a
+# Debian container's /etc/network/interfaces from its netN entries and the container's
+# ifupdown brings it up (PVE's debian-12-standard template has it too). The rootfs is
+# rebuilt when this list changes ($ROOTFS_TAR.packages records the list it was built with).
+IMAGE_PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,sudo,acl,procps,iproute2,ca-certificates,kmod,udev,ifupdown
 
 say() { printf '==> %s\n' "$*"; }
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -57,6 +60,10 @@ step_docker() {
 
 step_image() {
   step_docker
+  if [[ -s $ROOTFS_TAR && $(cat "$ROOTFS_TAR.packages" 2>/dev/null) != "$IMAGE_PACKAGES" ]]; then
+    say "image: cached rootfs was built with other packages; rebuilding it"
+    rm -f "$ROOTFS_TAR"
+  fi
   if [[ ! -s $ROOTFS_TAR ]]; then
     local tmp
     mkdir -p "$SPECOPS_CACHE"
@@ -71,6 +78,7 @@ step_image() {
     rm -rf "$tmp"/var/cache/apt/archives/*.deb "$tmp"/var/lib/apt/lists/*
     tar -C "$tmp" --numeric-owner -cf "$ROOTFS_TAR.part" .
     mv "$ROOTFS_TAR.part" "$ROOTFS_TAR"
+    echo "$IMAGE_PACKAGES" >"$ROOTFS_TAR.packages"
     rm -rf "$tmp"
     say "image: cached rootfs at $ROOTFS_TAR ($(du -h "$ROOTFS_TAR" | cut -f1))"
   else

@@ -79,6 +79,7 @@ run_lint() {
   check ruff-format ruff format --check .
   check mypy mypy
   check argument-specs python3 scripts/check-argument-specs.py
+  check "lab inventory = example + stand-in wiring" python3 scripts/check-lab-inventory.py
   check "README profile table" specops profile table --check README.md
 }
 

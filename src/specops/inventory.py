@@ -5,18 +5,23 @@ what no single role can see: how hosts relate. A serving container names its PVE
 (``pve_container_node``, which must be in ``pve_nodes``) and its vmid
 (``pve_container_vmid``, unique in the fleet); its speculative profile must be one its
 engine can serve. Each problem is one line that names the host and the variable.
+
+It also derives what follows from those relations: :func:`vfio_release_request` says
+which cards a PVE node gives from vfio-pci to the host, namely exactly those its
+serving containers ask for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from specops.errors import SpecopsError, ValidationError
 from specops.speculative import Engine, SpeculativeProfile, known_versions, to_argv
 from specops.speculative.engines import ENGINE_NAMES
 
-__all__ = ["REQUIRED_GROUPS", "inventory_problems"]
+__all__ = ["REQUIRED_GROUPS", "NodeRelease", "inventory_problems", "vfio_release_request"]
 
 REQUIRED_GROUPS = ("pve_nodes", "serving")
 
@@ -87,3 +92,103 @@ def inventory_problems(
     for host in groups["serving"]:
         problems.extend(_serving_problems(host, hostvars[host], nodes, vmids))
     return problems
+
+
+@dataclass(frozen=True)
+class NodeRelease:
+    """The cards a node's ``vfio_release`` gives to the host: by ``addresses``, or
+    ``count`` cards of ``model``; nothing when both are empty. ``containers`` names the
+    serving hosts the request comes from."""
+
+    addresses: tuple[str, ...] = ()
+    model: str = ""
+    count: int = 0
+    containers: tuple[str, ...] = field(default_factory=tuple)
+
+    def as_vars(self) -> dict[str, Any]:
+        """The role's variables (``vfio_release_addresses``/``_model``/``_count``)."""
+        return {
+            "addresses": list(self.addresses),
+            "model": self.model,
+            "count": self.count,
+            "containers": list(self.containers),
+        }
+
+
+def _wanted(host: str, hv: Mapping[str, Any]) -> tuple[tuple[str, ...], str, int]:
+    """What one container asks for: (addresses, model, count); empty when no card."""
+    if str(hv.get("lxc_gpu_passthrough_state", "present")) == "absent":
+        return (), "", 0
+    gpus = hv.get("lxc_gpu_passthrough_gpus") or []
+    if isinstance(gpus, str) or not isinstance(gpus, Sequence):
+        raise ValidationError(
+            f"{host}: lxc_gpu_passthrough_gpus", f"must be a list of PCI addresses (got {gpus!r})"
+        )
+    model = str(hv.get("lxc_gpu_passthrough_gpu_model") or "").strip()
+    if gpus and model:
+        raise ValidationError(
+            f"{host}: lxc_gpu_passthrough_gpus",
+            "give the cards by address or by lxc_gpu_passthrough_gpu_model, not both",
+        )
+    if gpus:
+        return tuple(str(a).strip().lower() for a in gpus), "", 0
+    if not model:
+        return (), "", 0
+    count = hv.get("lxc_gpu_passthrough_gpu_count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        try:
+            count = int(str(count))
+        except ValueError:
+            count = 0
+        if count < 1:
+            raise ValidationError(
+                f"{host}: lxc_gpu_passthrough_gpu_count",
+                f"must be an integer >= 1 (got {hv.get('lxc_gpu_passthrough_gpu_count')!r})",
+            )
+    return (), model, count
+
+
+def vfio_release_request(
+    groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Mapping[str, Any]], node: str
+) -> NodeRelease:
+    """Which cards ``node`` gives from vfio-pci to the host: the cards its serving
+    containers (``pve_container_node == node``) ask for through
+    ``lxc_gpu_passthrough_gpus`` (addresses, united) or ``lxc_gpu_passthrough_gpu_model``
+    and ``_gpu_count`` (counts of one model, summed). Nothing when no container on the
+    node asks for a card. A node whose containers ask by address and by model, or for
+    two models, cannot be said as one request: that is an error naming the hosts."""
+    addresses: list[str] = []
+    models: dict[str, list[str]] = {}
+    count = 0
+    by_address: list[str] = []
+    for host in sorted(groups.get("serving", ())):
+        hv = hostvars.get(host, {})
+        if hv.get("pve_container_node") != node:
+            continue
+        wanted, model, n = _wanted(host, hv)
+        if wanted:
+            by_address.append(host)
+            addresses.extend(a for a in wanted if a not in addresses)
+        elif model:
+            models.setdefault(model, []).append(host)
+            count += n
+    containers = tuple(sorted({*by_address, *(h for hs in models.values() for h in hs)}))
+    if by_address and models:
+        raise ValidationError(
+            f"{node}: vfio_release",
+            f"its containers ask for cards by address ({', '.join(by_address)}) and by model "
+            f"({', '.join(h for hs in models.values() for h in hs)}); give them all "
+            "lxc_gpu_passthrough_gpus, or set vfio_release_addresses for the node",
+        )
+    if len(models) > 1:
+        listing = "; ".join(f"{m}: {', '.join(hs)}" for m, hs in sorted(models.items()))
+        raise ValidationError(
+            f"{node}: vfio_release",
+            f"its containers ask for more than one model ({listing}); give them "
+            "lxc_gpu_passthrough_gpus (addresses), or set vfio_release_addresses for the node",
+        )
+    if addresses:
+        return NodeRelease(addresses=tuple(addresses), containers=containers)
+    if models:
+        return NodeRelease(model=next(iter(models)), count=count, containers=containers)
+    return NodeRelease()

@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from specops.bench.client import make_client
 from specops.bench.plan import (
     DEFAULT_CONCURRENCY,
     clip_context_lengths,
     load_plan,
     parse_token_count,
     plan_from_mapping,
+    read_api_key,
 )
 from specops.errors import ValidationError
 
@@ -76,3 +78,20 @@ def test_clip_to_max_model_len() -> None:
     assert clip_context_lengths((1024,), 256, None) == ((1024,), [])
     with pytest.raises(ValidationError, match=r"^output_len: "):
         clip_context_lengths((1024,), 4096, 4096)
+
+
+def test_api_key_file_gives_every_request_its_bearer_and_must_be_private(tmp_path: Path) -> None:
+    key = tmp_path / "api-key"
+    key.write_text("s3cr3t-key\n")
+    key.chmod(0o600)
+    plan = plan_from_mapping({"base_url": "http://10.216.3.33:8000", "api_key_file": str(key)})
+    assert plan.api_key_file == str(key)
+    client = make_client(plan, 2)
+    assert client.headers["Authorization"] == "Bearer s3cr3t-key"
+    key.chmod(0o644)
+    with pytest.raises(
+        ValidationError, match=r"api_key_file: .* is readable by others \(mode 0644\)"
+    ):
+        read_api_key(str(key))
+    with pytest.raises(ValidationError, match="api_key_file: cannot read"):
+        read_api_key(str(tmp_path / "absent"))

@@ -13,11 +13,13 @@ from ansible_collections.specops.infra.plugins.module_utils import gpu
 from specops.lab import hosttree
 
 REPO = Path(__file__).resolve().parents[2]
-HARDWARE = REPO / "inventory" / "lab" / "hardware"
+# The lab nodes in known states (the lab itself starts them in the hard real state).
+HARDWARE = REPO / "tests" / "fixtures" / "hosts" / "lab-converged"
 
 
 def build_host(name: str, root: Path, *, node: str | None = None, **changes: Any) -> Path:
-    """Build ``inventory/lab/hardware/<name>.yml`` under ``root`` (node name overridable)."""
+    """Build ``tests/fixtures/hosts/lab-converged/<name>.yml`` under ``root`` (node name
+    overridable)."""
     spec = hosttree.load_spec(HARDWARE / f"{name}.yml")
     if node is not None:
         changes["node"] = node

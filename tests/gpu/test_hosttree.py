@@ -15,7 +15,7 @@ from specops.errors import ValidationError
 from specops.lab import hosttree
 
 REPO = Path(__file__).resolve().parent.parent.parent
-LAB = REPO / "inventory" / "lab" / "hardware"
+LAB = REPO / "tests" / "fixtures" / "hosts" / "lab-converged"
 HOSTS = REPO / "tests" / "fixtures" / "hosts"
 
 
@@ -205,3 +205,27 @@ def test_registers_under_the_lab_group() -> None:
     assert sorted(lab.choices) == ["hosttree", "pve"]
     args = parser.parse_args(["lab", "hosttree", "build", "--spec", "x.yml"])
     assert (args.func, args.root, args.replace) == (hosttree._cmd_build, None, False)
+
+
+def test_the_lab_starts_its_nodes_in_the_hard_real_state(tmp_path: Path) -> None:
+    """inventory/lab/hardware: nouveau loaded, no driver, every card on vfio-pci by ids=,
+    VM-held cards (issue 16); deploy.yml's host roles converge them."""
+    lab = REPO / "inventory" / "lab" / "hardware"
+    for name, held in (
+        ("pve-a", {"0000:41:00.0": 201, "0000:42:00.0": 202}),
+        ("pve-b", {"0000:61:00.0": 301}),
+    ):
+        spec = hosttree.load_spec(lab / f"{name}.yml")
+        facts = gpu.gather_facts(gpu.HostRoots.under(hosttree.build_tree(spec, tmp_path / name)))
+        assert facts.nouveau_loaded, name
+        assert not facts.nvidia_module.loaded, name
+        assert {c.driver for c in facts.gpus} == {"vfio-pci"}, name
+        assert all(c.driver_override is None for c in facts.gpus), f"{name}: grabbed by ids="
+        assert {c.address: c.held_by_running_vm for c in facts.gpus if c.held_by_running_vm} == held
+        assert "ids=" in (tmp_path / name / "etc/modprobe.d/vfio.conf").read_text()
+    stopped = hosttree.load_spec(lab / "pve-a.yml").vms[2]
+    assert (stopped.vmid, stopped.running, stopped.hostpci) == (
+        203,
+        False,
+        ("host=0000:03:00,pcie=1",),
+    )

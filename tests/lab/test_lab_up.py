@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from specops.errors import ValidationError
-from specops.lab.pve.testing import free_port
+from specops.lab.pve.layout import Node
+from specops.lab.pve.testing import _of_node, free_port
 from specops.lab.up import LabPaths, down, up
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,7 +40,7 @@ def test_up_is_idempotent_and_keeps_role_changes(
 ) -> None:
     paths, port, template = lab
     hardware = REPO / "inventory" / "lab" / "hardware"
-    info = up(paths, hardware_dir=hardware, template=template, port=port)
+    info = up(paths, hardware_dir=hardware, template=template, port=port, with_network=False)
     assert sorted(info["nodes"]) == ["pve-a", "pve-b"]
     secret = Path(info["token_secret_file"]).read_text().strip()
     assert secret not in capsys.readouterr().out, "the token secret is never printed"
@@ -52,28 +53,41 @@ def test_up_is_idempotent_and_keeps_role_changes(
     # A role changed the simulated host (say, loaded the driver): a re-run keeps it.
     marker = paths.node_root("pve-a") / "sys" / "module" / "specops-test-marker"
     marker.write_text("changed by a role\n")
-    again = up(paths, hardware_dir=hardware, template=template, port=port)
+    again = up(paths, hardware_dir=hardware, template=template, port=port, with_network=False)
     assert again == info
     out = capsys.readouterr().out
     assert "pve-a: host tree present" in out
     assert "API stand-in answers" in out
     assert marker.exists()
 
-    up(paths, hardware_dir=hardware, template=template, port=port, reset=True)
+    up(paths, hardware_dir=hardware, template=template, port=port, reset=True, with_network=False)
     assert not marker.exists(), "--reset rebuilds the tree from its description"
 
     pve_a = json.loads((paths.node_root("pve-a") / "etc" / "specops-lab-node.json").read_text())
     assert pve_a["name"] == "pve-a"
+    # The node's system stand-ins and its PCI stand-in (the kernel's part of a bind).
+    assert (paths.node_root("pve-a") / "usr/sbin/update-initramfs").is_file()
+    assert (paths.node_root("pve-a") / "etc/specops-lab/hardware.yml").is_file()
+    pid = int(paths.pci_pidfile("pve-a").read_text())
+    assert b"specops.lab.pci_standin" in Path(f"/proc/{pid}/cmdline").read_bytes()
     stored = paths.node_root("pve-b") / "var/lib/vz/template/cache/debian-bookworm-rootfs.tar"
     assert stored.read_bytes() == template.read_bytes()
 
 
 def test_down_stops_the_api(lab: tuple[LabPaths, int, Path]) -> None:
     paths, port, template = lab
-    info = up(paths, hardware_dir=REPO / "inventory/lab/hardware", template=template, port=port)
+    info = up(
+        paths,
+        hardware_dir=REPO / "inventory/lab/hardware",
+        template=template,
+        port=port,
+        with_network=False,
+    )
+    pci = int(paths.pci_pidfile("pve-b").read_text())
     down(paths)
     with pytest.raises(httpx.ConnectError):
         _get(f"{info['api']}/version", info["cert"], None)
+    assert not Path(f"/proc/{pci}").exists(), "the PCI stand-ins stop too"
 
 
 def test_missing_template_is_named(tmp_path: Path) -> None:
@@ -83,4 +97,20 @@ def test_missing_template_is_named(tmp_path: Path) -> None:
             hardware_dir=REPO / "inventory/lab/hardware",
             template=tmp_path / "absent.tar",
             port=free_port(),
+            with_network=False,
         )
+
+
+def test_a_lab_only_touches_its_own_lxc_containers(tmp_path: Path) -> None:
+    """LXC names are <node>-<vmid> in a shared lxcpath: a test's lab (nodes pve-a/pve-b in
+    a temp dir) must not stop or remove the containers of the lab in /var/lib/specops/lab
+    whose nodes have the same names."""
+    ours = Node("pve-b", tmp_path / "ours" / "pve-b", lxcpath=tmp_path / "lxc")
+    for name, root in (("pve-b-801", tmp_path / "other" / "pve-b"), ("pve-b-802", ours.root)):
+        (tmp_path / "lxc" / name).mkdir(parents=True)
+        (tmp_path / "lxc" / name / "config").write_text(
+            f"lxc.arch = amd64\nlxc.rootfs.path = dir:{root}/var/lib/vz/images/1/subvol\n"
+        )
+    assert not _of_node(ours, tmp_path / "lxc" / "pve-b-801")
+    assert _of_node(ours, tmp_path / "lxc" / "pve-b-802")
+    assert not _of_node(ours, tmp_path / "lxc" / "pve-b-803"), "no config: not known as ours"

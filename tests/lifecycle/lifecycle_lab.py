@@ -91,7 +91,7 @@ def write_inventory(
                         NODE: {
                             "ansible_connection": "local",
                             "ansible_python_interpreter": sys.executable,
-                            "specops_lab_root": str(node.root),
+                            "specops_host_root": str(node.root),
                         }
                     }
                 },

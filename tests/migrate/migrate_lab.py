@@ -1,4 +1,4 @@
-"""A lab for migration tests: the two lab hosts (inventory/lab/hardware/pve-{a,b}.yml)
+"""A lab for migration tests: the two lab hosts (tests/fixtures/hosts/lab-converged/)
 brought up by ``specops lab up`` in a lab dir under the test's basetemp, with the API
 stand-in on a free 127.0.0.1 port; torn down (API stopped, this area's containers
 stopped and removed) at the end."""
@@ -55,7 +55,13 @@ def make_migrate_lab(
     """Bring the lab up for one test module; tear it down after."""
     paths = LabPaths(tmp_path_factory.mktemp("migrate-lab"))
     port = free_port()
-    up(paths, hardware_dir=REPO / "inventory" / "lab" / "hardware", template=template, port=port)
+    up(
+        paths,
+        hardware_dir=REPO / "tests" / "fixtures" / "hosts" / "lab-converged",
+        template=template,
+        port=port,
+        with_network=False,
+    )
     cluster = Cluster.load(paths.cluster_dir)
     try:
         yield MigrateLab(paths, port, cluster)

@@ -74,12 +74,12 @@ def _inventory(lab: MigrateLab, tmp: Path, **migrate: object) -> Path:
             {
                 "ansible_connection": "local",
                 "ansible_python_interpreter": sys.executable,
-                "specops_lab_root": str(lab.paths.lab_dir) + "/{{ inventory_hostname }}",
-                "lxc_gpu_passthrough_host_root": "{{ specops_lab_root }}",
+                "specops_host_root": str(lab.paths.lab_dir) + "/{{ inventory_hostname }}",
+                "lxc_gpu_passthrough_host_root": "{{ specops_host_root }}",
                 "lxc_gpu_passthrough_pct_command": [
                     str(REPO / "scripts/lab/pct"),
                     "--node-root",
-                    "{{ specops_lab_root }}",
+                    "{{ specops_host_root }}",
                 ],
             }
         )
@@ -212,7 +212,7 @@ def test_failed_migrate_task_leaves_ct_running_on_source(
 def _host_roles_effect_on_pve_a(lab: MigrateLab) -> None:
     """What nvidia_driver + vfio_release leave on pve-a: driver loaded, both A6000s bound
     to nvidia with minors 0 and 1 (the roles' molecule scenarios prove the roles)."""
-    spec = load_spec(REPO / "inventory/lab/hardware/pve-a.yml")
+    spec = load_spec(REPO / "tests/fixtures/hosts/lab-converged/pve-a.yml")
     spec = with_cards_released(with_nvidia_loaded(spec), [c.address for c in spec.cards[:2]])
     build_tree(spec, lab.cluster.node("pve-a").root, replace_existing=True)
 

@@ -76,7 +76,7 @@ def _inventory(lab: ApiLab, tmp: Path, **settings: object) -> Path:
             {
                 "ansible_connection": "local",
                 "ansible_python_interpreter": sys.executable,
-                "specops_lab_root": str(lab.base) + "/{{ inventory_hostname }}",
+                "specops_host_root": str(lab.base) + "/{{ inventory_hostname }}",
             }
         )
     )

@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def pve_a(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("pve-a")
-    build_tree(load_spec(REPO / "inventory/lab/hardware/pve-a.yml"), root, device_nodes=False)
+    spec = load_spec(REPO / "tests/fixtures/hosts/lab-converged/pve-a.yml")
+    build_tree(spec, root, device_nodes=False)
     return gather_local_facts(str(root))
 
 

@@ -298,3 +298,24 @@ def test_installed_flag_set_decides_what_is_accepted(repo_root: Path, tmp_path: 
         "inference_service_engine_args[0]: --max-num-seqs is not the installed vllm 0.20.1 flag"
         in _words(bad)
     ), bad[-3000:]
+
+
+def test_api_key_file_must_be_private_and_never_printed(repo_root: Path, tmp_path: Path) -> None:
+    key = tmp_path / "api-key"
+    key.write_text("never-printed-k3y\n")
+    key.chmod(0o644)
+    base = {
+        "inference_service_served_model_name": "m",
+        "inference_service_venv": str(_venv(tmp_path)),
+        "inference_service_model": "/srv/m",
+        "inference_service_api_key_file": str(key),
+    }
+    out = _play(repo_root, tmp_path, "inference_service", base)
+    assert out.startswith("rc=2"), out[-2000:]
+    said = f"inference_service_api_key_file: {key} must be a file on the controller with mode 0600"
+    assert f"{said} (got 0644)" in _words(out), out[-2000:]
+    assert "never-printed-k3y" not in out
+    key.chmod(0o600)
+    out = _play(repo_root, tmp_path, "inference_service", base)
+    assert out.startswith("rc=0"), out[-2000:]
+    assert "never-printed-k3y" not in out

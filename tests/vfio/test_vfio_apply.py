@@ -279,3 +279,40 @@ def test_a_held_vm_lock_refuses_before_anything_changes(
             )
         assert snapshot(root) == before
     assert s.log == []
+
+
+def test_system_files_are_read_under_the_system_root_and_named_as_the_host_sees_them(
+    host_tree: HostTree, standin: Callable[[Path], PciStandin], tmp_path: Path
+) -> None:
+    """A lab node (issue 16): its modprobe.d and kernel command line live under its root;
+    the boot config names them as the node sees them (the role writes them under it)."""
+    root = host_tree("a6000-3090", nvidia=True)
+    standin(root)
+    (root / "etc/modprobe.d").mkdir(parents=True, exist_ok=True)
+    (root / "etc/modprobe.d/vfio.conf").write_text("options vfio-pci ids=10de:2230,10de:1aef\n")
+    over = {
+        "system_root": str(root),
+        "modprobe_dir": "/etc/modprobe.d",
+        "grub_file": "/etc/default/grub",
+        "kernel_cmdline_file": "/etc/kernel/cmdline",
+    }
+    result = module.run({**params(root, tmp_path), **over, "addresses": ["01:00"]}, check_mode=True)
+    files = result["boot_config"]["files"]
+    assert files["/etc/modprobe.d/vfio.conf"].startswith("# specops vfio_release")
+    assert "/etc/modprobe.d/specops-vfio.conf" in files
+    assert all(p.startswith("/etc/") or p.startswith("/usr/local/") for p in files)
+
+
+def test_check_mode_plans_a_release_before_the_driver_is_loaded(
+    host_tree: HostTree, tmp_path: Path
+) -> None:
+    """A check run of a fresh node: nvidia_driver only planned the module; the release is
+    planned as the real run will find the host, with a warning (a real run refuses)."""
+    root = host_tree("a6000-3090")  # no nvidia driver registered
+    etc = tmp_path / "etc"
+    result = module.run(params(root, etc, addresses=["01:00"]), check_mode=True)
+    assert result["changed"] is True
+    assert [s["to_driver"] for s in result["released"] if s["kind"] == "gpu"] == ["nvidia"]
+    assert any("not loaded yet" in w for w in result["warnings_text"])
+    with pytest.raises(vfio.VfioReleaseError, match="the nvidia driver is not loaded"):
+        module.run(params(root, etc, addresses=["01:00"]), check_mode=False)

@@ -31,6 +31,10 @@ def test_first_free_a6000_is_on_the_host_drivers(host: Any) -> None:
     assert driver(host, "0000:01:00.1") == "snd_hda_intel"
     info = host.file(f"{HW}/proc/driver/nvidia/gpus/0000:01:00.0/information")
     assert "Device Minor: \t 0" in info.content_string
+    # Its device node, made by nvidia-modprobe after the release (the driver makes none
+    # for a card bound at run time).
+    node = host.run(f"stat -c '%F %t:%T' {HW}/dev/nvidia0")
+    assert node.stdout.strip() == "character special file c3:0", node.stdout + node.stderr
 
 
 def test_vm_cards_are_untouched(host: Any) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import orjson
 
-from specops.bench.plan import ApiKind, Plan
+from specops.bench.plan import ApiKind, Plan, read_api_key
 from specops.bench.transport import StreamingTransport
 
 __all__ = [
@@ -184,6 +184,8 @@ def make_client(plan: Plan, max_concurrency: int) -> httpx.AsyncClient:
         token = os.environ.get(plan.api_key_env)
         if token:
             headers["Authorization"] = f"Bearer {token}"
+    if plan.api_key_file:
+        headers["Authorization"] = f"Bearer {read_api_key(plan.api_key_file)}"
     pool = max_concurrency + 4
     limits = httpx.Limits(
         max_connections=pool, max_keepalive_connections=pool, keepalive_expiry=KEEPALIVE_S

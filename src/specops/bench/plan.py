@@ -42,6 +42,7 @@ __all__ = [
     "load_plan",
     "parse_token_count",
     "plan_from_mapping",
+    "read_api_key",
 ]
 
 ApiKind = Literal["completions", "chat", "sglang-generate"]
@@ -131,6 +132,8 @@ class Plan:
     continuous_usage: bool = True  # ask vLLM/SGLang for usage in every chunk
     tokenizer_path: str | None = None  # local tokenizer.json when the server has no /tokenize
     api_key_env: str | None = None  # name of an env var holding a bearer token
+    # A file holding the server's API key (mode 0600): the bearer token of every request.
+    api_key_file: str | None = None
     slo: Slo = field(default_factory=Slo)
     timeouts: Timeouts = field(default_factory=Timeouts)
     roofline: Roofline | None = None
@@ -148,6 +151,26 @@ class Plan:
         if self.roofline is not None:
             data["roofline"]["engine_args"] = list(self.roofline.engine_args)
         return data
+
+
+def read_api_key(path: str, field_name: str = "api_key_file") -> str:
+    """The API key in ``path``: a file only its owner may read (0600 or stricter), one
+    line. The key is never printed; errors name the file and what to fix."""
+    file = Path(path)
+    try:
+        mode = file.stat().st_mode
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValidationError(field_name, f"cannot read {path}: {exc.strerror}") from None
+    if mode & 0o077:
+        raise ValidationError(
+            field_name,
+            f"{path} is readable by others (mode {mode & 0o777:04o}); chmod 0600 it",
+        )
+    key = text.strip()
+    if not key or "\n" in key:
+        raise ValidationError(field_name, f"{path} must hold the key on one line")
+    return key
 
 
 def parse_token_count(value: object, where: str) -> int:
@@ -353,6 +376,7 @@ def plan_from_mapping(data: dict[str, Any]) -> Plan:
         continuous_usage=_bool(data, "continuous_usage", True),
         tokenizer_path=_opt_str(data, "tokenizer_path"),
         api_key_env=_opt_str(data, "api_key_env"),
+        api_key_file=_opt_str(data, "api_key_file"),
         slo=slo,
         timeouts=timeouts,
         roofline=roofline,

@@ -42,6 +42,7 @@ import os
 import shutil
 import stat
 import tempfile
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -113,6 +114,16 @@ _BASE_CHAR_MAJORS: tuple[tuple[int, str], ...] = (
     (226, "drm"),
 )
 NVIDIA_MAJOR = 195
+# Modules of spec.modules that are PCI drivers (a bus/pci/drivers/<name> directory).
+PCI_DRIVER_MODULES = ("snd_hda_intel", "nouveau")
+# What the lab keeps about the node beside the kernel's view (etc/specops-lab/):
+# the node's NVIDIA majors, what its installer stand-in and boot emulation read.
+LAB_ETC = Path("etc") / "specops-lab"
+# The initramfs the node boots with: the modprobe configuration it carries (written at
+# a tree build and by the node's update-initramfs stand-in), and the next boot's kernel
+# command line (written by its update-grub / proxmox-boot-tool stand-ins).
+INITRAMFS_DIR = Path("boot") / "specops-lab-initramfs"
+BOOT_CMDLINE = Path("boot") / "specops-lab-cmdline"
 _BUILD_DATE = "Thu Oct 30 00:00:00 UTC 2025"
 _NVIDIA_KO_REGIONS = (
     "nvidia-nvlink",
@@ -211,6 +222,8 @@ class HostSpec:
     extra_char_majors: dict[str, int] = field(default_factory=dict)
     processes: tuple[ProcessSpec, ...] = ()
     etc_files: dict[str, str] = field(default_factory=dict)
+    # Debian packages installed on the node (its dpkg database; headers and dkms matter).
+    packages: tuple[str, ...] = ()
 
 
 def _req(data: Mapping[str, Any], key: str, where: str) -> Any:
@@ -455,6 +468,14 @@ def _etc_files(data: Any) -> dict[str, str]:
     return files
 
 
+def _packages(data: Any) -> tuple[str, ...]:
+    names = [str(p) for p in _as_list(data, "packages")]
+    for i, name in enumerate(names):
+        if not name or not all(c.isalnum() or c in "+-." for c in name) or not name[0].isalnum():
+            raise ValidationError(f"packages[{i}]", f"must be a Debian package name (got {name!r})")
+    return tuple(names)
+
+
 def parse_spec(data: Any) -> HostSpec:
     """Validate a host description (the YAML document) into a :class:`HostSpec`."""
     d = _as_mapping(data, "spec")
@@ -527,6 +548,7 @@ def parse_spec(data: Any) -> HostSpec:
         etc_files=_etc_files(d.get("etc_files")),
         extra_char_majors=extra_majors,
         processes=processes,
+        packages=_packages(d.get("packages")),
     )
 
 
@@ -702,6 +724,14 @@ class _Builder:
                     driver_override=fn.driver_override,
                     iommu_group=card.iommu_group,
                 )
+        # Loaded PCI drivers register themselves with the bus even when they drive no
+        # device (the nvidia module with every card still on vfio-pci).
+        nv = self.spec.nvidia
+        if nv is not None and nv.loaded:
+            self._driver_dir("nvidia")
+        for module in self.spec.modules:
+            if module in PCI_DRIVER_MODULES:
+                self._driver_dir(module)
         for bridge in sorted(self.bridges.values()):
             self._pci_function(
                 bridge,
@@ -772,6 +802,9 @@ class _Builder:
         _write(self.proc / "devices", "\n".join(lines))
         _write(self.proc / "sys" / "kernel" / "osrelease", spec.kernel_release + "\n")
         _write(self.proc / "sys" / "kernel" / "hostname", spec.node + "\n")
+        # A new boot id per build: a rebuilt tree is a booted host (ansible.builtin.reboot
+        # reads it to see the reboot happen).
+        _write(self.proc / "sys" / "kernel" / "random" / "boot_id", f"{uuid.uuid4()}\n")
         _write(
             self.proc / "cmdline",
             f"BOOT_IMAGE=/boot/vmlinuz-{spec.kernel_release} {spec.cmdline}\n",
@@ -824,10 +857,10 @@ class _Builder:
                 name = _model_name(card.pci_id)
                 digest = hashlib.sha256(f"{spec.node}/{address}".encode()).hexdigest()
                 d = digest
-                uuid = f"GPU-{d[:8]}-{d[8:12]}-{d[12:16]}-{d[16:20]}-{d[20:32]}"
+                gpu_uuid = f"GPU-{d[:8]}-{d[8:12]}-{d[12:16]}-{d[16:20]}-{d[20:32]}"
                 info = (
                     f"Model: \t\t {name}\nIRQ:   \t\t {100 + minor}\n"
-                    f"GPU UUID: \t {uuid}\n"
+                    f"GPU UUID: \t {gpu_uuid}\n"
                     f"Video BIOS: \t 00.00.00.00.00\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
                     f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {address}\n"
                     f"Device Minor: \t {minor}\nGPU Firmware: \t {nv.version}\nGPU Excluded:\t No\n"
@@ -1018,10 +1051,57 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+# Directories every Debian 12 / PVE host has (the roles write into them).
+_SYSTEM_DIRS = (
+    "etc/modprobe.d",
+    "etc/modules-load.d",
+    "etc/systemd/system",
+    "etc/default",
+    "usr/local/lib",
+    "usr/local/bin",
+    "var/cache",
+    "var/lib/dpkg",
+    "var/log",
+    "boot",
+    "run",
+    "tmp",
+)
+
+
+def _dpkg_status(spec: HostSpec) -> str:
+    """The node's dpkg database (``var/lib/dpkg/status``): its installed packages."""
+    entries = []
+    for name in spec.packages:
+        entries.append(
+            f"Package: {name}\nStatus: install ok installed\nPriority: optional\n"
+            f"Section: misc\nMaintainer: specops lab <lab@localhost>\nArchitecture: amd64\n"
+            f"Version: 0.0-specops-lab\nDescription: {name} (lab node stand-in entry)\n"
+        )
+    return "\n".join(entries) + ("\n" if entries else "")
+
+
 def _owned_files(spec: HostSpec, root: Path) -> dict[Path, str]:
     files: dict[Path, str] = {root / "etc" / "hostname": spec.node + "\n"}
     for rel, text in spec.etc_files.items():
         files[root / "etc" / rel] = text if text.endswith("\n") else text + "\n"
+        if rel.startswith("modprobe.d/"):
+            # The initramfs the host booted with carries its modprobe configuration.
+            files[root / INITRAMFS_DIR / rel] = files[root / "etc" / rel]
+    files[root / BOOT_CMDLINE] = spec.cmdline + "\n"
+    if spec.nvidia is not None:
+        files[root / LAB_ETC / "nvidia-majors"] = "".join(
+            f"{major} {name}\n" for name, major in sorted(spec.nvidia.majors.items())
+        )
+    if spec.packages:
+        files[root / "var" / "lib" / "dpkg" / "status"] = _dpkg_status(spec)
+    for name in spec.packages:
+        # A kernel headers package: the tree DKMS and the installer build against.
+        for prefix in ("proxmox-headers-", "pve-headers-", "linux-headers-"):
+            if name.startswith(prefix):
+                kernel = name.removeprefix(prefix)
+                files[root / "usr" / "src" / f"linux-headers-{kernel}" / "Makefile"] = (
+                    f"# lab stand-in: headers of {kernel}\n"
+                )
     if spec.pve_version:
         release = spec.pve_release or ".".join(spec.pve_version.split(".")[:2])
         files[root / "usr" / "share" / "perl5" / "PVE" / "pvecfg.pm"] = (
@@ -1066,6 +1146,7 @@ def build_tree(
     *,
     device_nodes: bool = True,
     replace_existing: bool = False,
+    system_files: bool = True,
 ) -> Path:
     """Materialise ``spec`` under ``root``; returns the root. See the module docstring."""
     root_path = Path(root)
@@ -1075,7 +1156,7 @@ def build_tree(
             "device_nodes", "mknod needs root; run as root or pass --no-device-nodes"
         )
     # May refuse: nothing is changed before this returns.
-    pve_files = _planned_pve_files(spec, root_path, replace_existing)
+    pve_files = _planned_pve_files(spec, root_path, replace_existing) if system_files else {}
     stage = Path(tempfile.mkdtemp(prefix=".hosttree-", dir=root_path))
     try:
         _Builder(spec, stage, device_nodes=device_nodes).build()
@@ -1084,8 +1165,13 @@ def build_tree(
         _swap_nvidia_nodes(stage / "dev", root_path / "dev")
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    for path, text in _owned_files(spec, root_path).items():
+    # The node's system files (etc, its dpkg database, the initramfs it booted with);
+    # a node's emulated boot rebuilds only the kernel's view (system_files=False).
+    for path, text in (_owned_files(spec, root_path) if system_files else {}).items():
         _atomic_write(path, text)
+    if system_files:
+        for rel in _SYSTEM_DIRS:  # what every Debian/PVE host has, empty or not
+            (root_path / rel).mkdir(parents=True, exist_ok=True)
     _vm_run_state(spec, root_path / "run" / "qemu-server")
     etc_pve = root_path / "etc" / "pve"
     node_qemu = etc_pve / "nodes" / spec.node / "qemu-server"

@@ -20,9 +20,14 @@ one would:
   ``proc/devices`` majors, the ``nvidia`` PCI driver directory, and unbound NVIDIA GPUs
   bound to it with ``proc/driver/nvidia/gpus/<addr>/information``.
 
-The simulated tree's root comes from ``$SPECOPS_LAB_HARDWARE_ROOT``, the first line of
-``/etc/specops-lab/hardware-root``, or else ``/srv/specops-hw`` when it exists (where a lab
-serving container sees its node's tree, read-only); the installed tools read the same. The generated
+The simulated tree's root comes from ``$SPECOPS_LAB_HARDWARE_ROOT``, a lab node's root
+(``$SPECOPS_LAB_NODE_ROOT``), the first line of ``/etc/specops-lab/hardware-root``, or else
+``/srv/specops-hw`` when it exists (where a lab serving container sees its node's tree,
+read-only); the installed tools read the same. On a lab node (``$SPECOPS_LAB_NODE_ROOT``,
+set by its connection, ``specops.lab.node``) every file the installer writes, userspace
+included, goes under the node's root, and DKMS and the kernel headers are the node's.
+The module's dynamic char majors are the node's (``etc/specops-lab/nvidia-majors`` of the
+tree, from its hardware description), else nvidia-uvm 508 / nvidia-caps 507. The generated
 ``nvidia-smi`` answers ``--query-gpu=driver_version --format=csv,noheader``, ``-L`` and
 plain, and prints NVML's "Driver/library version mismatch" when the userspace version
 differs from the simulated kernel module's.
@@ -53,11 +58,13 @@ _NAME = re.compile(r"NVIDIA-Linux-x86_64-(\d+\.\d+(?:\.\d+)?)\.run$")
 # make_runfile() writes runs where specops is not installed: make_runfile() writes the
 # catalogue's ids into that copy's _EMBEDDED_OPEN_ONLY line.
 _EMBEDDED_OPEN_ONLY: tuple[str, ...] = ()
-_LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
-_MANIFEST = Path("/var/lib/nvidia/specops-standin-files")
-_LOG = Path("/var/log/nvidia-installer.log")
-_KMOD_MARK = Path("/var/lib/nvidia/specops-standin-kernel-module")
+# Relative to the system root (_system_root(): a lab node's root, else "/").
+_LIBDIR = "usr/lib/x86_64-linux-gnu"
+_MANIFEST = "var/lib/nvidia/specops-standin-files"
+_LOG = "var/log/nvidia-installer.log"
+_KMOD_MARK = "var/lib/nvidia/specops-standin-kernel-module"
 _UVM_MAJOR_DEFAULT = 508
+_MAJORS_FILE = "etc/specops-lab/nvidia-majors"
 # The node tree as a lab serving container sees it (inventory/lab/group_vars/serving).
 LAB_NODE_MOUNT = Path("/srv/specops-hw")
 _FLAGS = {
@@ -113,8 +120,17 @@ def _open_only() -> tuple[str, ...]:
     return gpu_catalogue.open_module_device_ids()
 
 
+def _system_root() -> Path:
+    """Where the installer's files go: a lab node's root, else this system's ``/``."""
+    return Path(os.environ.get("SPECOPS_LAB_NODE_ROOT") or "/")
+
+
+def _sys(rel: str) -> Path:
+    return _system_root() / rel
+
+
 def _hardware_root() -> Path | None:
-    env = os.environ.get("SPECOPS_LAB_HARDWARE_ROOT")
+    env = os.environ.get("SPECOPS_LAB_HARDWARE_ROOT") or os.environ.get("SPECOPS_LAB_NODE_ROOT")
     if env:
         return Path(env)
     try:
@@ -196,8 +212,9 @@ _TOOL_HEAD = r"""#!/usr/bin/env python3
 import os, sys, re
 from pathlib import Path
 VERSION = "@VERSION@"
+ROOT = Path(os.environ.get("SPECOPS_LAB_NODE_ROOT") or "/")
 def hw():
-    env = os.environ.get("SPECOPS_LAB_HARDWARE_ROOT")
+    env = os.environ.get("SPECOPS_LAB_HARDWARE_ROOT") or os.environ.get("SPECOPS_LAB_NODE_ROOT")
     if env:
         return Path(env)
     try:
@@ -342,7 +359,7 @@ kv = kernel_version()
 if kv != VERSION:
     print(f"nvidia-persistenced failed to initialize: kernel module {kv}, library {VERSION}")
     sys.exit(1)
-piddir = Path("/var/run/nvidia-persistenced")
+piddir = ROOT / "run/nvidia-persistenced"
 piddir.mkdir(parents=True, exist_ok=True)
 pid = os.fork()
 if pid:
@@ -366,24 +383,25 @@ def _write_tool(path: Path, text: str, version: str, files: list[str]) -> None:
 
 
 def _install_userspace(version: str, files: list[str]) -> None:
-    _LIBDIR.mkdir(parents=True, exist_ok=True)
-    lib = _LIBDIR / f"libnvidia-ml.so.{version}"
+    libdir = _sys(_LIBDIR)
+    libdir.mkdir(parents=True, exist_ok=True)
+    lib = libdir / f"libnvidia-ml.so.{version}"
     # An ELF-less placeholder: the library's name and version are what is checked.
     lib.write_text(f"specops NVIDIA stand-in: libnvidia-ml {version}\n")
     files.append(str(lib))
     for link in ("libnvidia-ml.so.1", "libnvidia-ml.so"):
-        dest = _LIBDIR / link
+        dest = libdir / link
         if dest.is_symlink() or dest.exists():
             dest.unlink()
         dest.symlink_to(lib.name)
         files.append(str(dest))
-    _write_tool(Path("/usr/bin/nvidia-smi"), _NVIDIA_SMI, version, files)
-    _write_tool(Path("/usr/bin/nvidia-modprobe"), _NVIDIA_MODPROBE, version, files)
-    _write_tool(Path("/usr/bin/nvidia-persistenced"), _NVIDIA_PERSISTENCED, version, files)
+    _write_tool(_sys("usr/bin/nvidia-smi"), _NVIDIA_SMI, version, files)
+    _write_tool(_sys("usr/bin/nvidia-modprobe"), _NVIDIA_MODPROBE, version, files)
+    _write_tool(_sys("usr/bin/nvidia-persistenced"), _NVIDIA_PERSISTENCED, version, files)
 
 
 def _register_dkms(version: str, flavour: str, files: list[str]) -> None:
-    src = Path(f"/usr/src/nvidia-{version}")
+    src = _sys(f"usr/src/nvidia-{version}")
     src.mkdir(parents=True, exist_ok=True)
     (src / "dkms.conf").write_text(
         f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{version}"\nAUTOINSTALL="yes"\n'
@@ -391,11 +409,11 @@ def _register_dkms(version: str, flavour: str, files: list[str]) -> None:
         'BUILT_MODULE_NAME[0]="nvidia"\nDEST_MODULE_LOCATION[0]="/kernel/drivers/video"\n'
     )
     files.append(str(src))
-    tree = Path(f"/var/lib/dkms/nvidia/{version}")
+    tree = _sys(f"var/lib/dkms/nvidia/{version}")
     tree.mkdir(parents=True, exist_ok=True)
     link = tree / "source"
     if not link.is_symlink():
-        link.symlink_to(src)
+        link.symlink_to(f"/usr/src/nvidia-{version}")
     files.append(str(tree))
 
 
@@ -410,6 +428,17 @@ def _proc_devices_with(hw: Path, entries: list[tuple[int, str]]) -> None:
             lines.append(f"{major:3d} {name}")
     lines.sort(key=lambda ln: int(ln.split()[0]))
     path.write_text("Character devices:\n" + "\n".join(lines) + "\n\nBlock devices:" + block)
+
+
+def _dynamic_majors(hw: Path) -> dict[str, int]:
+    """The char majors the (simulated) kernel gives the module's regions: the node's
+    (its hardware description, as the tree builder wrote them), else uvm 508, caps 507."""
+    majors: dict[str, int] = {}
+    for line in (_read(hw / _MAJORS_FILE) or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit():
+            majors[parts[1]] = int(parts[0])
+    return majors or {"nvidia-uvm": _UVM_MAJOR_DEFAULT, "nvidia-caps": _UVM_MAJOR_DEFAULT - 1}
 
 
 def _load_module(hw: Path, version: str, flavour: str) -> list[str]:
@@ -427,16 +456,10 @@ def _load_module(hw: Path, version: str, flavour: str) -> list[str]:
     ndir = hw / "proc" / "driver" / "nvidia"
     ndir.mkdir(parents=True, exist_ok=True)
     (ndir / "version").write_text(first + "\nGCC version:  gcc version 12.2.0 (Debian)\n")
-    uvm = _UVM_MAJOR_DEFAULT
     _proc_devices_with(
         hw,
-        [
-            (195, "nvidia"),
-            (195, "nvidiactl"),
-            (195, "nvidia-modeset"),
-            (uvm, "nvidia-uvm"),
-            (uvm - 1, "nvidia-caps"),
-        ],
+        [(195, "nvidia"), (195, "nvidiactl"), (195, "nvidia-modeset")]
+        + [(major, name) for name, major in sorted(_dynamic_majors(hw).items())],
     )
     drv = hw / "sys" / "bus" / "pci" / "drivers" / "nvidia"
     drv.mkdir(parents=True, exist_ok=True)
@@ -493,14 +516,14 @@ def _preflight_module(hw: Path | None, opts: dict[str, str | bool], flavour: str
             "/etc/specops-lab/hardware-root), so no kernel module can be installed"
         )
     kernel = _running_kernel(hw)
-    headers = [Path(f"/lib/modules/{kernel}/build"), Path(f"/usr/src/linux-headers-{kernel}")]
+    headers = [_sys(f"lib/modules/{kernel}/build"), _sys(f"usr/src/linux-headers-{kernel}")]
     if not any(p.exists() for p in headers):
         raise InstallerError(
             f"Unable to find the kernel source tree for the currently running kernel "
             f"({kernel}). Please make sure you have installed the kernel source files for "
             "your kernel and that they are properly configured."
         )
-    if opts.get("dkms") and shutil.which("dkms") is None:
+    if opts.get("dkms") and _which("dkms") is None:
         raise InstallerError("Failed to run `dkms`: dkms is not installed")
     if (hw / "sys" / "module" / "nouveau").is_dir():
         raise InstallerError(
@@ -524,21 +547,30 @@ def _preflight_module(hw: Path | None, opts: dict[str, str | bool], flavour: str
                 )
 
 
+def _which(tool: str) -> str | None:
+    """A tool of this system; on a lab node only the node's own (not this machine's)."""
+    node = os.environ.get("SPECOPS_LAB_NODE_ROOT")
+    if not node:
+        return shutil.which(tool)
+    dirs = [Path(node) / d for d in ("usr/local/sbin", "usr/local/bin", "usr/sbin", "usr/bin")]
+    return shutil.which(tool, path=os.pathsep.join(str(d) for d in dirs))
+
+
 def _uninstall(hw: Path | None) -> int:
-    text = _read(_MANIFEST)
+    text = _read(_sys(_MANIFEST))
     if text is None:
         print("ERROR: No NVIDIA driver is currently installed.")
         return 1
     # Only an install that built the kernel module unloads it (one made with
     # --no-kernel-module, e.g. inside a container, never touches the host's module).
-    had_module = _KMOD_MARK.exists()
+    had_module = _sys(_KMOD_MARK).exists()
     for line in reversed(text.splitlines()):
         path = Path(line)
         if path.is_symlink() or path.is_file():
             path.unlink()
         elif path.is_dir():
             shutil.rmtree(path)
-    _MANIFEST.unlink()
+    _sys(_MANIFEST).unlink()
     if had_module and hw is not None and _loaded_version(hw) is not None:
         _unload_module(hw)
     print("Uninstallation of existing driver: NVIDIA Accelerated Graphics Driver is complete.")
@@ -563,7 +595,7 @@ def run(argv: list[str], program: str) -> int:
     kernel_module = not opts.get("no-kernel-module")
     if kernel_module:
         _preflight_module(hw, opts, flavour)
-    previous = _read(_MANIFEST)
+    previous = _read(_sys(_MANIFEST))
     if previous:
         for line in reversed(previous.splitlines()):
             path = Path(line)
@@ -575,24 +607,26 @@ def run(argv: list[str], program: str) -> int:
     if kernel_module and hw is not None:
         if opts.get("dkms"):
             _register_dkms(version, flavour, files)
-            subprocess.run(["dkms", "status"], check=False, capture_output=True)
+            subprocess.run([_which("dkms") or "dkms", "status"], check=False, capture_output=True)
         if _loaded_version(hw) is not None:
             _unload_module(hw)
         bound = _load_module(hw, version, flavour)
-        _KMOD_MARK.parent.mkdir(parents=True, exist_ok=True)
-        _KMOD_MARK.write_text(f"{version} {flavour}\n")
-        files.append(str(_KMOD_MARK))
-    _MANIFEST.parent.mkdir(parents=True, exist_ok=True)
-    _MANIFEST.write_text("\n".join(files) + "\n")
-    _LOG.write_text(
-        f"nvidia-installer log file '{_LOG}'\ncommand line: {' '.join(argv)}\n"
+        _sys(_KMOD_MARK).parent.mkdir(parents=True, exist_ok=True)
+        _sys(_KMOD_MARK).write_text(f"{version} {flavour}\n")
+        files.append(str(_sys(_KMOD_MARK)))
+    _sys(_MANIFEST).parent.mkdir(parents=True, exist_ok=True)
+    _sys(_MANIFEST).write_text("\n".join(files) + "\n")
+    log = _sys(_LOG)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(
+        f"nvidia-installer log file '/{_LOG}'\ncommand line: {' '.join(argv)}\n"
         f"version: {version}\nkernel module: "
         f"{flavour if kernel_module else 'none (--no-kernel-module)'}\n"
         f"dkms: {bool(opts.get('dkms'))}\nbound: {' '.join(bound)}\n"
         "Installation of the NVIDIA Accelerated Graphics Driver for Linux-x86_64 "
         f"(version: {version}) is now complete.\n"
     )
-    _LOG.chmod(stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
+    log.chmod(stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
     if not opts.get("silent") and not opts.get("s"):
         print(f"Installation of the NVIDIA driver {version} is now complete.")
     return 0

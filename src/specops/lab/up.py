@@ -10,9 +10,17 @@
 3. the container template (the debootstrapped rootfs that ``scripts/setup.sh image``
    caches) in each node's ``local:vztmpl`` storage;
 4. an API token (random, mode 0600, never printed) and the PVE REST API stand-in on
-   127.0.0.1, started detached unless one already answers with that token.
+   127.0.0.1, started detached unless one already answers with that token;
+5. each node's system stand-ins (``specops.lab.node``: its update-initramfs, boot
+   loaders, reboot, systemd) and a PCI stand-in per node that applies the bind/unbind
+   writes to its tree as the kernel would (``specops.lab.pci_standin``, detached);
+6. the lab's container network (``specops.lab.network``): the bridge of its one subnet
+   definition, after checking that nothing on this machine uses that subnet.
 
 Every step says what it did; a second run changes nothing and says so.
+``specops lab down`` stops what runs (API, PCI stand-ins, the nodes' unit processes,
+containers); ``--destroy`` also removes the containers, the network and the node trees,
+so that the next ``up`` starts from the hardware descriptions again.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import ssl
 import sys
@@ -34,8 +43,10 @@ from typing import Any
 import httpx
 
 from specops.errors import SpecopsError, ValidationError
+from specops.lab import network
 from specops.lab.assets import link_or_copy, stage_node_assets
 from specops.lab.hosttree import build_tree, load_spec
+from specops.lab.node import HARDWARE_FILE, install_tools, stop_node_processes
 from specops.lab.paths import TEMPLATE_NAME, cache_root, lab_dir, template_tarball
 from specops.lab.pve.layout import Cluster, Node, init_cluster
 from specops.lab.pve.testing import destroy_lab_containers, stop_lab_containers
@@ -45,6 +56,9 @@ __all__ = ["LabPaths", "down", "register", "up"]
 REPO_ROOT = Path(__file__).resolve().parents[3]
 TOKEN_USER = "root@pam"  # noqa: S105  (a PVE user name, not a secret)
 TOKEN_ID = "specops"  # noqa: S105  (the token's name, not its secret)
+# Every token the stand-in knows (one secret): root's, and the example inventory's
+# privilege-separated token of its dedicated user, which the lab inventory uses.
+TOKENS = ((TOKEN_USER, TOKEN_ID), ("specops@pve", "automation"))
 
 
 @dataclass(frozen=True)
@@ -89,6 +103,9 @@ class LabPaths:
     def tree_stamp(self, node: str) -> Path:
         return self.node_root(node) / "etc" / "specops-lab-hardware.sha256"
 
+    def pci_pidfile(self, node: str) -> Path:
+        return self.lab_dir / f"pci-standin-{node}.pid"
+
 
 def _say(msg: str) -> None:
     print(f"lab: {msg}", flush=True)
@@ -121,6 +138,10 @@ def _ensure_tree(paths: LabPaths, node: str, spec_file: Path, *, reset: bool) ->
         _say(f"{node}: host tree present (from {spec_file.name}; --reset rebuilds it)")
         return
     build_tree(load_spec(spec_file), paths.node_root(node), replace_existing=True)
+    # The node keeps its description: its emulated boot rebuilds from it.
+    described = paths.node_root(node) / HARDWARE_FILE
+    described.parent.mkdir(parents=True, exist_ok=True)
+    described.write_text(spec_file.read_text())
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(digest + "\n")
     _say(f"{node}: built host tree from {spec_file}")
@@ -140,17 +161,26 @@ def _ensure_template(node: Node, template: Path) -> None:
 
 
 def _ensure_token(paths: LabPaths) -> str:
+    """One secret (mode 0600, never printed) for the lab's tokens: root@pam!specops and
+    the example inventory's privilege-separated specops@pve!automation (the stand-in has
+    no users or ACLs, so both may do everything), which the lab inventory uses."""
     paths.secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if paths.token_secret_file.exists() and paths.tokens_file.exists():
-        return paths.token_secret_file.read_text().strip()
-    secret = secrets.token_hex(16)
+    if paths.token_secret_file.exists():
+        secret = paths.token_secret_file.read_text().strip()
+    else:
+        secret = secrets.token_hex(16)
+    want = "".join(f"{user}!{tid}={secret}\n" for user, tid in TOKENS)
+    current = paths.tokens_file.read_text() if paths.tokens_file.exists() else ""
+    if paths.token_secret_file.exists() and current == want:
+        return secret
     old_umask = os.umask(0o077)
     try:
         paths.token_secret_file.write_text(secret + "\n")
-        paths.tokens_file.write_text(f"{TOKEN_USER}!{TOKEN_ID}={secret}\n")
+        paths.tokens_file.write_text(want)
     finally:
         os.umask(old_umask)
-    _say(f"API token {TOKEN_USER}!{TOKEN_ID} created (secret in {paths.token_secret_file})")
+    names = ", ".join(f"{user}!{tid}" for user, tid in TOKENS)
+    _say(f"API tokens {names} (secret in {paths.token_secret_file})")
     return secret
 
 
@@ -194,23 +224,7 @@ def _ensure_api(paths: LabPaths, port: int, secret: str) -> None:
         str(paths.pki_dir),
         "--quiet",
     ]
-    # A daemon that outlives this command, by design: spawned in its own session with
-    # no Popen object to reap it, its output appended to the lab's api.log.
-    log_fd = os.open(paths.api_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        pid = os.posix_spawn(
-            cmd[0],
-            cmd,
-            dict(os.environ),
-            file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, log_fd, 1),
-                (os.POSIX_SPAWN_DUP2, log_fd, 2),
-            ],
-            setsid=True,
-        )
-    finally:
-        os.close(log_fd)
+    pid = _spawn(cmd, paths.api_log)
     paths.pidfile.write_text(f"{pid}\n")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -225,6 +239,67 @@ def _ensure_api(paths: LabPaths, port: int, secret: str) -> None:
         f"the API stand-in did not answer on 127.0.0.1:{port} within 30 s; "
         f"log {paths.api_log}:\n" + "\n".join(tail)
     )
+
+
+def _spawn(cmd: list[str], log: Path) -> int:
+    """A daemon that outlives this command, by design: spawned in its own session with
+    no Popen object to reap it, its output appended to ``log``."""
+    log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        return os.posix_spawn(
+            cmd[0],
+            cmd,
+            dict(os.environ),
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, log_fd, 1),
+                (os.POSIX_SPAWN_DUP2, log_fd, 2),
+            ],
+            setsid=True,
+        )
+    finally:
+        os.close(log_fd)
+
+
+def _running(pidfile: Path, *marks: bytes) -> int | None:
+    """The pid in ``pidfile`` when that process is still the one started (its command
+    line has ``marks``); a recycled pid is not."""
+    if not pidfile.exists():
+        return None
+    text = pidfile.read_text().strip()
+    pid = int(text) if text.isdigit() else 0
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return pid if pid > 0 and all(m in cmdline for m in marks) else None
+
+
+def _ensure_pci_standin(paths: LabPaths, node: str) -> None:
+    root = str(paths.node_root(node))
+    pidfile = paths.pci_pidfile(node)
+    if _running(pidfile, b"specops.lab.pci_standin", root.encode()) is not None:
+        return
+    cmd = [sys.executable, "-m", "specops.lab.pci_standin", "--root", root, "--interval", "0.05",
+           "--log", str(paths.lab_dir / f"pci-standin-{node}.log")]  # fmt: skip
+    pid = _spawn(cmd, paths.lab_dir / f"pci-standin-{node}.log")
+    pidfile.write_text(f"{pid}\n")
+    _say(f"{node}: PCI stand-in started (pid {pid}): bind/unbind/drivers_probe apply to its tree")
+
+
+def _stop_pid(pidfile: Path, *marks: bytes) -> bool:
+    pid = _running(pidfile, *marks)
+    pidfile.unlink(missing_ok=True)
+    if pid is None:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(100):
+        with contextlib.suppress(ChildProcessError):  # reap it if this process started it
+            os.waitpid(pid, os.WNOHANG)
+        if not Path(f"/proc/{pid}").exists():
+            break
+        time.sleep(0.1)
+    return True
 
 
 def _stop_api(paths: LabPaths) -> bool:
@@ -260,8 +335,10 @@ def up(
     port: int = 8006,
     cgroup: str = "v2",
     reset: bool = False,
+    with_network: bool = True,
 ) -> dict[str, Any]:
-    """Bring the lab to its described state; returns what the inventory needs."""
+    """Bring the lab to its described state; returns what the inventory needs.
+    ``with_network=False`` leaves this machine's network alone (tests of the rest)."""
     if os.geteuid() != 0:
         raise SpecopsError("specops lab up needs root (mknod, LXC)")
     if not template.is_file():
@@ -270,14 +347,22 @@ def up(
         )
     cache = cache if cache is not None else cache_root()
     specs = _hardware_specs(hardware_dir)
+    lab_net = network.load()
+    if with_network:
+        network.ensure_up(lab_net, _say)
     cluster = _ensure_cluster(paths, list(specs), cgroup)
     for name, spec_file in specs.items():
         _ensure_tree(paths, name, spec_file, reset=reset)
         _ensure_template(cluster.node(name), template)
+        # The installer stand-in of the node's described driver: the host role installs
+        # it on the node, the node's containers install its userspace from it.
         nvidia = load_spec(spec_file).nvidia
-        version = nvidia.version if nvidia is not None and nvidia.loaded else None
+        version = nvidia.version if nvidia is not None else None
         for part in stage_node_assets(paths.node_root(name), cache, version):
             _say(f"{name}: /srv/specops-lab/{part} staged for its containers")
+        for tool in install_tools(paths.node_root(name)):
+            _say(f"{name}: /{tool} (the node's stand-in)")
+        _ensure_pci_standin(paths, name)
     secret = _ensure_token(paths)
     _ensure_api(paths, port, secret)
     return {
@@ -286,23 +371,45 @@ def up(
         "token": f"{TOKEN_USER}!{TOKEN_ID}",
         "token_secret_file": str(paths.token_secret_file),
         "nodes": {n: str(paths.node_root(n)) for n in specs},
+        "network": {
+            "bridge": lab_net.bridge,
+            "subnet": str(lab_net.subnet),
+            "gateway": str(lab_net.gateway),
+        },
     }
 
 
-def down(paths: LabPaths, *, destroy: bool = False) -> None:
-    """Stop the API stand-in and every lab container (their files stay unless
-    ``destroy``: then the containers are removed, for a deploy from a clean state)."""
+def down(paths: LabPaths, *, destroy: bool = False) -> None:  # noqa: PLR0912  (stop in order)
+    """Stop the API stand-in, the PCI stand-ins, the nodes' unit processes and every lab
+    container (their files stay unless ``destroy``: then the containers, the lab network
+    and the node trees are removed, for a deploy from the hardware descriptions)."""
     if _stop_api(paths):
         _say("API stand-in stopped")
-    if not (paths.cluster_dir / "cluster.json").exists():
+    for pidfile in sorted(paths.lab_dir.glob("pci-standin-*.pid")):
+        if _stop_pid(pidfile, b"specops.lab.pci_standin"):
+            _say(f"{pidfile.stem.removeprefix('pci-standin-')}: PCI stand-in stopped")
+    cluster = (
+        Cluster.load(paths.cluster_dir) if (paths.cluster_dir / "cluster.json").exists() else None
+    )
+    if cluster is not None:
+        for node in cluster.nodes.values():
+            if stop_node_processes(node.root):
+                _say(f"{node.name}: its units' processes stopped")
+        if destroy:
+            for name in destroy_lab_containers(cluster):
+                _say(f"container {name} destroyed")
+        else:
+            stop_lab_containers(cluster, remove_rootfs=False)
+            _say("lab containers stopped")
+    if not destroy:
         return
-    cluster = Cluster.load(paths.cluster_dir)
-    if destroy:
-        for name in destroy_lab_containers(cluster):
-            _say(f"container {name} destroyed")
-    else:
-        stop_lab_containers(cluster, remove_rootfs=False)
-        _say("lab containers stopped")
+    network.ensure_down(network.load(), _say)
+    if cluster is not None:
+        for node in cluster.nodes.values():
+            if node.root.is_dir() and node.root.parent == paths.lab_dir:
+                shutil.rmtree(node.root)
+                _say(f"{node.name}: node tree removed (the next up builds it from its description)")
+        shutil.rmtree(paths.cluster_dir, ignore_errors=True)
 
 
 def _cmd_up(args: argparse.Namespace) -> int:

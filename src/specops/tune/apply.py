@@ -77,9 +77,9 @@ class Applier(Protocol):
         ...
 
 
-def generates(base_url: str, served: str, timeout: float = 60) -> None:
+def generates(base_url: str, served: str, timeout: float = 60, api_key: str | None = None) -> None:
     """The server answers /health, lists ``served`` and generates one token (or ApplyError)."""
-    ready = wait_ready(base_url, served, timeout=timeout, interval=1.0)
+    ready = wait_ready(base_url, served, timeout=timeout, interval=1.0, api_key=api_key)
     if not ready.ready:
         raise ApplyError(f"{base_url}: not ready: {ready.last.stage}: {ready.last.detail}")
 

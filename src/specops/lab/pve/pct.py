@@ -246,7 +246,7 @@ def _start_locked(
     for warning in [*conf.warnings, *plan.warnings]:
         log(f"WARN: {warning}")
     # Nothing changed so far; now the guest's files and the LXC side.
-    setup_guest(rootfs, conf)  # LXC/Setup/Base.pm set_hostname + set_dns
+    setup_guest(rootfs, conf)  # LXC/Setup: setup_network (Debian), set_hostname, set_dns
     lxc_dir.mkdir(parents=True, exist_ok=True)
     passthrough = lxc_dir / "passthrough"
     if passthrough.exists():

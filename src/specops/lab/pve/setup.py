@@ -2,13 +2,14 @@
 
 pve-container ``src/PVE/LXC/Setup/Base.pm`` (commit in
 :data:`specops.pve_schema.UPSTREAM`), called from the prestart hook's ``pre_start_hook``:
-``set_hostname`` (``/etc/hostname`` gets the name up to the first dot, ``/etc/hosts`` a
-``# --- BEGIN PVE ---`` section by ``update_etc_hosts``) and ``set_dns`` (``/etc/
-resolv.conf`` replaced by a PVE section: the conf's ``searchdomain``/``nameserver``, else
-the host's own, as ``lookup_dns_conf`` with pve-common INotify.pm
-``read_etc_resolv_conf`` reads them). ``ct_modify_file`` and ``remove_pve_sections``
-follow the functions of the same name; a file with a ``.pve-ignore.<name>`` beside it is
-left alone (``ct_is_file_ignored``).
+``setup_network`` (Debian.pm's: ``/etc/network/interfaces`` from the ``netN`` entries,
+``specops.lab.pve.lxcnet``), ``set_hostname`` (``/etc/hostname`` gets the name up to
+the first dot, ``/etc/hosts`` a ``# --- BEGIN PVE ---`` section by
+``update_etc_hosts``) and ``set_dns`` (``/etc/resolv.conf`` replaced by a PVE section:
+the conf's ``searchdomain``/``nameserver``, else the host's own, as ``lookup_dns_conf``
+with pve-common INotify.pm ``read_etc_resolv_conf`` reads them). ``ct_modify_file`` and
+``remove_pve_sections`` follow the functions of the same name; a file with a
+``.pve-ignore.<name>`` beside it is left alone (``ct_is_file_ignored``).
 
 Deliberate difference: a symlinked ``/etc/resolv.conf`` (systemd-resolved) is left alone;
 PVE writes through it inside the container's mount namespace.
@@ -20,6 +21,7 @@ import re
 from pathlib import Path
 
 from specops.lab.pve.conf import GuestConf, parse_lxc_network
+from specops.lab.pve.lxcnet import setup_network
 from specops.pve_formats import IPV4RE, IPV6RE, split_list
 
 __all__ = ["ct_modify_file", "remove_pve_sections", "setup_guest"]
@@ -147,7 +149,9 @@ def _update_etc_hosts(root: Path, hostip: str | None, newname: str, search: str 
 
 
 def setup_guest(root: Path, conf: GuestConf) -> None:
-    """Base.pm ``set_hostname`` then ``set_dns`` on the container's root directory."""
+    """Base.pm ``pre_start_hook``'s ``setup_network`` (Debian.pm's, ``lxcnet.py``), then
+    ``set_hostname`` and ``set_dns`` on the container's root directory."""
+    setup_network(root, dict(conf.main.options))
     hostname = conf.get("hostname") or "localhost"
     namepart = hostname.split(".", 1)[0]
     search, nameserver = _lookup_dns_conf(conf)

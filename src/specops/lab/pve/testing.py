@@ -135,12 +135,32 @@ def running_api(cluster_dir: Path, *, timeout: float = 30) -> Iterator[ApiHandle
         log.close()
 
 
+def _of_node(node: Node, lxc_dir: Path) -> bool:
+    """Whether the LXC container in ``lxc_dir`` is this node's: its rootfs lies under the
+    node's root. LXC names are ``<node>-<vmid>`` in a shared lxcpath, so two labs whose
+    nodes share a name (a test's lab in a temp dir, the lab in /var/lib/specops/lab)
+    must not stop or remove each other's containers."""
+    try:
+        text = (lxc_dir / "config").read_text()
+    except OSError:
+        return False
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "lxc.rootfs.path":
+            path = value.strip().removeprefix("dir:")
+            return path.startswith(f"{node.root}/")
+    return False
+
+
 def stop_lab_containers(cluster: Cluster, *, remove_rootfs: bool = True) -> None:
     """Hard-stop every LXC container of the cluster's nodes (test teardown); by default
-    also delete the container rootfs dirs (hundreds of MB each)."""
+    also delete the container rootfs dirs (hundreds of MB each). Only containers whose
+    rootfs is under one of the cluster's node roots are touched."""
     for node in cluster.nodes.values():
         for conf in sorted(node.lxc_conf_dir.glob("*.conf")):
             name = node.lxc_name(int(conf.stem))
+            if not _of_node(node, node.lxcpath / name):
+                continue
             subprocess.run(
                 ["lxc-stop", "-n", name, "-P", str(node.lxcpath), "-k"],
                 capture_output=True,
@@ -149,6 +169,8 @@ def stop_lab_containers(cluster: Cluster, *, remove_rootfs: bool = True) -> None
             )
         if node.lxcpath.is_dir():
             for d in node.lxcpath.glob(f"{node.name}-*"):
+                if not _of_node(node, d):
+                    continue
                 subprocess.run(
                     ["lxc-stop", "-n", d.name, "-P", str(node.lxcpath), "-k"],
                     capture_output=True,
@@ -170,7 +192,8 @@ def destroy_lab_containers(cluster: Cluster) -> list[str]:
             conf.unlink()
         if node.lxcpath.is_dir():
             for d in sorted(node.lxcpath.glob(f"{node.name}-*")):
-                shutil.rmtree(d, ignore_errors=True)
+                if _of_node(node, d):
+                    shutil.rmtree(d, ignore_errors=True)
     return removed
 
 

@@ -1,9 +1,12 @@
-"""Filter ``specops.infra.inventory_problems``: the preflight's inventory validation.
+"""Filters over the whole inventory (logic in ``specops.inventory``; this file only
+adapts it to Ansible's hostvars).
 
     {{ groups | specops.infra.inventory_problems(hostvars) }}
+    {{ groups | specops.infra.vfio_release_request(hostvars, inventory_hostname) }}
 
-Returns a list of one-line problems (empty when the inventory is deployable). The
-logic is ``specops.inventory``'s; this file only adapts it to Ansible's hostvars.
+``inventory_problems``: one-line problems (empty when the inventory is deployable).
+``vfio_release_request``: the cards a PVE node gives from vfio-pci to the host, those
+its serving containers ask for (``addresses``, ``model``, ``count``, ``containers``).
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from specops.errors import SpecopsError
 from specops.inventory import inventory_problems as _problems
+from specops.inventory import vfio_release_request as _release
 
 __all__ = ["FilterModule"]
 
@@ -35,6 +40,31 @@ def inventory_problems(groups: Mapping[str, Sequence[str]], hostvars: Any) -> li
     return _problems({str(k): [str(h) for h in v] for k, v in groups.items()}, plain)
 
 
+# What a container's card request is made of (vfio_release_request).
+_GPU_KEYS = (
+    "pve_container_node",
+    "lxc_gpu_passthrough_gpus",
+    "lxc_gpu_passthrough_gpu_model",
+    "lxc_gpu_passthrough_gpu_count",
+    "lxc_gpu_passthrough_state",
+)
+
+
+def vfio_release_request(
+    groups: Mapping[str, Sequence[str]], hostvars: Any, node: str
+) -> dict[str, Any]:
+    serving = [str(h) for h in groups.get("serving", [])]
+    plain = {h: {k: hostvars[h][k] for k in _GPU_KEYS if k in hostvars[h]} for h in serving}
+    try:
+        return _release({"serving": serving}, plain, str(node)).as_vars()
+    except SpecopsError as exc:
+        # Ansible shows a filter's exception as the task's failure message.
+        raise ValueError(str(exc)) from None
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"inventory_problems": inventory_problems}
+        return {
+            "inventory_problems": inventory_problems,
+            "vfio_release_request": vfio_release_request,
+        }

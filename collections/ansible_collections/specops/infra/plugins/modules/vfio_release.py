@@ -53,6 +53,12 @@ options:
     description: File system root of the host whose sysfs, procfs, /etc/pve and /run are read and written (a simulated tree in tests).
     type: path
     default: /
+  system_root:
+    description:
+      - Root the host's system files are read under (O(modprobe_dir), O(grub_file), O(kernel_cmdline_file), the override hook); a lab node's directory in the lab.
+      - The returned C(boot_config) names them as the host sees them (without this root).
+    type: path
+    default: /
   modprobe_dir:
     description: Directory of modprobe configuration files to clean of the released IDs.
     type: path
@@ -116,6 +122,7 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu import (  # noqa
     gather_facts,
 )
 from ansible_collections.specops.infra.plugins.module_utils.vfio import (  # noqa: E402
+    GPU_DRIVER,
     OVERRIDE_SCRIPT,
     FileSysfs,
     VfioReleaseError,
@@ -145,13 +152,30 @@ def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     roots = HostRoots.under(params["root"])
     facts = gather_facts(roots)
     drivers = available_pci_drivers(roots.sys)
+    notes: list[str] = []
+    if check_mode and GPU_DRIVER not in drivers:
+        # A check run of a fresh host: the driver role before this one has only planned
+        # the nvidia module; plan as the real run will find the host, and say so.
+        drivers = {*drivers, GPU_DRIVER}
+        notes.append(
+            "the nvidia driver is not loaded yet: planned as after the driver's install "
+            "(a real run installs it first, role nvidia_driver)"
+        )
     plan = plan_release(facts, request, drivers)
 
+    sysroot = params.get("system_root") or "/"
+
+    def on_host(path: str) -> str:
+        return os.path.join(sysroot, path.lstrip("/"))
+
     conf_file = os.path.join(params["modprobe_dir"], "specops-vfio.conf")
-    modprobe_files = sorted(glob.glob(os.path.join(params["modprobe_dir"], "*.conf")))
+    modprobe_files = sorted(
+        "/" + os.path.relpath(p, sysroot)
+        for p in glob.glob(os.path.join(on_host(params["modprobe_dir"]), "*.conf"))
+    )
     paths = [*modprobe_files, conf_file, OVERRIDE_SCRIPT, params["grub_file"]]
     paths.append(params["kernel_cmdline_file"])
-    current = {p: _read(p) for p in paths}
+    current = {p: _read(on_host(p)) for p in paths}
     boot = boot_config(
         plan,
         current=current,
@@ -191,7 +215,7 @@ def run(params: dict[str, Any], check_mode: bool) -> dict[str, Any]:
         "plan": plan.to_dict(),
         "boot_config": boot.to_dict(),
         "boot_loader": facts.boot.loader,
-        "warnings_text": list(plan.warnings) + list(facts.warnings),
+        "warnings_text": notes + list(plan.warnings) + list(facts.warnings),
     }
 
 
@@ -203,6 +227,7 @@ def main() -> None:
             "count": {"type": "int"},
             "allow_stopped_vm_cards": {"type": "bool", "default": False},
             "root": {"type": "path", "default": "/"},
+            "system_root": {"type": "path", "default": "/"},
             "modprobe_dir": {"type": "path", "default": "/etc/modprobe.d"},
             "grub_file": {"type": "path", "default": "/etc/default/grub"},
             "kernel_cmdline_file": {"type": "path", "default": "/etc/kernel/cmdline"},

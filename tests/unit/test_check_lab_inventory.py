@@ -1,0 +1,63 @@
+"""scripts/check-lab-inventory.py: the lab inventory is the example's plus explained wiring."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location(
+        "check_lab_inventory", REPO / "scripts/check-lab-inventory.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    shutil.copytree(REPO / "inventory", tmp_path / "inventory", symlinks=True)
+    return tmp_path
+
+
+def test_the_repository_explains_every_difference(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _script().main([str(REPO)]) == 0
+    out = capsys.readouterr().out
+    assert "pve_nodes: specops_host_root: lab only" in out
+    assert "keys where inventory/lab differs from inventory/example" in out
+
+
+def test_an_unexplained_key_fails_and_is_named(
+    copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    overlay = copy / "inventory/lab/group_vars/serving/lab.yml"
+    overlay.write_text(overlay.read_text() + "inference_service_host: 127.0.0.1\n")
+    assert _script().main([str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert "serving: inference_service_host differs from the example with no reason" in err
+
+
+def test_a_stale_reason_and_a_second_overlay_fail(
+    copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    allow = copy / "inventory/lab/differences.yml"
+    allow.write_text(allow.read_text() + "  inference_service_port: no longer differs\n")
+    (copy / "inventory/lab/group_vars/pve_nodes/more.yml").write_text("---\nx: 1\n")
+    host = copy / "inventory/lab/host_vars/lab-ct801.yml"
+    host.write_text(host.read_text() + "specops_extra_knob: 1\n")
+    assert _script().main([str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert "serving: inference_service_port is listed in differences.yml but does not differ" in err
+    assert (
+        "group_vars/pve_nodes: only the example link and one overlay (lab.yml); also has more.yml"
+        in err
+    )
+    assert "host_vars/serving: specops_extra_knob differs from the example with no reason" in err
