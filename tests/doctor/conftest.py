@@ -15,7 +15,8 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence 
 from specops.lab import hosttree
 
 REPO = Path(__file__).resolve().parents[2]
-HARDWARE = REPO / "inventory" / "lab" / "hardware"
+# The lab nodes in known states (the lab itself starts them in the hard real state).
+HARDWARE = REPO / "tests" / "fixtures" / "hosts" / "lab-converged"
 BASE = "arch: amd64\nhostname: ct901\nostype: debian\nrootfs: local:901/vm-901-disk-0.raw\n"
 
 

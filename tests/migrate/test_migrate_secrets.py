@@ -1,9 +1,9 @@
 """The PVE API token secret during playbooks/migrate.yml, and the playbook's --check.
 
 The real playbook against the PVE API stand-in (schema-checked, token-authenticated)
-and two simulated node trees (the lab's pve-a and pve-b hardware); no LXC is needed,
-as the preflight only reads (the container is a conf on pve-b). Every CLI step of the
-playbook gets the secret the same way.
+and two simulated node trees (the lab's pve-a and pve-b in known states,
+tests/fixtures/hosts/lab-converged); no LXC is needed, as the preflight only reads (the
+container is a conf on pve-b). Every CLI step of the playbook gets the secret the same way.
 While each run lasts, every process's /proc/<pid>/cmdline is read every few ms: the
 secret must never be there (an `environment:` of a task puts it into the remote
 `/bin/sh -c 'PROXMOX_TOKEN_SECRET=... python ...'`), nor in the -vvv output; the copy
@@ -46,7 +46,7 @@ def api_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiLab]:
     base = tmp_path_factory.mktemp("secrets")
     cluster = make_test_cluster(base, None, names=("pve-a", "pve-b"))
     for name in ("pve-a", "pve-b"):
-        spec = load_spec(REPO / f"inventory/lab/hardware/{name}.yml")
+        spec = load_spec(REPO / f"tests/fixtures/hosts/lab-converged/{name}.yml")
         build_tree(spec, cluster.node(name).root, device_nodes=False)
     cluster.node("pve-b").ct_conf(VMID).write_text(
         "arch: amd64\nhostname: secret-test\nmemory: 512\nostype: debian\n"
