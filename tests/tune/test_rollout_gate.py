@@ -21,6 +21,7 @@ from specops.bench.plan import plan_from_mapping
 from specops.bench.results import Results
 from specops.bench.runner import run_plan
 from specops.errors import ValidationError
+from specops.tune import output_gate
 from specops.tune.rollout import load_records, overhead, overhead_table, smoke_gate, summary
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tune"
@@ -191,3 +192,48 @@ def test_rollout_report_shows_each_changed_node_roofline(synthetic, tmp_path: Pa
     assert "NVIDIA H200: 1 card(s)" in n0
     assert "| 32 |" in n0
     assert "No roofline: no smoke benchmark results in the node's record" in text.split("### n1")[1]
+
+
+def test_controller_output_gate_sends_the_plans_api_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rollout's and the sweep's output gate dial a server that may have --api-key:
+    the key the bench plan names (api_key_file 0600, or api_key_env) goes with every
+    gate request; a key file others can read is refused, naming api_key_file."""
+    key = tmp_path / "api-key"
+    key.write_text("gate-k3y\n")
+    key.chmod(0o600)
+    assert output_gate.api_key_of({"api_key_file": str(key)}) == "gate-k3y"
+    assert output_gate.api_key_of({}) is None
+    monkeypatch.setenv("SPECOPS_TEST_KEY", "env-k3y")
+    assert output_gate.api_key_of({"api_key_env": "SPECOPS_TEST_KEY"}) == "env-k3y"
+    seen: list[str | None] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # /v1/models, as the engines' auth answers without a key
+            seen.append(self.headers.get("Authorization"))
+            ok = self.headers.get("Authorization") == "Bearer gate-k3y"
+            body = b'{"data": [{"id": "m"}]}' if ok else b'{"error": "Unauthorized"}'
+            self.send_response(200 if ok else 401)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(RuntimeError, match="no served model listed"):
+            output_gate.served_model(url)
+        assert output_gate.served_model(url, api_key=output_gate.api_key_of(
+            {"api_key_file": str(key)})) == "m"  # fmt: skip
+        assert seen == [None, "Bearer gate-k3y"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    key.chmod(0o644)
+    with pytest.raises(ValidationError, match=r"^api_key_file: .* is readable by others"):
+        output_gate.api_key_of({"api_key_file": str(key)})

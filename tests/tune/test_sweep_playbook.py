@@ -98,3 +98,23 @@ def test_sweep_plan_sizes_the_following_loop(tmp_path: Path, capsys) -> None:
     }  # fmt: skip
     assert main(["sweep", "plan", str(cfg), "--mode", "grid"]) == 0
     assert json.loads(capsys.readouterr().out)["max_progress_lines"] == 8 * 5 + 1
+
+
+def test_sweep_plan_of_a_config_without_base_url(tmp_path: Path, capsys) -> None:
+    """sweep.yml lets a config leave base_url out (the canary's inventory address): the
+    plan step gets the URL the play derives, as the run does; without one it says so."""
+    cfg = tmp_path / "sweep.yml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "canary": "lab-ct801",
+                "base_profile": {"method": "ngram", "num_draft_tokens": 4},
+                "space": {"num_draft_tokens": "2..9"},
+                "objective": {"min_repeats": 3, "max_repeats": 5}, "max_candidates": 3,
+            }
+        )
+    )  # fmt: skip
+    assert main(["sweep", "plan", str(cfg), "--base-url", "http://10.216.3.33:8000"]) == 0
+    assert json.loads(capsys.readouterr().out)["candidates"] == 3
+    assert main(["sweep", "plan", str(cfg)]) == 2
+    assert "base_url: is required" in capsys.readouterr().err

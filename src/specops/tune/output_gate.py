@@ -17,6 +17,7 @@ the same gate against a reference it keeps itself:
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -35,11 +36,13 @@ from ansible_collections.specops.infra.plugins.module_utils.output_gate import (
     save_reference,
 )
 
+from specops.bench.plan import read_api_key
 from specops.errors import ValidationError
 
 __all__ = [
     "GateConfig",
     "OutputCheck",
+    "api_key_of",
     "gate_config",
     "record",
     "reference_beside",
@@ -82,11 +85,25 @@ def reference_beside(baseline: Path) -> Path:
     return baseline.with_name(baseline.stem + ".output-gate.json")
 
 
-def served_model(base_url: str, timeout: float = 10.0) -> str:
+def api_key_of(plan: Mapping[str, object]) -> str | None:
+    """The server's API key as a bench plan names it (``api_key_file``, a 0600 file, or
+    ``api_key_env``), for the gate's requests; None when the plan names none."""
+    key_file = plan.get("api_key_file")
+    if key_file:
+        return read_api_key(str(key_file))
+    env = plan.get("api_key_env")
+    if not env:
+        return None
+    return os.environ.get(str(env)) or None
+
+
+def served_model(base_url: str, timeout: float = 10.0, api_key: str | None = None) -> str:
     """The first model the server lists in ``/v1/models`` (RuntimeError when none)."""
     url = base_url.rstrip("/") + "/v1/models"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    request = urllib.request.Request(url, headers=headers)  # noqa: S310 - the node URL
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - the node URL
+        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 - the node URL
             data = json.loads(resp.read().decode("utf-8", errors="replace"))
         return str(data["data"][0]["id"])
     except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as exc:
@@ -94,14 +111,16 @@ def served_model(base_url: str, timeout: float = 10.0) -> str:
 
 
 def record(
-    base_url: str, path: Path, config: GateConfig, source: str, served: str | None = None
-) -> Reference | None:
+    base_url: str, path: Path, config: GateConfig, source: str, served: str | None = None,
+    *, api_key: str | None = None,
+) -> Reference | None:  # fmt: skip
     """Decode the running server and keep its output as the reference at ``path``.
 
     Returns None (nothing kept) when its output loops: a looping server is no reference.
+    ``api_key``: the server's key (its ``--api-key``), sent as a bearer token.
     """
-    name = served or served_model(base_url)
-    outputs = decode(base_url, name, config)
+    name = served or served_model(base_url, api_key=api_key)
+    outputs = decode(base_url, name, config, api_key=api_key)
     if any(degeneration(o.units(True), config) for o in outputs):
         return None
     ref = Reference(name, name, prompts_digest(config.prompts), config.max_tokens, source, outputs)
@@ -110,15 +129,16 @@ def record(
 
 
 def verdict(
-    base_url: str, path: Path, config: GateConfig, served: str | None = None
-) -> GateVerdict:
+    base_url: str, path: Path, config: GateConfig, served: str | None = None,
+    *, api_key: str | None = None,
+) -> GateVerdict:  # fmt: skip
     """Judge the server's greedy output against the reference at ``path`` (if any)."""
-    name = served or served_model(base_url)
+    name = served or served_model(base_url, api_key=api_key)
     reference = load_reference(str(path))
     if reference is not None and reference.fits(reference.model, config) is not None:
         reference = None
     try:
-        outputs = decode(base_url, name, config)
+        outputs = decode(base_url, name, config, api_key=api_key)
     except RuntimeError as exc:
         return GateVerdict(False, "decode", f"the gate prompts could not be decoded: {exc}")
     return evaluate(outputs, reference, config)
@@ -131,6 +151,7 @@ class OutputCheck:
     path: Path
     config: GateConfig = field(default_factory=GateConfig)
     served: str | None = None
+    api_key: str | None = field(default=None, repr=False)
 
     def prepare(self, base_url: str) -> str:
         """Record the canary's current output unless a reference is kept; what happened."""
@@ -138,7 +159,7 @@ class OutputCheck:
             return f"output gate: reference kept in {self.path}"
         try:
             ref = record(base_url, self.path, self.config, "the canary before the sweep",
-                         self.served)  # fmt: skip
+                         self.served, api_key=self.api_key)  # fmt: skip
         except RuntimeError as exc:
             return f"output gate: no reference ({exc}); degeneration check only"
         if ref is None:
@@ -147,5 +168,5 @@ class OutputCheck:
 
     def reject(self, base_url: str) -> str | None:
         """None when the running candidate passes, else the reason it is rejected."""
-        result = verdict(base_url, self.path, self.config, self.served)
+        result = verdict(base_url, self.path, self.config, self.served, api_key=self.api_key)
         return None if result.ok else f"output gate ({result.check}): {result.message}"

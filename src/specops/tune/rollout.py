@@ -137,7 +137,10 @@ def measure_baseline(
     """
     reference = output_gate.reference_beside(baseline)
     if gate is not None and not reference.exists():
-        output_gate.record(base_url, reference, gate, "the node before the rollout")
+        output_gate.record(
+            base_url, reference, gate, "the node before the rollout",
+            api_key=output_gate.api_key_of(plan),
+        )  # fmt: skip
     if baseline.exists():
         return {"measured": False, "baseline": str(baseline), "seconds": 0.0}
     began = time.monotonic()
@@ -173,7 +176,10 @@ def smoke_step(
         throughput_drop=throughput_drop, max_pass_drop=max_pass_drop,
     )  # fmt: skip
     if result.ok and gate is not None:
-        out = output_gate.verdict(base_url, output_gate.reference_beside(baseline), gate)
+        out = output_gate.verdict(
+            base_url, output_gate.reference_beside(baseline), gate,
+            api_key=output_gate.api_key_of(plan),
+        )  # fmt: skip
         if not out.ok:
             result = GateResult(False, "output", f"{out.check}: {out.message}", result.findings)
     if result.ok and update_baseline:

@@ -34,7 +34,7 @@ from specops.speculative import Engine
 from specops.tune.apply import Applier, ApplyError, generates, prove_restart
 from specops.tune.ledger import Ledger
 from specops.tune.objective import CorrectnessGate, measurement_from_results
-from specops.tune.output_gate import GateConfig, OutputCheck, gate_config
+from specops.tune.output_gate import GateConfig, OutputCheck, api_key_of, gate_config
 from specops.tune.report import write_outputs
 from specops.tune.score import Scoring
 from specops.tune.search import Measurement, Outcome, Standing, ascend, grid
@@ -363,7 +363,7 @@ def run_sweep(
     if ledger.resumed:
         log(f"resuming {ledger.path}: {len(ledger.runs)} run(s) recorded")
     gate = (
-        OutputCheck(out / "output-reference.json", cfg.output_gate)
+        OutputCheck(out / "output-reference.json", cfg.output_gate, api_key=api_key_of(cfg.plan))
         if cfg.output_gate is not None
         else None
     )
