@@ -118,7 +118,7 @@ def _inventory(path: Path, node: Node) -> Path:
                             "pve_container_vmid": VMID,
                             "lxc_gpu_passthrough_gpus": [CARD],
                             "lxc_gpu_passthrough_method": "raw",
-                            # The lab's hardware overlay (inventory/lab/group_vars/serving/gpu.yml).
+                            # The lab hardware stand-in (inventory/lab/group_vars/serving/lab.yml).
                             "gpu_doctor_simulated_hardware": True,
                             "gpu_doctor_kernel_root": "/srv/specops-hw",
                         }
