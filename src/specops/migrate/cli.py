@@ -15,11 +15,11 @@ from specops.errors import SpecopsError
 from specops.migrate.client import PveClient
 from specops.migrate.move import move
 from specops.migrate.preflight import (
-    Check,
     PreflightResult,
     ct_gpu_lines,
     gather_local_facts,
     preflight,
+    source_gone,
 )
 from specops.migrate.report import render_markdown, summarize
 from specops.migrate.spec import MigrationSpec, load_spec
@@ -50,23 +50,7 @@ def _load(args: argparse.Namespace) -> tuple[MigrationSpec, MigrationState]:
 
 
 def _pre_from_state(state: MigrationState) -> PreflightResult:
-    d = dict(state.phase("preflight"))
-    checks = [Check(**c) for c in d.get("checks", [])]
-    return PreflightResult(
-        vmid=d["vmid"],
-        source=d["source"],
-        target=d["target"],
-        mode=d["mode"],
-        ct_status=d["ct_status"],
-        already_on_target=d["already_on_target"],
-        checks=checks,
-        gpus=d.get("gpus", []),
-        rootfs=d.get("rootfs", ""),
-        target_driver=d.get("target_driver"),
-        target_driver_loaded=d.get("target_driver_loaded", False),
-        source_gpu_lines=d.get("source_gpu_lines", []),
-        recreate=d.get("recreate", {}),
-    )
+    return PreflightResult.from_dict(state.phase("preflight"))
 
 
 def _cmd_preflight(args: argparse.Namespace) -> int:
@@ -81,10 +65,11 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
         tfacts = _facts(args.target_facts, args.target_root, running)
         sfacts = _facts(args.source_facts, args.source_root)
         keep: dict[str, Any] = {k: entry[k] for k in ("status", "started") if k in entry}
-        if state.phase("move").get("action") in ("migrated", "restored", "skipped"):
+        if state.phase("move").get("action") in ("migrated", "restored", "recreate", "skipped"):
             # a re-run after the move: keep what the first preflight saw on the source
             result = _pre_from_state(state)
-            result.checks = preflight(spec, client, tfacts, target_client=tclient).checks
+            fresh = preflight(spec, client, tfacts, target_client=tclient)
+            result.checks, result.already_on_target = fresh.checks, fresh.already_on_target
         else:
             result = preflight(spec, client, tfacts, target_client=tclient)
             if sfacts is not None:
@@ -130,18 +115,33 @@ def _cmd_move(args: argparse.Namespace) -> int:
         return 1
     client, tclient = _clients(spec)
     outcome = move(spec, client, state, _pre_from_state(state), target_client=tclient)
+    result = _pre_from_state(state)
     out = {
         "action": outcome.action,
         "message": outcome.message,
         "notes": outcome.notes,
         "target_start_failed": outcome.target_start_failed,
-        "changed": outcome.action != "skipped",
+        "changed": outcome.action not in ("skipped", "recreate"),
+        "recovery": result.recovery,
+        # The GPU lines the GPU phase cleans up: the source's (a restore: the backup's).
+        "source_gpu_lines": state.phase("move").get("source_gpu_lines") or result.source_gpu_lines,
     }
     print(
         json.dumps(out, indent=2)
         if args.json
         else outcome.message + "".join(f"\n  {n}" for n in outcome.notes)
     )
+    return 0
+
+
+def _cmd_locate(args: argparse.Namespace) -> int:
+    """Whether the source node is up (a normal move) or gone (restore or re-create):
+    read-only, for the playbook to know which nodes it can reach."""
+    spec, _state = _load(args)
+    client, _tclient = _clients(spec)
+    why = source_gone(spec, client) if spec.source and spec.mode == "migrate" else None
+    out = {"source": spec.source, "gone": why is not None, "why": why or ""}
+    print(json.dumps(out) if args.json else (why or f"{spec.source} is online"))
     return 0
 
 
@@ -239,6 +239,9 @@ def register(subparsers: Any) -> None:
     p = sub.add_parser("move", help="migrate (restart mode) or vzdump + restore; resumable")
     common(p)
     p.set_defaults(func=_run(_cmd_move))
+    p = sub.add_parser("locate", help="is the source node up (normal) or gone (recovery)?")
+    common(p)
+    p.set_defaults(func=_run(_cmd_locate))
     p = sub.add_parser("start", help="start the CT on the target when it is stopped")
     common(p)
     p.set_defaults(func=_run(_cmd_start))

@@ -34,6 +34,7 @@ API_CALLS: list[tuple[str, str, list[str]]] = [
     ("PUT", "/nodes/{node}/lxc/{vmid}/config", ["delete", "mp0", "mp255"]),
     ("GET", "/nodes/{node}/qemu", []),
     ("GET", "/nodes/{node}/storage", []),
+    ("GET", "/nodes/{node}/storage/{storage}/content", ["content", "vmid"]),
     (
         "POST",
         "/nodes/{node}/lxc/{vmid}/migrate",

@@ -15,7 +15,7 @@ from typing import Any
 
 from specops.errors import SpecopsError
 from specops.migrate.client import PveClient, TaskResult
-from specops.migrate.preflight import PreflightResult
+from specops.migrate.preflight import PreflightResult, ct_gpu_lines
 from specops.migrate.spec import MigrationSpec
 from specops.migrate.state import MigrationState
 
@@ -36,7 +36,7 @@ class MoveFailed(SpecopsError):
 
 @dataclass
 class MoveOutcome:
-    action: str  # migrated | restored | skipped
+    action: str  # migrated | restored | recreate (by the next phase) | skipped
     message: str
     upid: str = ""
     target_start_failed: bool = False
@@ -282,6 +282,61 @@ def _backup_restore(
     )
 
 
+def _restore_from_backup(
+    spec: MigrationSpec, tclient: PveClient, state: MigrationState, pre: PreflightResult
+) -> MoveOutcome:
+    """The source node is gone: restore its latest backup on the target
+    (``POST /nodes/{target}/lxc`` with ``restore=1``). Resumable: a restore task of an
+    interrupted run is waited for, not started again."""
+    entry = state.phase("move")
+    task = entry.get("task")
+    res: TaskResult | None = None
+    upid = str(entry.get("upid", ""))
+    if task and task.get("kind") == "restore":
+        res = _wait(spec, tclient, task["node"], task["upid"])
+        upid = str(task["upid"])
+    if tclient.where_is(spec.vmid) is None or (res is not None and not res.ok):
+        upid = str(
+            tclient.call(
+                "POST",
+                "/nodes/{node}/lxc",
+                {"node": spec.target},
+                vmid=spec.vmid,
+                ostemplate=pre.archive,
+                restore=1,
+                storage=pre.restore_storage,
+            )
+        )
+        _start_task(state, tclient, spec.target, upid, "restore")
+        res = _wait(spec, tclient, spec.target, upid)
+        if not res.ok:
+            raise MoveFailed(
+                f"restore task {upid} failed: {res.exitstatus}",
+                f"CT {spec.vmid} is not on {spec.target}; the backup {pre.archive} is unchanged",
+                res.log,
+            )
+    entry.pop("task", None)
+    entry.update(restored=True, archive=pre.archive, source=pre.source)
+    config = tclient.ct_config(spec.target, spec.vmid)
+    # The backup's GPU lines are the dead source's: the GPU phase cleans them up.
+    entry["source_gpu_lines"] = ct_gpu_lines(config)
+    notes = [
+        f"{key} ({config[key]}): a local bind mount of {pre.source}, not in the backup"
+        for key in sorted(config, key=lambda k: (len(k), k))
+        if re.fullmatch(r"mp\d+", key)
+        and str(config[key]).startswith("/")
+        and "shared=1" not in str(config[key])
+    ]
+    entry["lost"] = notes
+    state.save()
+    return MoveOutcome(
+        "restored",
+        f"CT {spec.vmid} restored on {spec.target} from {pre.archive} ({pre.source} is gone)",
+        upid,
+        notes=notes,
+    )
+
+
 def move(
     spec: MigrationSpec,
     client: PveClient,
@@ -292,7 +347,17 @@ def move(
 ) -> MoveOutcome:
     earlier = dict(state.phase("move"))
     with state.timed("move") as entry:
-        if spec.mode == "migrate":
+        if pre.recovery == "restore" and not pre.already_on_target:
+            outcome = _restore_from_backup(spec, target_client or client, state, pre)
+        elif pre.recovery == "recreate" and not pre.already_on_target:
+            outcome = MoveOutcome(
+                "recreate",
+                f"CT {spec.vmid} is re-created on {spec.target} from the inventory "
+                f"({spec.inventory_host}) by the next phase ({pre.source} is gone)",
+            )
+        elif pre.already_on_target and pre.recovery:
+            outcome = MoveOutcome("skipped", f"CT {spec.vmid} is already on {spec.target}")
+        elif spec.mode == "migrate":
             outcome = _migrate(spec, client, state, pre)
         else:
             outcome = _backup_restore(spec, client, target_client or client, state, pre)
@@ -302,7 +367,11 @@ def move(
             notes=outcome.notes,
             target_start_failed=outcome.target_start_failed,
         )
-    if outcome.action == "skipped" and earlier.get("action") in ("migrated", "restored"):
+    if outcome.action == "skipped" and earlier.get("action") in (
+        "migrated",
+        "restored",
+        "recreate",
+    ):
         # A re-run after the move: the report keeps the run that moved the CT.
         keep = ("seconds", "action", "message", "upid", "target_start_failed")
         entry.update({k: earlier[k] for k in keep if k in earlier})

@@ -9,6 +9,7 @@ written anywhere but the migration's state file.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -27,9 +28,11 @@ __all__ = [
     "Check",
     "PreflightResult",
     "ct_gpu_lines",
+    "latest_backup",
     "parse_size",
     "preflight",
     "select_cards",
+    "source_gone",
 ]
 
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)$")
@@ -58,6 +61,13 @@ class PreflightResult:
     target_driver_loaded: bool = False
     source_gpu_lines: list[str] = field(default_factory=list)
     recreate: dict[str, str] = field(default_factory=dict)  # mpN -> value to re-add
+    # Source node gone: "restore" (from ``archive``) or "recreate" (from the inventory);
+    # "" when the source is up (a normal move). ``lost``: what cannot be carried over.
+    recovery: str = ""
+    archive: str = ""
+    archive_ctime: int = 0
+    restore_storage: str = ""
+    lost: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -69,7 +79,35 @@ class PreflightResult:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["ok"] = self.ok
+        out["plan"] = self.plan()
         return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PreflightResult:
+        """The result a state file recorded (unknown keys, e.g. ``ok``, ignored)."""
+        known = {f for f in cls.__dataclass_fields__ if f != "checks"}
+        result = cls(**{k: v for k, v in data.items() if k in known})
+        result.checks = [Check(**c) for c in data.get("checks", [])]
+        return result
+
+    def plan(self) -> str:
+        """One line: what the migration will do (the check-mode plan)."""
+        cards = ", ".join(self.gpus) if self.gpus else "no card"
+        if self.already_on_target:
+            how = f"CT {self.vmid} is already on {self.target}: the move is skipped"
+        elif self.recovery == "restore":
+            how = (
+                f"source {self.source} is gone: CT {self.vmid} is restored on {self.target} "
+                f"from {self.archive}"
+            )
+        elif self.recovery == "recreate":
+            how = (
+                f"source {self.source} is gone and no backup is seen: CT {self.vmid} is "
+                f"re-created on {self.target} from the inventory"
+            )
+        else:
+            how = f"CT {self.vmid} moves {self.source} -> {self.target} ({self.mode})"
+        return f"{how}; cards on {self.target}: {cards}"
 
 
 def parse_size(text: str) -> int:
@@ -269,7 +307,7 @@ def _check_mounts(spec: MigrationSpec, config: Mapping[str, Any]) -> tuple[Check
     return Check("mounts", True, "every mount point can move" + note), recreate
 
 
-def preflight(  # noqa: PLR0912  (one branch per check, in the issue's order)
+def preflight(
     spec: MigrationSpec,
     client: PveClient,
     target_facts: Mapping[str, Any] | None,
@@ -278,6 +316,10 @@ def preflight(  # noqa: PLR0912  (one branch per check, in the issue's order)
 ) -> PreflightResult:
     """Run every check; never raises for a failed check (see ``result.failures()``)."""
     tclient = target_client or client
+    if spec.source and spec.mode == "migrate":
+        gone = source_gone(spec, client)
+        if gone is not None:
+            return _preflight_source_gone(spec, client, target_facts, gone)
     where = client.where_is(spec.vmid)
     twhere = tclient.where_is(spec.vmid) if target_client is not None else None
     if where is None and twhere is not None:
@@ -341,6 +383,16 @@ def preflight(  # noqa: PLR0912  (one branch per check, in the issue's order)
     else:
         result.rootfs = str(config.get("rootfs", ""))
 
+    _check_gpus(spec, tclient, target_facts, result)
+    return result
+
+
+def _check_gpus(
+    spec: MigrationSpec,
+    tclient: PveClient,
+    target_facts: Mapping[str, Any] | None,
+    result: PreflightResult,
+) -> None:
     if spec.gpu_count:
         if target_facts is None:
             result.checks.append(
@@ -377,6 +429,188 @@ def preflight(  # noqa: PLR0912  (one branch per check, in the issue's order)
         module = (target_facts or {}).get("nvidia_module") or {}
         result.target_driver_loaded = bool(module.get("loaded"))
         result.target_driver = module.get("version")
+
+
+def source_gone(spec: MigrationSpec, client: PveClient) -> str | None:
+    """Why the source node is gone (removed from the cluster, or not online there), or
+    None when it is online. Read from the cluster's node list (``GET /nodes``)."""
+    nodes = {str(n["node"]): str(n.get("status", "unknown")) for n in client.nodes()}
+    status = nodes.get(spec.source)
+    if status is None:
+        return (
+            f"{spec.source} is not a node of the cluster any more "
+            f"(nodes: {', '.join(sorted(nodes))})"
+        )
+    if status != "online":
+        return f"{spec.source} is {status} in the cluster"
+    return None
+
+
+def latest_backup(
+    spec: MigrationSpec, client: PveClient
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """The newest vzdump archive of the CT on a storage the target sees (the storages
+    of the target with ``backup`` content, or ``backup_storage`` alone), and the
+    storages searched (``GET /nodes/{node}/storage/{storage}/content``)."""
+    storages = [
+        str(s["storage"])
+        for s in client.call("GET", "/nodes/{node}/storage", {"node": spec.target})
+        if "backup" in str(s.get("content", "")).split(",") and s.get("active", 1)
+    ]
+    if spec.backup_storage:
+        storages = [s for s in storages if s == spec.backup_storage]
+    found: list[dict[str, Any]] = []
+    for sid in storages:
+        found += [
+            dict(v)
+            for v in client.call(
+                "GET",
+                "/nodes/{node}/storage/{storage}/content",
+                {"node": spec.target, "storage": sid},
+                content="backup",
+                vmid=spec.vmid,
+            )
+            if "vzdump-lxc-" in str(v.get("volid", ""))
+        ]
+    found.sort(key=lambda v: (int(v.get("ctime", 0)), str(v["volid"])))
+    return (found[-1] if found else None), storages
+
+
+def _restore_storage(spec: MigrationSpec, client: PveClient) -> Check:
+    """The storage the restored rootfs goes to: ``target_storage``, else ``local``,
+    else the first of the target's storages that holds container volumes."""
+    storages = {
+        str(s["storage"]): s
+        for s in client.call("GET", "/nodes/{node}/storage", {"node": spec.target})
+    }
+    rootdir = [
+        sid
+        for sid, st in storages.items()
+        if "rootdir" in str(st.get("content", "")).split(",") and st.get("active", 1)
+    ]
+    wanted = spec.target_storage or ("local" if "local" in rootdir else "")
+    sid = wanted or (rootdir[0] if rootdir else "")
+    if not sid or sid not in rootdir:
+        return Check(
+            "storage",
+            False,
+            f"no storage on {spec.target} holds container volumes for the restore"
+            + (f" ('{wanted}' does not: set migrate_target_storage)" if wanted else "")
+            + f" (with rootdir: {', '.join(rootdir) or 'none'})",
+        )
+    avail = int(storages[sid].get("avail", 0))
+    return Check("storage", True, f"'{sid}' on {spec.target}: {avail / 2**30:.1f} GiB free")
+
+
+def _preflight_source_gone(
+    spec: MigrationSpec,
+    client: PveClient,
+    target_facts: Mapping[str, Any] | None,
+    why: str,
+) -> PreflightResult:
+    """The source node is gone: restore the CT from its latest backup on the target,
+    else re-create it from the inventory; the mode check says which and why."""
+    where = client.where_is(spec.vmid)
+    on_target = where is not None and where[0] == spec.target
+    status = where[1] if where else "missing"
+    result = PreflightResult(spec.vmid, spec.source, spec.target, spec.mode, status, on_target)
+    if where is not None and not on_target:
+        if where[0] == spec.source:
+            message = (
+                f"{why}, but CT {spec.vmid} is still registered on it: PVE refuses to "
+                f"restore or create VMID {spec.vmid} while that config exists. Remove the "
+                f"dead node from the cluster (pvecm delnode {spec.source}) or move "
+                f"/etc/pve/nodes/{spec.source}/lxc/{spec.vmid}.conf to "
+                f"/etc/pve/nodes/{spec.target}/lxc/ on a node with quorum, then run again"
+            )
+        else:
+            message = f"CT {spec.vmid} is on {where[0]}, not on the source {spec.source}"
+        result.checks.append(Check("container", False, message))
+        return result
+    result.checks.append(_check_target(spec, client))
+    if not result.checks[-1].ok:
+        return result
+    if on_target:
+        result.checks.append(
+            Check(
+                "container",
+                True,
+                f"CT {spec.vmid} is {status} on {spec.target} (already brought back: "
+                "the move is skipped)",
+            )
+        )
+        result.rootfs = str(client.ct_config(spec.target, spec.vmid).get("rootfs", ""))
+        _check_gpus(spec, client, target_facts, result)
+        return result
+    backup, storages = (None, []) if spec.recovery == "inventory" else latest_backup(spec, client)
+    seen = ", ".join(storages) or "none"
+    if backup is not None:
+        result.recovery = "restore"
+        result.archive = str(backup["volid"])
+        result.archive_ctime = int(backup.get("ctime", 0))
+        taken = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(result.archive_ctime))
+        result.checks.append(
+            Check(
+                "mode",
+                True,
+                f"restore: {why}; the latest backup of CT {spec.vmid} that {spec.target} "
+                f"sees is {result.archive} ({taken})",
+            )
+        )
+        result.lost = [
+            f"what CT {spec.vmid} wrote after its backup of {taken} ({result.archive}): "
+            f"it was on {spec.source}'s disks"
+        ]
+        storage = _restore_storage(spec, client)
+        result.checks.append(storage)
+        result.restore_storage = storage.message.split("'")[1] if storage.ok else ""
+    elif spec.recovery == "backup":
+        result.checks.append(
+            Check(
+                "mode",
+                False,
+                f"{why}; migrate_source_gone_recovery is 'backup' but no backup of CT "
+                f"{spec.vmid} is on a storage {spec.target} sees (searched: {seen})",
+            )
+        )
+        return result
+    elif spec.inventory_host:
+        result.recovery = "recreate"
+        reason = (
+            "migrate_source_gone_recovery is 'inventory'"
+            if spec.recovery == "inventory"
+            else f"no backup of CT {spec.vmid} on a storage {spec.target} sees (searched: {seen})"
+        )
+        result.checks.append(
+            Check(
+                "mode",
+                True,
+                f"re-create: {why}; {reason}: CT {spec.vmid} is re-created on {spec.target} "
+                f"from the inventory ({spec.inventory_host}, role pve_container), its mounts "
+                "re-attached, its software installed again",
+            )
+        )
+        result.lost = [
+            f"CT {spec.vmid}'s root disk on {spec.source} (its local storage): the "
+            "container is re-created empty from its inventory description",
+            f"its volumes and bind-mounted directories local to {spec.source}"
+            " (mounts marked shared are re-attached)",
+        ]
+    else:
+        result.checks.append(
+            Check(
+                "mode",
+                False,
+                f"{why}; no backup of CT {spec.vmid} on a storage {spec.target} sees "
+                f"(searched: {seen}) and no migrate_ct_host to re-create it from: make a "
+                "backup reachable from the target or name the container's inventory host",
+            )
+        )
+        return result
+    result.checks.append(
+        Check("container", True, f"CT {spec.vmid} is in no node of the cluster (its node is gone)")
+    )
+    _check_gpus(spec, client, target_facts, result)
     return result
 
 

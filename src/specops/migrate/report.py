@@ -71,10 +71,16 @@ def summarize(
     for name, entry in state.phases.items():
         if name not in timings and "seconds" in entry:
             timings[name] = entry["seconds"]
+    mode = next((c["message"] for c in pre.get("checks", []) if c.get("name") == "mode"), "")
     return {
         "vmid": state.vmid,
         "source": pre.get("source"),
         "target": pre.get("target"),
+        # Source gone: how the CT came back (restore | recreate) and why; what could not
+        # be carried over from the dead node.
+        "recovery": pre.get("recovery", ""),
+        "mode": mode or "normal: the source node was up, the CT was moved from it",
+        "not_carried_over": [*pre.get("lost", []), *state.phase("move").get("lost", [])],
         "move": {k: state.phase("move").get(k) for k in ("action", "message", "notes", "upid")},
         "cards": {
             "before": state.data.get("source_cards", []),
@@ -110,6 +116,14 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         f"# Migration of CT {summary['vmid']}: {summary['source']} -> {summary['target']}",
         "",
         f"Move: {summary['move'].get('message')}",
+        "",
+        f"Mode: {summary.get('mode', '-')}",
+        "",
+        "Not carried over:"
+        + (
+            "".join(f"\n- {item}" for item in summary.get("not_carried_over", []))
+            or " nothing (the source node was up)"
+        ),
         "",
         "| what | before | after |",
         "|---|---|---|",

@@ -15,6 +15,9 @@ from specops.errors import ValidationError
 __all__ = ["ApiEndpoint", "MigrationSpec", "load_spec", "parse_spec"]
 
 MODES = ("migrate", "backup_restore")
+# How a CT whose source node is gone comes back (the preflight decides with ``auto``:
+# its latest backup the target sees, else the inventory's description).
+RECOVERIES = ("auto", "backup", "inventory")
 _NODE_RE = re.compile(r"^[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$")
 _STORAGE_RE = re.compile(r"^[a-z][a-z0-9\-_.]*[a-z0-9]$")
 _MP_RE = re.compile(r"^mp\d{1,3}$")
@@ -74,6 +77,10 @@ class MigrationSpec:
     shutdown_timeout: int = 180
     task_timeout: int = 1800
     state_dir: str = "/var/lib/specops/migrate"
+    # Source node gone (offline or removed from the cluster): how to bring the CT back,
+    # and the container's inventory host (re-creating it needs its description).
+    recovery: str = "auto"
+    inventory_host: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -169,6 +176,11 @@ def parse_spec(data: Mapping[str, Any]) -> MigrationSpec:
         )
     if mode == "migrate" and target_api is not None:
         raise ValidationError("target_api", "only for mode backup_restore (another cluster's API)")
+    recovery = str(data.get("recovery", "auto") or "auto")
+    if recovery not in RECOVERIES:
+        raise ValidationError(
+            "recovery", f"must be one of {', '.join(RECOVERIES)} (got {recovery!r})"
+        )
     restart = _bool(data, "restart", True)
     allow_stopped = _bool(data, "allow_stopped_vm_cards", False)
     return MigrationSpec(
@@ -189,6 +201,8 @@ def parse_spec(data: Mapping[str, Any]) -> MigrationSpec:
         shutdown_timeout=_int(data, "shutdown_timeout", 180, 1, 86400),
         task_timeout=_int(data, "task_timeout", 1800, 1, 86400),
         state_dir=str(data.get("state_dir", "/var/lib/specops/migrate")),
+        recovery=recovery,
+        inventory_host=str(data.get("inventory_host", "") or ""),
     )
 
 
