@@ -320,6 +320,8 @@ def _restore_from_backup(
     config = tclient.ct_config(spec.target, spec.vmid)
     # The backup's GPU lines are the dead source's: the GPU phase cleans them up.
     entry["source_gpu_lines"] = ct_gpu_lines(config)
+    # ... also for a re-run, whose preflight keeps the first one's findings
+    state.phase("preflight")["source_gpu_lines"] = entry["source_gpu_lines"]
     notes = [
         f"{key} ({config[key]}): a local bind mount of {pre.source}, not in the backup"
         for key in sorted(config, key=lambda k: (len(k), k))

@@ -119,6 +119,8 @@ def _api(data: Any, where: str) -> ApiEndpoint:
     if not data.get("host"):
         raise ValidationError(f"{where}.host", "the API host is required")
     verify = data.get("verify", True)
+    if verify == "":  # the inventory's empty CA file: the system store
+        verify = True
     if not isinstance(verify, (bool, str)):
         raise ValidationError(f"{where}.verify", "true, false or a CA/cert file path")
     return ApiEndpoint(
