@@ -346,6 +346,15 @@ def preflight(
             + (" (already on the target: the move is skipped)" if on_target else ""),
         )
     )
+    if spec.source:
+        result.checks.append(
+            Check(
+                "mode",
+                True,
+                f"normal: {spec.source} is online in the cluster; CT {spec.vmid} is moved "
+                f"from it ({spec.mode})",
+            )
+        )
     config = (tclient if on_target and target_client else client).ct_config(node, spec.vmid)
     result.source_gpu_lines = ct_gpu_lines(config)
 
