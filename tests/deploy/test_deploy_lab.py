@@ -497,7 +497,12 @@ def gone_restore(
     client = _lab_client()
     start = time.monotonic()
     upid = client.call(
-        "POST", "/nodes/{node}/vzdump", {"node": "pve-a"}, vmid="801", storage="backup"
+        "POST",
+        "/nodes/{node}/vzdump",
+        {"node": "pve-a"},
+        vmid="801",
+        storage="backup",
+        mode="stop",
     )
     assert client.wait_task("pve-a", str(upid), timeout=900).ok
     backup_s = time.monotonic() - start
