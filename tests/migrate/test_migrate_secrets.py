@@ -161,8 +161,9 @@ def test_check_mode_runs_the_preflight_and_changes_nothing(api_lab: ApiLab, tmp_
     assert result.returncode == 0, out[-4000:]
     assert "check mode: the preflight passed" in out
     assert "0000:01:00.0, 0000:02:00.0" in out
-    for task in ("Move the container to the target", "Write the migration report"):
-        assert f"TASK [{task}" not in out  # every phase after the preflight ends at once
+    assert "plan: CT 701 moves pve-b -> pve-a (migrate)" in out
+    for task in ("Bring the container to the target", "Write the migration report"):
+        assert f"migrate : {task}" not in out  # every phase after the preflight ends at once
     assert scan.seen["migrate\0preflight"] > 0
     _assert_secret_kept(result, scan)
     assert {p: p.read_bytes() for p in api_lab.base.rglob("*.conf")} == confs

@@ -479,7 +479,9 @@ def latest_backup(
                 content="backup",
                 vmid=spec.vmid,
             )
-            if "vzdump-lxc-" in str(v.get("volid", ""))
+            # a container's archive (vzdump-lxc-* on a dir/NFS storage, ct/<vmid>/ on PBS)
+            if str(v.get("subtype", "lxc")) == "lxc"
+            and not re.search(r"vzdump-qemu-|backup/vm/", str(v.get("volid", "")))
         ]
     found.sort(key=lambda v: (int(v.get("ctime", 0)), str(v["volid"])))
     return (found[-1] if found else None), storages
