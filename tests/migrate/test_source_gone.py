@@ -113,8 +113,9 @@ def test_source_gone_restores_the_latest_backup_else_recreates(
     client = PveClient(spec.api)
     facts = gather_local_facts(str(cluster.node("pve-a").root))
 
-    # The source is up: a normal move, and the preflight says so.
-    normal = preflight(spec, client, facts)
+    # The source is up: a normal move, and the preflight says so (mp1, local to pve-b,
+    # would be removed before the move and re-added after it).
+    normal = preflight(_spec(api, base, recreate_mounts=["mp1"]), client, facts)
     assert normal.ok, normal.failures()
     assert normal.recovery == ""
     assert _mode(normal).startswith("normal: pve-b is online in the cluster")
