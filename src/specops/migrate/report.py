@@ -15,6 +15,7 @@ PHASE_ORDER = (
     "preflight",
     "target_host",
     "move",
+    "recreate",
     "gpu_config",
     "userspace",
     "service",
