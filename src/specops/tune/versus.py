@@ -22,7 +22,8 @@ from typing import Any
 from specops.tune.apply import Applier
 from specops.tune.score import margin
 from specops.tune.search import Outcome
-from specops.tune.sweep import load_config, run_sweep
+from specops.tune.config import load_config
+from specops.tune.sweep import run_sweep
 
 __all__ = ["LAB_SEARCH", "RESTART_RATIO_TARGET", "Versus", "judge", "sweep_vs_grid"]
 
