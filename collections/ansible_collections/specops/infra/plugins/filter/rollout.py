@@ -1,7 +1,7 @@
 """Filters for the ``speculative_rollout`` role: the rescue's verdict and the node's record.
 
     {{ ansible_failed_result | specops.infra.rollout_failure(change=..., smoke=...) }}
-    {{ _restore | specops.infra.rollout_restore(node=inventory_hostname, failure=..., record_path=...) }}
+    {{ _restore | specops.infra.rollout_restore(node=..., failure=..., record_path=...) }}
     {{ inventory_hostname | specops.infra.rollout_record(outcome=..., ...) | to_nice_json }}
 
 The logic is ``specops.tune.rollout_node``'s; this file only adapts errors. The
