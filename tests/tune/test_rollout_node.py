@@ -10,6 +10,10 @@ in tests/tune/test_real_rollout.py (marker fleet).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +27,8 @@ from ansible_collections.specops.infra.plugins.filter.rollout import (
 from jinja2 import Environment
 
 from specops.tune import rollout_node as rn
+
+REPO = Path(__file__).resolve().parents[2]
 
 SMOKE_FAILED = {
     "failed": True,
@@ -212,3 +218,33 @@ def test_filters_are_the_packages_functions() -> None:
     assert r["outcome"] == "restored"
     with pytest.raises(AnsibleFilterError, match="rollout_failure's result"):
         rollout_restore({"skipped": True}, "n1", {}, "p")
+
+
+def test_the_filters_under_ansible(tmp_path: Path) -> None:
+    out = tmp_path / "verdict.json"
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+           "PYTHONPATH": str(REPO / "src")}  # fmt: skip
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c",
+         "local", "-e", f"out={out}", "-e", f"ansible_python_interpreter={sys.executable}",
+         str(REPO / "tests/fixtures/tune/rollout-node-filters.yml")],
+        cwd=REPO, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    got = json.loads(out.read_text())
+    assert got["failure"]["gate"] == "smoke-benchmark"
+    assert got["failure"]["message"] == "throughput dropped 31%"
+    assert got["verdict"]["outcome"] == "restored"
+    assert got["verdict"]["stop_message"].startswith(
+        "rollout stopped at localhost: gate 'smoke-benchmark' failed: throughput dropped 31%."
+    )
+    rec = got["record"]
+    assert (rec["failed_gate"], rec["restarted"], rec["engine_stop_s"]) == (
+        "smoke-benchmark",
+        True,
+        2.5,
+    )
+    assert (rec["smoke_s"], rec["baseline_s"]) == (1.5, 0)
+    # the restore step was skipped: the identity after is the change's
+    assert rec["service_after"] == {"InvocationID": "new"}
+    assert 0 <= rec["rollout_s"] < 3600

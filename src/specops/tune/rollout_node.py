@@ -59,6 +59,16 @@ def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _plain(value: Any) -> Any:
+    """Plain dicts and lists all the way down (Ansible hands in its own container types,
+    which cannot be constructed directly, as :func:`dataclasses.asdict` would)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _json_out(result: Mapping[str, Any] | None) -> dict[str, Any]:
     """A controller step's JSON verdict on stdout; {} for none (skipped, crashed, absent)."""
     out = _mapping(result).get("stdout") or ""
@@ -110,7 +120,7 @@ def failure(
         message = smoke_message
     else:
         message = str(failed.get("msg", "failed"))
-    kept = dict(failed) if gate in ("restart-readiness", "output-gate") else dict(change or {})
+    kept = _plain(failed) if gate in ("restart-readiness", "output-gate") else _plain(change or {})
     return Failure(
         gate=gate,
         message=truncate(message, FAILURE_CHARS),
@@ -164,7 +174,7 @@ def restore(
         outcome="restored" if ok else "restore-failed",
         message=message,
         stop_message=stop,
-        restored=dict(failure["change"]) if skipped else dict(restore_result),
+        restored=_plain(failure["change"] if skipped else restore_result),
     )
 
 
