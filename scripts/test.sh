@@ -78,6 +78,9 @@ run_lint() {
   check ruff ruff check .
   check ruff-format ruff format --check .
   check mypy mypy
+  # The layers (pyproject.toml [tool.importlinter]): module_utils stdlib-only, the core
+  # never imports the lab, no cycles in specops.tune.
+  check import-contracts env PYTHONPATH="$ROOT/src:$ROOT/collections" lint-imports --no-cache
   check argument-specs python3 scripts/check-argument-specs.py
   check "lab inventory = example + stand-in wiring" python3 scripts/check-lab-inventory.py
   check "README profile table" specops profile table --check README.md

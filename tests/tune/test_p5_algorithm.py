@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import pytest
 
+from specops.tune.config import load_config
 from specops.tune.search import ascend, grid
-from specops.tune.sweep import load_config
 from specops.tune.versus import LAB_SEARCH, RESTART_RATIO_TARGET, Versus, judge
 
 from .conftest import ScriptedEvaluator

@@ -1,6 +1,6 @@
 """Real servers: two lab nodes (systemd containers) serving vLLM CPU with the tiny model.
 
-One session of nodes (``specops.tune.lab``: docker systemd containers sharing the lab's
+One session of nodes (``specops.lab.tune_nodes``: docker systemd containers sharing the lab's
 one read-only vLLM venv) serves both tests:
 
 - the rollout: a good change (ngram num_speculative_tokens 3 -> 5, the profile's
@@ -31,7 +31,7 @@ import pytest
 from ansible_collections.specops.infra.plugins.module_utils.readiness import wait_ready
 from plugins.measurements import Record
 
-from specops.tune.lab import LabNode, node_names, remove_nodes, start_nodes, write_inventory
+from specops.lab.tune_nodes import LabNode, node_names, remove_nodes, start_nodes, write_inventory
 from specops.tune.rollout import overhead, overhead_table
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.docker, pytest.mark.fleet]

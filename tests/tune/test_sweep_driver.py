@@ -25,8 +25,9 @@ from ansible_collections.specops.infra.plugins.module_utils.service_unit import 
 from specops.bench.synthetic import SyntheticConfig, SyntheticServer
 from specops.errors import ValidationError
 from specops.tune.apply import ApplyError, ApplyOutcome
+from specops.tune.config import load_config
 from specops.tune.ledger import Ledger
-from specops.tune.sweep import load_config, run_sweep
+from specops.tune.sweep import run_sweep
 
 from .conftest import NGRAM_BASE
 

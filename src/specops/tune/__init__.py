@@ -8,8 +8,11 @@
 - :mod:`~specops.tune.ledger`: the results file that makes a sweep resumable.
 - :mod:`~specops.tune.apply`: the one interface that applies a profile and restarts.
 - :mod:`~specops.tune.objective`: a candidate's objective read from bench results.
-- :mod:`~specops.tune.sweep`: the sweep driver (config, evaluation, outputs).
+- :mod:`~specops.tune.config`: the sweep's config, validated.
+- :mod:`~specops.tune.sweep`: the sweep driver (evaluation, the canary's final state).
+- :mod:`~specops.tune.report`: the sweep's leaderboard, plot and vars snippet.
 - :mod:`~specops.tune.rollout`: rollout gates and the rollout report.
+- :mod:`~specops.tune.rollout_node`: a rolled-out node's rescue verdict and record.
 """
 
 from __future__ import annotations

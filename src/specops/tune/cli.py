@@ -18,9 +18,10 @@ from specops.bench.plan import read_api_key
 from specops.bench.results import load_results
 from specops.errors import ValidationError
 from specops.tune.apply import AnsibleApplier, generates
+from specops.tune.config import load_config_file
 from specops.tune.output_gate import gate_config
 from specops.tune.rollout import load_records, measure_baseline, smoke_gate, smoke_step, summary
-from specops.tune.sweep import load_config_file, run_sweep
+from specops.tune.sweep import run_sweep
 
 __all__ = ["register"]
 

@@ -11,7 +11,7 @@ import csv
 import datetime as dt
 import io
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
@@ -20,11 +20,9 @@ from specops.bench.results import Column, load_results
 from specops.errors import ValidationError
 from specops.plots import pyplot
 from specops.templating import render
+from specops.tune.config import SweepConfig
 from specops.tune.ledger import Ledger
 from specops.tune.search import Outcome, Standing, standings
-
-if TYPE_CHECKING:
-    from specops.tune.sweep import SweepConfig
 
 __all__ = ["COLUMNS", "leaderboard_csv", "leaderboard_md", "rows", "snippet", "write_outputs"]
 

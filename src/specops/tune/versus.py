@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from specops.tune.apply import Applier
+from specops.tune.config import load_config
 from specops.tune.score import margin
 from specops.tune.search import Outcome
-from specops.tune.sweep import load_config, run_sweep
+from specops.tune.sweep import run_sweep
 
 __all__ = ["LAB_SEARCH", "RESTART_RATIO_TARGET", "Versus", "judge", "sweep_vs_grid"]
 

@@ -1,0 +1,121 @@
+"""The import contracts (pyproject.toml, [tool.importlinter]) hold, and each one breaks.
+
+Each case copies the Python sources (src/specops, the collection's module_utils, the
+contract config and scripts/import_contracts.py) to a temporary tree, plants one
+violation there and runs ``lint-imports`` on it, as the lint phase of scripts/test.sh
+runs it on the repository: the run must fail and name the violation. The unplanted copy
+passes, so each failure is the planted import's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+MODULE_UTILS = Path("collections/ansible_collections/specops/infra/plugins/module_utils")
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+
+def _tree(dest: Path) -> Path:
+    only_py = shutil.ignore_patterns("__pycache__", "*.json", "*.md", "*.j2", "*.txt", "data")
+    shutil.copytree(REPO / "src/specops", dest / "src/specops", ignore=only_py)
+    shutil.copytree(REPO / MODULE_UTILS, dest / MODULE_UTILS, ignore=only_py)
+    (dest / "scripts").mkdir()
+    shutil.copy2(REPO / "scripts/import_contracts.py", dest / "scripts")
+    shutil.copy2(REPO / "pyproject.toml", dest)
+    return dest
+
+
+def _lint(tree: Path) -> tuple[int, str]:
+    """lint-imports' exit code and its output with whitespace folded (it wraps lines)."""
+    env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{tree / 'collections'}"}
+    run = subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=tree, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return run.returncode, " ".join((run.stdout + run.stderr).split())
+
+
+def _plant(path: Path, line: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    head, sep, rest = text.partition("from __future__ import annotations\n")
+    assert sep, f"{path} has no __future__ import to plant after"
+    path.write_text(head + sep + line + "\n" + rest, encoding="utf-8")
+
+
+def test_the_repository_keeps_every_contract() -> None:
+    rc, out = _lint(REPO)
+    assert rc == 0, out
+    assert "Contracts: 3 kept, 0 broken." in out
+
+
+def test_an_unplanted_copy_keeps_every_contract(tmp_path: Path) -> None:
+    rc, out = _lint(_tree(tmp_path))
+    assert rc == 0, out
+
+
+# (file, planted line, contract that breaks, message)
+PLANTS = {
+    "module_utils-third-party": (
+        MODULE_UTILS / "gpu.py",
+        "import yaml",
+        "module_utils (run on managed hosts) import only the standard library and each other",
+        "ansible_collections.specops.infra.plugins.module_utils.gpu imports yaml (l.16)",
+    ),
+    "module_utils-ansible": (
+        MODULE_UTILS / "readiness.py",
+        "from ansible.module_utils.basic import AnsibleModule",
+        "module_utils (run on managed hosts) import only the standard library and each other",
+        "module_utils.readiness imports ansible (l.18): only the standard library",
+    ),
+    "module_utils-controller-package": (
+        MODULE_UTILS / "pve_conf.py",
+        "from specops.errors import SpecopsError",
+        "module_utils (run on managed hosts) import only the standard library and each other",
+        "module_utils.pve_conf imports specops.errors (l.29)",
+    ),
+    "core-imports-lab": (
+        Path("src/specops/bench/report.py"),
+        "from specops.lab import paths",
+        "the core never imports the lab",
+        "specops.bench is not allowed to import specops.lab",
+    ),
+    "core-imports-cli": (
+        Path("src/specops/migrate/spec.py"),
+        "import specops.cli",
+        "the core never imports the lab",
+        "specops.migrate is not allowed to import specops.cli",
+    ),
+    "tune-cycle": (
+        Path("src/specops/tune/config.py"),
+        "from specops.tune import sweep",
+        "specops.tune: no import cycles between its modules",
+        "No cycles are allowed in specops.tune.",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLANTS))
+def test_a_planted_violation_breaks_its_contract(tmp_path: Path, case: str) -> None:
+    path, line, contract, message = PLANTS[case]
+    tree = _tree(tmp_path)
+    _plant(tree / path, line)
+    rc, out = _lint(tree)
+    assert rc != 0, out
+    assert f"{contract} BROKEN" in out, out
+    assert message in out, out
+    assert "Contracts: 2 kept, 1 broken." in out, out
+
+
+def test_a_new_core_module_must_be_placed_in_a_layer(tmp_path: Path) -> None:
+    tree = _tree(tmp_path)
+    (tree / "src/specops/newfeature.py").write_text('"""A new top-level module."""\n')
+    rc, out = _lint(tree)
+    assert rc != 0, out
+    assert "not listed as layers: - specops.newfeature" in out, out
