@@ -144,6 +144,8 @@ def test_source_gone_restores_the_latest_backup_else_recreates(
     assert "restored on pve-a from backup:backup/" in gone.plan()
 
     state = load_state(Path(spec.state_dir), VMID)
+    with state.timed("preflight") as entry:  # as `specops migrate preflight` records it
+        entry.update(gone.to_dict())
     outcome = move(spec, client, state, gone)
     assert outcome.action == "restored"
     assert client.where_is(VMID) == ("pve-a", "stopped")
