@@ -260,8 +260,17 @@ def test_first_run_deploys_and_reports(first_run: Run) -> None:
     # ... and the roofline of the card the inventory gives lab-ct801, on the tiny model
     roofline = text.split("## Roofline (single stream)", 1)[1].split("\n## ", 1)[0]
     assert "NVIDIA RTX PRO 6000 Blackwell Workstation Edition: 1 card(s) per replica" in roofline
-    assert "| context | decode tok/s p50 (C=1) |" in roofline
-    assert re.search(r"^\| 128 \| [\d.]+ \|", roofline, re.MULTILINE), roofline
+    single = next(c for c in cells if c["concurrency"] == 1)
+    if single["stats"]["decode_tok_s"]["count"]:
+        assert "| context | decode tok/s p50 (C=1) |" in roofline
+        assert re.search(r"^\| 128 \| [\d.]+ \|", roofline, re.MULTILINE), roofline
+    else:
+        # Whether the server's stream reaches the client in more than one arrival is
+        # timing (through the container's own network the lab server has sent each
+        # 48-token answer as one arrival): the report must then say why there is no row.
+        assert all(len(r["chunk_times"]) == 1 for r in single["records"]), single["records"]
+        assert "No concurrency-1 cell with decode data" in roofline, roofline
+        print("deploy report: single-stream answers arrived in one piece: no roofline row")
 
 
 def _assert_serving_with_gpu(node: Node, lxc_name: str) -> None:
