@@ -16,6 +16,7 @@ from specops.bench.plan import (
     read_api_key,
 )
 from specops.errors import ValidationError
+from specops.lab import network
 
 
 def test_defaults() -> None:
@@ -84,7 +85,8 @@ def test_api_key_file_gives_every_request_its_bearer_and_must_be_private(tmp_pat
     key = tmp_path / "api-key"
     key.write_text("s3cr3t-key\n")
     key.chmod(0o600)
-    plan = plan_from_mapping({"base_url": "http://10.216.3.33:8000", "api_key_file": str(key)})
+    ct801 = network.load().address(33)  # the lab's own container address (nothing dials it)
+    plan = plan_from_mapping({"base_url": f"http://{ct801}:8000", "api_key_file": str(key)})
     assert plan.api_key_file == str(key)
     client = make_client(plan, 2)
     assert client.headers["Authorization"] == "Bearer s3cr3t-key"

@@ -4,6 +4,7 @@ import pytest
 
 from specops.addresses import container_address, service_url, subnet_address
 from specops.errors import ValidationError
+from specops.lab import network
 
 
 def test_container_address_is_the_first_static_one_without_prefix() -> None:
@@ -44,7 +45,8 @@ def test_subnet_address_counts_from_the_network() -> None:
 
 
 def test_service_url_dials_the_listen_address_or_the_fallback_for_wildcards() -> None:
-    assert service_url("10.216.0.33", 8000) == "http://10.216.0.33:8000"
+    ct = str(network.load().address(33))  # a lab container's address; nothing dials it
+    assert service_url(ct, 8000) == f"http://{ct}:8000"
     assert service_url("fd00::81", "8000") == "http://[fd00::81]:8000"
     assert service_url("0.0.0.0", 8000, "ct129.example") == "http://ct129.example:8000"
     with pytest.raises(ValidationError, match=r"inference_service_host: 0\.0\.0\.0 is a wildcard"):
