@@ -16,7 +16,7 @@ ROOTFS_TAR=$SPECOPS_CACHE/debian-bookworm-rootfs.tar
 PYTHON=${SPECOPS_PYTHON:-python3}
 # lxc-templates ships /usr/share/lxc/config/<ostype>.common.conf, which a PVE node has from
 # lxc-pve and the PVE stand-in includes at every container start (as PVE does).
-DEBIAN_PACKAGES=(docker.io debootstrap lxc lxc-templates python3-lxc iproute2 uidmap openssl kmod)
+DEBIAN_PACKAGES=(docker.io debootstrap lxc lxc-templates iproute2 uidmap openssl kmod)
 # Packages inside the base image: systemd as PID 1, python3 for Ansible, sudo/acl for
 # become_user, what the roles' verifiers read, and ifupdown: PVE's guest setup writes a
 # Debian container's /etc/network/interfaces from its netN entries and the container's
@@ -125,22 +125,7 @@ step_venv() {
   [[ -x $VENV/bin/python ]] || "$PYTHON" -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check -r "$ROOT/requirements.txt"
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps -e "$ROOT"
-  link_system_lxc
   echo "$want" >"$stamp"
-}
-
-# Debian's python3-lxc (what the community.general.lxc connection imports) exists only
-# for the system Python. Expose just that binding to the venv (same CPython 3.11 ABI),
-# not the whole system site-packages.
-link_system_lxc() {
-  local sys=/usr/lib/python3/dist-packages site
-  [[ -d $sys/lxc ]] || { say "venv: python3-lxc not installed, lxc connection unavailable"; return; }
-  site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  mkdir -p "$site/_specops_system_lxc"
-  ln -sfn "$sys/lxc" "$site/_specops_system_lxc/lxc"
-  ln -sfn "$(ls "$sys"/_lxc.cpython-311-*.so)" "$site/_specops_system_lxc/"
-  echo "$site/_specops_system_lxc" >"$site/specops-system-lxc.pth"
-  "$VENV/bin/python" -c 'import lxc' || { echo "venv: cannot import the lxc binding" >&2; exit 1; }
 }
 
 step_vllm() {

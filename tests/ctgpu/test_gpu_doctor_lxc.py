@@ -14,7 +14,7 @@ tests run in order and each breaks one thing, as an operator's node breaks:
 
 Hardware stand-in (the lab's overlay, ``gpu_doctor_simulated_hardware``): an allowed node
 opens with ENXIO here (no driver behind it) and there is no CUDA driver to initialise.
-The container lives in /var/lib/lxc, where the community.general.lxc connection finds it.
+The container lives in /var/lib/lxc, where the specops.lab.container connection finds it.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def _inventory(path: Path, node: Node) -> Path:
                 "serving": {
                     "hosts": {
                         CT: {
-                            "ansible_connection": "community.general.lxc",
+                            "ansible_connection": "specops.lab.container",
                             "ansible_host": node.lxc_name(VMID),
                             "ansible_python_interpreter": "/usr/bin/python3",
                             "pve_container_node": NODE,

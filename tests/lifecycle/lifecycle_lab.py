@@ -1,5 +1,5 @@
 """Helpers for the container lifecycle tests: a lab cluster whose LXC containers live in
-/var/lib/lxc (the community.general.lxc connection has no lxcpath option), an inventory
+/var/lib/lxc (the specops.lab.container connection's default lxcpath), an inventory
 for playbooks/container.yml, and a playbook runner that reads the recap."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def make_cluster(base: Path, template: Path) -> Cluster:
 
 def container_vars(vmid: int, **over: Any) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "ansible_connection": "community.general.lxc",
+        "ansible_connection": "specops.lab.container",
         "ansible_host": f"{NODE}-{vmid}",
         "ansible_python_interpreter": "/usr/bin/python3",
         "pve_container_vmid": vmid,

@@ -167,7 +167,7 @@ def test_03_absent_container_is_created_started_and_reachable(
     assert lxc_state()[0] == "RUNNING"
     # handed over: the facts other roles read
     assert (
-        f"CT 801 (lifecycle-ct801) on node {NODE}, reached with community.general.lxc as {LXC_NAME}"
+        f"CT 801 (lifecycle-ct801) on node {NODE}, reached with specops.lab.container as {LXC_NAME}"
         in " ".join(result.output.split())  # the yaml callback wraps long lines
     )
     # reachable through the connection the play used, and the hostname is the described one

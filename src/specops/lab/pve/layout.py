@@ -15,7 +15,7 @@ A cluster is a directory with ``cluster.json``::
 
 ``cgroup`` is the cgroup version of the emulated PVE host (v2: PVE 7+, v1: PVE 6);
 ``lxcpath`` is where the generated LXC configs go (default ``/var/lib/lxc`` so that
-``lxc-attach -n <node>-<vmid>`` and the community.general.lxc connection find them).
+``lxc-attach -n <node>-<vmid>`` and the specops.lab.container connection find them).
 """
 
 from __future__ import annotations
