@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,26 @@ def test_yaml_file_and_overrides(tmp_path: Path) -> None:
     path.write_text("- a list\n")
     with pytest.raises(ValidationError, match=r"^plan: .* must hold a mapping"):
         load_plan(path)
+
+
+def test_plan_from_stdin_is_saved_as_given_once_it_validates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = "base_url: http://127.0.0.1:1\nconcurrency: [2]\n"
+    saved = tmp_path / "results" / "ct" / "plan.yml"
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    plan = load_plan("-", {"output_len": 16}, save_to=saved)
+    assert plan.concurrency == (2,)
+    assert plan.output_len == 16
+    assert saved.read_text() == text  # as given: flags are not folded in
+    # A plan that does not validate is not saved over the last good one.
+    monkeypatch.setattr("sys.stdin", io.StringIO("concurrency: [2]\n"))
+    with pytest.raises(ValidationError, match=r"^base_url: "):
+        load_plan("-", save_to=saved)
+    assert saved.read_text() == text
+    monkeypatch.setattr("sys.stdin", io.StringIO("- a list\n"))
+    with pytest.raises(ValidationError, match=r"^plan: standard input must hold a mapping"):
+        load_plan("-")
 
 
 def test_clip_to_max_model_len() -> None:

@@ -86,7 +86,8 @@ def test_a_module_is_one_attach_with_the_module_on_stdin(inventory: Path) -> Non
     assert "Pipelining is enabled." in run.stdout
     execs = re.findall(r"EXEC (.*)", run.stdout)
     assert len(execs) == 1, execs  # no mkdir/put/chmod/rm round trips
-    assert "lxc-attach" in execs[0] and "--clear-env" in execs[0]
+    assert "lxc-attach" in execs[0]
+    assert "--clear-env" in execs[0]
     assert "PUT " not in run.stdout
 
 
@@ -122,7 +123,15 @@ def test_files_go_in_and_come_out_byte_for_byte(inventory: Path, tmp_path: Path)
 
 def test_become_user_runs_through_the_pipe(inventory: Path) -> None:
     run = ansible(
-        inventory, CT, "-b", "--become-user", "nobody", "-m", "ansible.builtin.command", "-a", "id -u"
+        inventory,
+        CT,
+        "-b",
+        "--become-user",
+        "nobody",
+        "-m",
+        "ansible.builtin.command",
+        "-a",
+        "id -u",
     )
     assert run.returncode == 0, run.stdout[-3000:]
     assert run.stdout.split(">>", 1)[1].split() == ["65534"], run.stdout[-2000:]

@@ -38,7 +38,14 @@ def register(subparsers: Any) -> None:
     sub = bench.add_subparsers(dest="bench_command", metavar="ACTION", required=True)
 
     run = sub.add_parser("run", help="run a benchmark plan against a server")
-    run.add_argument("--plan", help="plan file (YAML or JSON); flags override its fields")
+    run.add_argument(
+        "--plan", help="plan file (YAML or JSON; - reads standard input); flags override its fields"
+    )
+    run.add_argument(
+        "--save-plan",
+        metavar="PATH",
+        help="also write the plan as given (before flags) to PATH, e.g. for a later gate",
+    )
     run.add_argument("--base-url", help="server URL, e.g. http://127.0.0.1:8000")
     run.add_argument("--api", choices=["completions", "chat", "sglang-generate"])
     run.add_argument("--model")
@@ -241,7 +248,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         plan, store = _resume_plan(args)
     else:
         overrides = _overrides(args)
-        plan = load_plan(args.plan, overrides) if args.plan else plan_from_mapping(overrides)
+        plan = (
+            load_plan(args.plan, overrides, save_to=args.save_plan)
+            if args.plan
+            else plan_from_mapping(overrides)
+        )
         plan = _hardware(plan, args.roofline_gpu, args.roofline_gpu_count)
         store = RunStore(Path(args.out) / new_run_id())
     try:

@@ -19,6 +19,7 @@ that they were used.
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -418,24 +419,39 @@ def _roofline(r_data: dict[str, Any]) -> Roofline | None:
     )
 
 
-def load_plan(path: str | Path, overrides: dict[str, Any] | None = None) -> Plan:
-    """Read a YAML (or JSON) plan file; ``overrides`` (from CLI flags) win."""
+def load_plan(
+    path: str | Path,
+    overrides: dict[str, Any] | None = None,
+    *,
+    save_to: str | Path | None = None,
+) -> Plan:
+    """Read a YAML (or JSON) plan file, ``-`` for standard input; ``overrides`` (from CLI
+    flags) win. ``save_to``: also write the plan as read (once it validates) there."""
+    stdin = str(path) == "-"
     file = Path(path)
+    name = "standard input" if stdin else str(file)
     try:
-        text = file.read_text(encoding="utf-8")
+        text = sys.stdin.read() if stdin else file.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ValidationError("plan", f"cannot read {file}: {exc.strerror}") from None
+        raise ValidationError("plan", f"cannot read {name}: {exc.strerror}") from None
     try:
         data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise ValidationError("plan", f"{file} is not valid YAML/JSON: {exc}") from None
+        raise ValidationError("plan", f"{name} is not valid YAML/JSON: {exc}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ValidationError("plan", f"{file} must hold a mapping of plan fields")
+        raise ValidationError("plan", f"{name} must hold a mapping of plan fields")
     merged = dict(cast(dict[str, Any], data))
     merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    return plan_from_mapping(merged)
+    plan = plan_from_mapping(merged)
+    if save_to is not None:
+        target = Path(save_to)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(target)
+    return plan
 
 
 def clip_context_lengths(

@@ -57,6 +57,7 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu import (
 )
 
 from specops.errors import ValidationError
+from specops.lab.paths import BOOT_CMDLINE, INITRAMFS_DIR, LAB_ETC
 
 __all__ = [
     "DEFAULT_LAB_ROOT",
@@ -116,14 +117,7 @@ _BASE_CHAR_MAJORS: tuple[tuple[int, str], ...] = (
 NVIDIA_MAJOR = 195
 # Modules of spec.modules that are PCI drivers (a bus/pci/drivers/<name> directory).
 PCI_DRIVER_MODULES = ("snd_hda_intel", "nouveau")
-# What the lab keeps about the node beside the kernel's view (etc/specops-lab/):
-# the node's NVIDIA majors, what its installer stand-in and boot emulation read.
-LAB_ETC = Path("etc") / "specops-lab"
-# The initramfs the node boots with: the modprobe configuration it carries (written at
-# a tree build and by the node's update-initramfs stand-in), and the next boot's kernel
-# command line (written by its update-grub / proxmox-boot-tool stand-ins).
-INITRAMFS_DIR = Path("boot") / "specops-lab-initramfs"
-BOOT_CMDLINE = Path("boot") / "specops-lab-cmdline"
+# LAB_ETC, INITRAMFS_DIR, BOOT_CMDLINE: specops.lab.paths (imported above).
 _BUILD_DATE = "Thu Oct 30 00:00:00 UTC 2025"
 _NVIDIA_KO_REGIONS = (
     "nvidia-nvlink",

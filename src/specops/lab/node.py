@@ -49,19 +49,16 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specops.errors import SpecopsError
-from specops.lab.hosttree import (
-    BOOT_CMDLINE,
-    INITRAMFS_DIR,
-    LAB_ETC,
-    CardSpec,
-    FunctionSpec,
-    HostSpec,
-    build_tree,
-    load_spec,
-)
+from specops.lab.paths import BOOT_CMDLINE, INITRAMFS_DIR, LAB_ETC
+
+# specops.lab.hosttree (the hardware descriptions, ~0.1 s to import) is imported where a
+# description is read: the node's tools run once per call of a role's command, and most
+# (systemctl, update-initramfs) never read one.
+if TYPE_CHECKING:
+    from specops.lab.hosttree import HostSpec
 
 __all__ = [
     "HARDWARE_FILE",
@@ -125,6 +122,8 @@ def _record(root: Path, line: str) -> None:
 
 def install_tools(root: Path, python: str = sys.executable) -> list[str]:
     """Put the node's tool shims in place (idempotent); returns those written."""
+    from specops.lab.hosttree import load_spec  # noqa: PLC0415  (see the import above)
+
     spec = load_spec(root / HARDWARE_FILE) if (root / HARDWARE_FILE).is_file() else None
     written = []
     for tool, rel in TOOLS.items():
@@ -334,6 +333,8 @@ def _vm_slots(spec: HostSpec) -> set[str]:
 def booted_spec(root: Path) -> HostSpec:
     """The node as it comes up from a boot now: its description, what is installed on
     it, and what its initramfs and kernel command line say."""
+    from specops.lab.hosttree import CardSpec, FunctionSpec, load_spec  # noqa: PLC0415
+
     spec = load_spec(root / HARDWARE_FILE)
     lines = _modprobe_lines(root)
     cmdline_file = root / BOOT_CMDLINE
@@ -386,6 +387,7 @@ def boot(root: Path, say: Any = print) -> None:
     """The node reboots now: processes end, containers stop, the kernel's view is
     rebuilt as the boot finds it, the enabled units and onboot containers start."""
     _record(root, "reboot")
+    from specops.lab.hosttree import build_tree  # noqa: PLC0415  (boot only)
     from specops.lab.pve.layout import Node  # noqa: PLC0415  (boot only)
     from specops.lab.pve.pct import ct_start, ct_status, ct_stop, list_cts, load_ct_conf  # noqa: PLC0415
 

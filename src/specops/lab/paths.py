@@ -3,7 +3,9 @@
 - the cache (``$SPECOPS_CACHE``, default ``/var/cache/specops``): the base image's
   rootfs tarball, the vLLM CPU venv, the tiny model, the wheelhouse;
 - the lab (``$SPECOPS_LAB_DIR``, default ``/var/lib/specops/lab``): node roots, the
-  stand-in cluster, the API's state.
+  stand-in cluster, the API's state;
+- inside a lab node's root: what the lab keeps beside the kernel's view
+  (``LAB_ETC``) and the initramfs and next kernel command line the node boots with.
 
 Read the environment when asked (not at import), so a test or a command that moves
 the cache moves it everywhere.
@@ -14,9 +16,26 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["TEMPLATE_NAME", "cache_root", "lab_dir", "template_tarball"]
+__all__ = [
+    "BOOT_CMDLINE",
+    "INITRAMFS_DIR",
+    "LAB_ETC",
+    "TEMPLATE_NAME",
+    "cache_root",
+    "lab_dir",
+    "template_tarball",
+]
 
 TEMPLATE_NAME = "debian-bookworm-rootfs.tar"
+# Relative to a lab node's root. What the lab keeps about the node beside the kernel's
+# view (etc/specops-lab/): the node's NVIDIA majors, what its installer stand-in and
+# boot emulation read.
+LAB_ETC = Path("etc") / "specops-lab"
+# The initramfs the node boots with: the modprobe configuration it carries (written at
+# a tree build and by the node's update-initramfs stand-in), and the next boot's kernel
+# command line (written by its update-grub / proxmox-boot-tool stand-ins).
+INITRAMFS_DIR = Path("boot") / "specops-lab-initramfs"
+BOOT_CMDLINE = Path("boot") / "specops-lab-cmdline"
 
 
 def cache_root() -> Path:

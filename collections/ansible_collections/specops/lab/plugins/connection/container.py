@@ -54,9 +54,6 @@ options:
       - name: ansible_pipelining
 """
 
-# fetch_file streams the container's file in pieces of this size (no whole-file buffer).
-_COPY_CHUNK = 1 << 20
-
 
 class Connection(ConnectionBase):  # type: ignore[misc]
     """A lab LXC container (see DOCUMENTATION; ansible is untyped here)."""
@@ -90,7 +87,7 @@ class Connection(ConnectionBase):  # type: ignore[misc]
         ]
 
     def _connect(self) -> Any:
-        if self._connected:
+        if self.connected:
             return self
         found = shutil.which("lxc-attach")
         if not found:
@@ -146,16 +143,14 @@ class Connection(ConnectionBase):  # type: ignore[misc]
         super().fetch_file(in_path, out_path)
         self._display.vvv(f"FETCH {in_path} TO {out_path}", host=self._name())
         with open(out_path, "wb") as dst:
-            proc = subprocess.Popen(
+            # Straight into the file: no copy of it in memory.
+            proc = subprocess.run(
                 self._argv(["/bin/cat", "--", in_path]),
-                stdout=subprocess.PIPE,
+                stdout=dst,
                 stderr=subprocess.PIPE,
+                check=False,
             )
-            assert proc.stdout is not None and proc.stderr is not None
-            while chunk := proc.stdout.read(_COPY_CHUNK):
-                dst.write(chunk)
-            err = proc.stderr.read()
-            rc = proc.wait()
+        rc, err = proc.returncode, proc.stderr
         if rc != 0:
             os.unlink(out_path)
             raise AnsibleError(
