@@ -13,10 +13,16 @@ SPECOPS_CACHE=${SPECOPS_CACHE:-/var/cache/specops}
 VENV=${SPECOPS_VENV:-$ROOT/.venv}
 IMAGE=${SPECOPS_IMAGE:-specops/debian-bookworm-systemd:latest}
 ROOTFS_TAR=$SPECOPS_CACHE/debian-bookworm-rootfs.tar
-PYTHON=${SPECOPS_PYTHON:-python3}
+# The controller's interpreter: Debian's own Python 3.11 (built with PGO and LTO: Ansible
+# runs ~10 % faster on it here than on an unoptimised build earlier on PATH), else python3.
+if [[ -z ${SPECOPS_PYTHON:-} && -x /usr/bin/python3 ]] && /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null; then
+  PYTHON=/usr/bin/python3
+else
+  PYTHON=${SPECOPS_PYTHON:-python3}
+fi
 # lxc-templates ships /usr/share/lxc/config/<ostype>.common.conf, which a PVE node has from
 # lxc-pve and the PVE stand-in includes at every container start (as PVE does).
-DEBIAN_PACKAGES=(docker.io debootstrap lxc lxc-templates iproute2 uidmap openssl kmod)
+DEBIAN_PACKAGES=(docker.io debootstrap lxc lxc-templates python3-venv iproute2 uidmap openssl kmod)
 # Packages inside the base image: systemd as PID 1, python3 for Ansible, sudo/acl for
 # become_user, what the roles' verifiers read, and ifupdown: PVE's guest setup writes a
 # Debian container's /etc/network/interfaces from its netN entries and the container's
@@ -115,14 +121,22 @@ step_image() {
 }
 
 step_venv() {
-  local stamp=$VENV/.specops-requirements.sha256 want
-  want=$(cat "$ROOT/requirements.txt" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)
+  local stamp=$VENV/.specops-requirements.sha256 want base
+  base=$(readlink -f "$(command -v "$PYTHON")")
+  # The stamp covers the requirements and the interpreter the venv is made from.
+  want=$( (cat "$ROOT/requirements.txt" "$ROOT/pyproject.toml"; echo "$base") | sha256sum | cut -d' ' -f1)
   if [[ -x $VENV/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]]; then
     say "venv: $VENV is current"
     return
   fi
-  say "venv: installing requirements.txt and specops (editable) into $VENV"
-  [[ -x $VENV/bin/python ]] || "$PYTHON" -m venv "$VENV"
+  say "venv: installing requirements.txt and specops (editable) into $VENV (from $base)"
+  if [[ -x $VENV/bin/python && $(readlink -f "$VENV/bin/python") != "$base" ]]; then
+    say "venv: $VENV was made from $(readlink -f "$VENV/bin/python"); making it again"
+    "$PYTHON" -m venv --clear "$VENV"
+  elif [[ ! -x $VENV/bin/python ]]; then
+    [[ -L $VENV && ! -e $VENV ]] && rm -f "$VENV"  # a dangling link (a copied checkout)
+    "$PYTHON" -m venv "$VENV"
+  fi
   "$VENV/bin/pip" install -q --disable-pip-version-check -r "$ROOT/requirements.txt"
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps -e "$ROOT"
   echo "$want" >"$stamp"

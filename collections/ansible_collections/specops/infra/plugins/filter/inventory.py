@@ -54,7 +54,10 @@ def vfio_release_request(
     groups: Mapping[str, Sequence[str]], hostvars: Any, node: str
 ) -> dict[str, Any]:
     serving = [str(h) for h in groups.get("serving", [])]
-    plain = {h: {k: hostvars[h][k] for k in _GPU_KEYS if k in hostvars[h]} for h in serving}
+    plain: dict[str, dict[str, Any]] = {}
+    for host in serving:
+        hv = hostvars[host]  # once per host: each lookup builds the host's variables
+        plain[host] = {k: hv[k] for k in _GPU_KEYS if k in hv}
     try:
         return _release({"serving": serving}, plain, str(node)).as_vars()
     except SpecopsError as exc:
