@@ -4,8 +4,12 @@ streamed completion, read with a plain socket (no HTTP client library, no buffer
 ours in between), to tell the server's and the network's pacing from the benchmark
 client's.
 
-    scripts/stream-probe.py --base-url http://10.216.3.33:8000 --model tiny-qwen \
+    scripts/stream-probe.py --base-url http://<container address>:8000 --model tiny-qwen \
         [--max-tokens 48] [--attempts 3] [--api-key-file F] [--json]
+
+In the lab the container's address comes from the lab's one network definition:
+``python -c "from specops.lab.network import load; print(load().address(801))"``
+(801: the container's VMID).
 
 Prints, per attempt, how many reads returned data, when the first and the last came
 (ms after the request was sent) and how many SSE events each carried. An answer that
