@@ -8,8 +8,9 @@
 #
 # Every lint step, every pytest test and every molecule scenario counts once in the
 # closing line `N passed, N failed, N skipped`. Phase times are printed at the end.
-# After the set-up, pytest runs beside a second lane (lint, then molecule);
-# SPECOPS_TEST_LANES=1 runs the phases one after the other.
+# After the set-up, pytest runs beside a second lane (lint, then molecule, then the
+# pytest shard PYTEST_SECOND_LANE names); SPECOPS_TEST_LANES=1 runs the phases one after
+# the other.
 #
 # Under CI=true (what .ci/run sets) nothing may be left out: a skipped test or molecule
 # scenario, a deselected test, or a scenario the time budget did not reach counts as
@@ -86,20 +87,44 @@ run_lint() {
   check "README profile table" specops profile table --check README.md
 }
 
+# The pytest shard that runs in the second lane, after molecule: the fleet tests (two
+# docker vLLM nodes) need nothing the first lane's lab holds and would otherwise end the
+# first lane last. The first lane runs everything else (`--ignore` of exactly these
+# paths), so every test runs once, in one lane or the other.
+PYTEST_SECOND_LANE=(tests/tune/test_real_rollout.py)
+
+# run_pytest [NAME PATH...]: one pytest session over PATHs (default: all of tests/ but the
+# second lane's shard, which `run_pytest second-lane` gets; `scripts/test.sh pytest`
+# runs both, one after the other). Each session has its own report, temp dir and
+# deselection list, so two may run at once.
 run_pytest() {
-  local xml=$OUT/pytest.xml
-  rm -f "$xml" "$OUT/deselected.txt"
+  local name=${1:-}
+  shift || true
+  local paths=("$@") ignore=() p
+  if [[ -z $name ]]; then
+    run_pytest main
+    run_pytest second-lane "${PYTEST_SECOND_LANE[@]}"
+    return
+  fi
+  if ((${#paths[@]} == 0)); then
+    paths=(tests)
+    for p in "${PYTEST_SECOND_LANE[@]}"; do ignore+=("--ignore=$p"); done
+  fi
+  local out=$OUT/pytest-$name
+  local xml=$out/pytest.xml
+  rm -rf "$out"
+  mkdir -p "$out"
   # SPECOPS_TEST_FLEET=0 leaves the three-node rollout/sweep tests (marker fleet) out of a
   # quick local run; they are then counted as deselected, and under CI=true a
   # deselected test fails the run (tests/plugins/strict.py).
   local select=()
   [[ ${SPECOPS_TEST_FLEET:-1} == 0 ]] && select=(-m "not fleet")
   # shellcheck disable=SC2086  # PYTEST_ARGS is a word list on purpose
-  SPECOPS_TEST_OUT=$OUT python -m pytest -p no:cacheprovider --basetemp="$OUT/pytest-tmp" \
-    --junitxml="$xml" "${select[@]}" ${PYTEST_ARGS:-} tests
+  SPECOPS_TEST_OUT=$out python -m pytest -p no:cacheprovider --basetemp="$out/tmp" \
+    --junitxml="$xml" "${select[@]}" ${PYTEST_ARGS:-} "${ignore[@]}" "${paths[@]}"
   local rc=$?
   if [[ ! -f $xml ]]; then
-    ko "pytest (no report, exit $rc)"
+    ko "pytest $name (no report, exit $rc)"
     return
   fi
   local counts
@@ -117,24 +142,24 @@ PY
   )
   local p f s d=0
   read -r p f s <<<"$counts"
-  [[ -f $OUT/deselected.txt ]] && d=$(grep -c . "$OUT/deselected.txt")
+  [[ -f $out/deselected.txt ]] && d=$(grep -c . "$out/deselected.txt")
   passed=$((passed + p))
   failed=$((failed + f))
-  ((f > 0)) && failures+=("pytest: $f test(s)")
+  ((f > 0)) && failures+=("pytest $name: $f test(s)")
   # Under CI=true the strict plugin already turned every skip not in
   # .ci/skip-allowlist.yml into a failure: what is left here is allowlisted.
   skipped=$((skipped + s))
   ((s > 0)) && printf '  (%s pytest test(s) skipped, each allowlisted or outside CI)\n' "$s"
   if ((d > 0)); then
-    printf '  (%s pytest test(s) deselected: %s)\n' "$d" "$OUT/deselected.txt"
+    printf '  (%s pytest test(s) deselected: %s)\n' "$d" "$out/deselected.txt"
     if is_ci; then
       failed=$((failed + d))
-      failures+=("pytest: $d test(s) deselected under CI")
+      failures+=("pytest $name: $d test(s) deselected under CI")
     else
       skipped=$((skipped + d))
     fi
   fi
-  if ((rc != 0 && f == 0 && d == 0)); then ko "pytest (exit $rc)"; fi
+  if ((rc != 0 && f == 0 && d == 0)); then ko "pytest $name (exit $rc)"; fi
 }
 
 # Mission rows first (the serving path, then the host driver, card release and the
@@ -201,6 +226,7 @@ lane_b() {
   passed=0 failed=0 skipped=0 failures=() timings=()
   phase lint run_lint
   phase molecule run_molecule
+  phase pytest-2 run_pytest second-lane "${PYTEST_SECOND_LANE[@]}"
   {
     echo "$passed $failed $skipped"
   } >"$LANE_B.counts"
@@ -233,13 +259,13 @@ main() {
         phase pytest run_pytest
         phase molecule run_molecule
       else
-        # Two lanes on two cores: lint then molecule (docker) beside pytest (LXC, the
-        # lab, the vLLM servers). They share no state: different containers, ports,
-        # directories. The second lane's output is shown when both are done.
+        # Two lanes on two cores: lint, molecule (docker) and the fleet tests (docker
+        # vLLM nodes) beside the rest of pytest (LXC, the lab, the vLLM servers). They
+        # share no state: different containers, ports, directories. The second lane's output is shown when both are done.
         rm -f "$LANE_B".*
         lane_b &
         local lane_b_pid=$!
-        phase pytest run_pytest
+        phase pytest run_pytest main
         wait "$lane_b_pid"
         merge_lane_b
       fi
