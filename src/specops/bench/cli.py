@@ -6,7 +6,9 @@ the field or URL), 130 (Ctrl-C) or 143 (SIGTERM) when interrupted: the finished 
 are kept in the run directory and ``--resume DIR`` measures the rest. ``--json``
 prints one JSON line (results path, report path, failed cells) and nothing else, for
 playbooks; progress goes to ``progress.log`` in the run directory either way.
-``compare`` exits 1 on a regression.
+``--reuse --server-instance ID`` measures nothing when a finished run under ``--out``
+measured the same plan against the same server process (``specops.bench.reuse``): it
+prints that run (``"reused": true``) instead. ``compare`` exits 1 on a regression.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from specops.bench.compare import Thresholds, compare, threshold_arg
 from specops.bench.plan import Plan, load_plan, plan_from_mapping
 from specops.bench.report import write_report
 from specops.bench.results import Results, RunStore, load_results
+from specops.bench.reuse import find_standing
 from specops.bench.runner import RunState, new_run_id, run_plan
 from specops.errors import ValidationError
 from specops.templating import fmt
@@ -81,6 +84,17 @@ def register(subparsers: Any) -> None:
         "--resume",
         metavar="RUN_DIR",
         help="continue an interrupted run (its plan, its server): only missing cells",
+    )
+    run.add_argument(
+        "--server-instance",
+        metavar="ID",
+        help="the serving process measured (e.g. its systemd InvocationID), recorded",
+    )
+    run.add_argument(
+        "--reuse",
+        action="store_true",
+        help="measure nothing when a finished run under --out measured this plan against "
+        "this --server-instance with no failures: its results stand",
     )
     run.add_argument("--json", action="store_true", help="quiet; print one JSON line")
     run.add_argument("--fail-fast", action="store_true", help="stop after a failing cell")
@@ -173,11 +187,15 @@ async def _cancel_on_sigterm(coro: Coroutine[Any, Any, T]) -> T:
         loop.remove_signal_handler(signal.SIGTERM)
 
 
-def _run(plan: Plan, store: RunStore, fail_fast: bool, quiet: bool) -> Results:
+def _run(
+    plan: Plan, store: RunStore, fail_fast: bool, quiet: bool, instance: str | None
+) -> Results:
     log = _ProgressLog(store.dir / "progress.log")
     store.dir.mkdir(parents=True, exist_ok=True)
     if quiet:
-        return asyncio.run(_cancel_on_sigterm(run_plan(plan, log, fail_fast, store)))
+        return asyncio.run(
+            _cancel_on_sigterm(run_plan(plan, log, fail_fast, store, server_instance=instance))
+        )
     from rich.progress import (  # noqa: PLC0415
         BarColumn,
         MofNCompleteColumn,
@@ -212,7 +230,9 @@ def _run(plan: Plan, store: RunStore, fail_fast: bool, quiet: bool) -> Results:
                 eta="?" if eta is None else f"{fmt(eta, 0)} s",
             )
 
-        return asyncio.run(_cancel_on_sigterm(run_plan(plan, observe, fail_fast, store)))
+        return asyncio.run(
+            _cancel_on_sigterm(run_plan(plan, observe, fail_fast, store, server_instance=instance))
+        )
 
 
 def _hardware(plan: Plan, gpu: str | None, count: int | None) -> Plan:
@@ -243,7 +263,41 @@ def _resume_plan(args: argparse.Namespace) -> tuple[Plan, RunStore]:
     return plan_from_mapping(store.load().plan), store
 
 
+def _print_run(args: argparse.Namespace, store: RunStore, results: Results, **extra: Any) -> int:
+    """The run's outcome: one JSON line (--json) or the paths; exit 1 when a cell failed."""
+    path = store.results_path
+    report = store.dir / "report.md"
+    has_report = not args.no_report and report.is_file()
+    failed = [f"c{c.concurrency}-ctx{c.context_tokens}" for c in results.failed_cells]
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "results": str(path),
+                    "report": str(report) if has_report else None,
+                    "plots": sorted(str(png) for png in store.dir.glob("*.png")),
+                    "run_id": results.run_id,
+                    "cells": len(results.cells),
+                    "failed_cells": failed,
+                    **extra,
+                }
+            )
+        )
+    else:
+        if extra.get("reused"):
+            print(f"measured nothing: {results.run_id} stands (same plan, same server instance)")
+        print(f"results: {path}")
+        if has_report:
+            print(f"report:  {report}")
+        if failed:
+            print(f"cells with failures: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
+    if args.reuse and args.resume:
+        raise ValidationError("--reuse", "cannot be combined with --resume")
+    reuse_reason = ""
     if args.resume:
         plan, store = _resume_plan(args)
     else:
@@ -254,9 +308,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
             else plan_from_mapping(overrides)
         )
         plan = _hardware(plan, args.roofline_gpu, args.roofline_gpu_count)
+        if args.reuse:
+            standing = find_standing(Path(args.out), plan, args.server_instance or "")
+            if standing.store is not None:
+                return _print_run(
+                    args, standing.store, load_results(standing.store.results_path), reused=True
+                )
+            reuse_reason = standing.reason
         store = RunStore(Path(args.out) / new_run_id())
     try:
-        results = _run(plan, store, args.fail_fast, args.json)
+        results = _run(plan, store, args.fail_fast, args.json, args.server_instance)
     except (KeyboardInterrupt, asyncio.CancelledError) as exc:
         kept = len(store.load().cells) if store.exists() else 0
         print(
@@ -265,31 +326,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130 if isinstance(exc, KeyboardInterrupt) else 143
-    path = store.results_path
-    report = None
     if not args.no_report:
-        report = write_report(load_results(path), store.dir)
-    failed = [f"c{c.concurrency}-ctx{c.context_tokens}" for c in results.failed_cells]
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "results": str(path),
-                    "report": str(report) if report else None,
-                    "plots": sorted(str(png) for png in store.dir.glob("*.png")),
-                    "run_id": results.run_id,
-                    "cells": len(results.cells),
-                    "failed_cells": failed,
-                }
-            )
-        )
-    else:
-        print(f"results: {path}")
-        if report:
-            print(f"report:  {report}")
-        if failed:
-            print(f"cells with failures: {', '.join(failed)}", file=sys.stderr)
-    return 1 if failed else 0
+        write_report(load_results(store.results_path), store.dir)
+    extra: dict[str, Any] = {"reused": False}
+    if args.reuse:
+        extra["not_reused"] = reuse_reason
+    return _print_run(args, store, results, **extra)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

@@ -6,7 +6,9 @@ meaning or disappears; readers refuse versions they do not know and read older o
 they do, a field newer than the file taking its documented default (schema 2 added
 per cell ``concurrency_max``, ``concurrency_mean``, ``steady_s``,
 ``steady_output_tok_s`` (None when read from schema 1), per request
-``in_flight_at_send`` (None), per run ``interrupted`` (false) and ``resumed_at`` ([])).
+``in_flight_at_send`` (None), per run ``interrupted`` (false) and ``resumed_at`` ([]));
+later schema-2 files may carry ``server_instance`` (None when absent: the caller named no
+server process, so the run never stands for another, see :mod:`specops.bench.reuse`).
 
 A run directory (:class:`RunStore`) holds the document while it grows: ``run.json``
 (everything but the cells, written once), ``cells.jsonl`` (one finished cell per line,
@@ -131,6 +133,9 @@ class Results:
     schema_version: int = SCHEMA_VERSION
     interrupted: bool = False  # stopped before the matrix was done (Ctrl-C, SIGTERM)
     resumed_at: list[str] = field(default_factory=list)  # when --resume continued it
+    # The serving process measured, as the caller named it (systemd InvocationID): what
+    # `bench run --reuse` compares. None: not named.
+    server_instance: str | None = None
 
     @property
     def failed_cells(self) -> list[Cell]:
@@ -150,6 +155,7 @@ class Results:
             "correctness": self.correctness,
             "interrupted": self.interrupted,
             "resumed_at": self.resumed_at,
+            "server_instance": self.server_instance,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -182,6 +188,7 @@ class Results:
             schema_version=SCHEMA_VERSION,
             interrupted=bool(data.get("interrupted", False)),
             resumed_at=list(data.get("resumed_at", [])),
+            server_instance=data.get("server_instance"),
         )
 
 

@@ -417,11 +417,14 @@ async def run_plan(
     observer: Observer | None = None,
     fail_fast: bool = False,
     store: RunStore | None = None,
+    server_instance: str | None = None,
 ) -> Results:
     """Run the whole matrix (and HumanEval when the plan asks) and return the results.
 
     ``store``: keep each finished cell there as it ends; a store holding a run already
-    is resumed (its plan, its server, only the cells it lacks).
+    is resumed (its plan, its server, only the cells it lacks). ``server_instance``: the
+    serving process measured, recorded for ``bench run --reuse`` (a resumed run keeps
+    its own).
     """
     before = store.load() if store is not None and store.exists() else None
     created = before.created_at if before else _now()
@@ -450,6 +453,7 @@ async def run_plan(
             notes=notes,
             correctness=before.correctness if before else None,
             resumed_at=[*before.resumed_at, _now()] if before else [],
+            server_instance=before.server_instance if before else server_instance,
         )
         matrix = [(ctx, c) for ctx in contexts for c in plan.concurrency]
         kept, state = _begin(store, before, results, matrix, effective)
