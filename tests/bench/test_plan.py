@@ -10,7 +10,9 @@ import pytest
 from specops.bench.client import make_client
 from specops.bench.plan import (
     DEFAULT_CONCURRENCY,
+    changed_fields,
     clip_context_lengths,
+    complete,
     load_plan,
     parse_token_count,
     plan_from_mapping,
@@ -100,6 +102,19 @@ def test_clip_to_max_model_len() -> None:
     assert clip_context_lengths((1024,), 256, None) == ((1024,), [])
     with pytest.raises(ValidationError, match=r"^output_len: "):
         clip_context_lengths((1024,), 4096, 4096)
+
+
+def test_complete_fills_the_model_and_clips_and_changed_fields_name_the_rest() -> None:
+    plan = plan_from_mapping({"base_url": "http://127.0.0.1:8000", "context_lengths": [1024, 8192],
+                              "output_len": 256})  # fmt: skip
+    done, notes = complete(plan, "served-model", 4096)
+    assert (done.model, done.context_lengths, len(notes)) == ("served-model", (1024, 3840), 1)
+    named, _ = complete(plan_from_mapping({**plan.to_dict(), "model": "mine"}), "other", None)
+    assert named.model == "mine"
+    assert named.context_lengths == (1024, 8192)
+    recorded = done.to_dict()  # as results.json keeps it, read back
+    assert changed_fields(recorded, done) == []
+    assert changed_fields(recorded, plan) == ["context_lengths", "model"]
 
 
 def test_api_key_file_gives_every_request_its_bearer_and_must_be_private(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, cast
 from urllib.parse import urlparse
@@ -39,7 +39,9 @@ __all__ = [
     "Roofline",
     "Slo",
     "Timeouts",
+    "changed_fields",
     "clip_context_lengths",
+    "complete",
     "load_plan",
     "parse_token_count",
     "plan_from_mapping",
@@ -482,3 +484,18 @@ def clip_context_lengths(
             )
             kept.append(limit)
     return tuple(sorted(set(kept))), notes
+
+
+def complete(plan: Plan, model: str, max_model_len: int | None) -> tuple[Plan, list[str]]:
+    """The plan a run measures against a server that serves ``model`` with that
+    ``max_model_len``: its model filled in when it names none, its context lengths
+    clipped (:func:`clip_context_lengths`); and one note per clipped length."""
+    contexts, notes = clip_context_lengths(plan.context_lengths, plan.output_len, max_model_len)
+    return replace(plan, model=plan.model or model, context_lengths=contexts), notes
+
+
+def changed_fields(recorded: dict[str, Any], plan: Plan) -> list[str]:
+    """The top-level fields where ``plan`` differs from a plan recorded in results (as
+    JSON read it back), sorted."""
+    now = json.loads(json.dumps(plan.to_dict()))
+    return sorted(k for k in set(now) | set(recorded) if now.get(k) != recorded.get(k))

@@ -24,16 +24,16 @@ The newest runs are read first (run ids sort by time), at most :data:`MAX_RUNS_R
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
-from specops.bench.plan import Plan, clip_context_lengths
+from specops.bench.plan import Plan, changed_fields, complete
 from specops.bench.results import Results, RunStore, load_results
 from specops.errors import ValidationError
 
-__all__ = ["MAX_RUNS_READ", "Standing", "completed_plan", "find_standing", "why_not"]
+__all__ = ["MAX_RUNS_READ", "Standing", "find_standing", "why_not"]
 
 MAX_RUNS_READ = 20
 
@@ -44,14 +44,6 @@ class Standing:
 
     store: RunStore | None
     reason: str  # why the newest run does not stand ('' when one does)
-
-
-def completed_plan(plan: Plan, recorded: Results) -> Plan:
-    """``plan`` as the runner would have completed it against the recorded server."""
-    contexts, _ = clip_context_lengths(
-        plan.context_lengths, plan.output_len, recorded.server.max_model_len
-    )
-    return replace(plan, model=plan.model or recorded.server.model, context_lengths=contexts)
 
 
 def why_not(recorded: Results, plan: Plan, server_instance: str) -> str | None:
@@ -73,8 +65,9 @@ def _refusals(recorded: Results, plan: Plan, server_instance: str) -> Iterator[s
         yield f"{name} has {len(recorded.failed_cells)} cell(s) with failures"
     if plan.humaneval.enabled and recorded.correctness is None:
         yield f"{name} has no HumanEval result and the plan asks for one"
-    now = orjson.loads(orjson.dumps(completed_plan(plan, recorded).to_dict()))
-    changed = sorted(k for k in set(now) | set(recorded.plan) if now.get(k) != recorded.plan.get(k))
+    # The plan as the runner completed it against the recorded server (plan.complete).
+    completed, _ = complete(plan, recorded.server.model, recorded.server.max_model_len)
+    changed = changed_fields(recorded.plan, completed)
     if changed:
         yield f"{name} measured another plan (changed: {', '.join(changed)})"
 

@@ -24,7 +24,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -38,7 +38,7 @@ from specops.bench.metrics import (
     acceptance_from_vllm,
     parse_spec_counters,
 )
-from specops.bench.plan import Plan, clip_context_lengths
+from specops.bench.plan import Plan, changed_fields, complete
 from specops.bench.prompts import (
     LocalTokenizer,
     PromptBuilder,
@@ -393,9 +393,7 @@ def _interrupted(results: Results, cells: int, store: RunStore | None) -> None:
 
 def _same_run(before: Results, plan: Plan, identity: ServerIdentity) -> None:
     """Refuse to resume on another plan or server: the cells would not be comparable."""
-    recorded = before.plan
-    now = plan.to_dict()
-    changed = sorted(k for k in set(recorded) | set(now) if recorded.get(k) != now.get(k))
+    changed = changed_fields(before.plan, plan)
     if changed:
         raise ValidationError(
             "resume",
@@ -433,8 +431,8 @@ async def run_plan(
     async with make_client(plan, max(plan.concurrency)) as client:
         model, max_len = await _preflight(client, plan)
         identity = await _identity(client, plan, model, max_len)
-        contexts, notes = clip_context_lengths(plan.context_lengths, plan.output_len, max_len)
-        effective = replace(plan, model=model, context_lengths=contexts)
+        effective, notes = complete(plan, model, max_len)
+        contexts = effective.context_lengths
         if before is not None:
             _same_run(before, effective, identity)
             notes = list(before.notes)
