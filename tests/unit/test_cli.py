@@ -88,8 +88,10 @@ def test_a_group_without_its_subcommand_fails_with_usage(
         assert "required" in err, (path, err)
 
 
-def test_ctrl_c_ends_without_a_traceback(tmp_path: Path) -> None:
-    """A real SIGINT to `specops bench run` waiting on a server that never answers."""
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_stop_signal_ends_without_a_traceback(tmp_path: Path, signum: int, code: int) -> None:
+    """A real SIGINT (Ctrl-C) or SIGTERM (systemd, timeout) to `specops bench run`
+    waiting on a server that never answers."""
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
@@ -105,11 +107,11 @@ def test_ctrl_c_ends_without_a_traceback(tmp_path: Path) -> None:
         server.settimeout(60)
         conn, _ = server.accept()  # the client is inside its first request now
         with conn:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signum)
             _out, err = proc.communicate(timeout=60)
     assert "Traceback" not in err, err
     # the last line says so, and how to go on (a bench run keeps its finished cells)
     last = err.strip().splitlines()[-1]
     assert last.startswith("specops: interrupted"), err
     assert f"specops bench run --resume {tmp_path}" in last, err
-    assert proc.returncode == 130
+    assert proc.returncode == code

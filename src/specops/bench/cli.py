@@ -175,26 +175,73 @@ class _ProgressLog:
             fh.write(_progress_line(state) + "\n")
 
 
-async def _cancel_on_sigterm(coro: Coroutine[Any, Any, T]) -> T:
-    """SIGTERM stops the run the way Ctrl-C does: cancelled, finished cells kept."""
+class _Signals:
+    """The stop signal a run received (SIGINT or SIGTERM), None while it runs."""
+
+    received: int | None = None
+
+
+async def _cancel_on_signals(coro: Coroutine[Any, Any, T], signals: _Signals) -> T:
+    """Ctrl-C and SIGTERM cancel the run from the event loop: finished cells kept.
+
+    Both go through the loop's own handler, which runs between callbacks.
+    ``asyncio.run``'s SIGINT handler runs between bytecodes instead: a cancel landing
+    inside a socket-connect callback logs an ``InvalidStateError`` traceback (CPython
+    3.11). A second Ctrl-C finds Python's default handler back and stops at once. As
+    ``asyncio.run``, it leaves SIGINT alone where Python did not install its handler
+    (a process started with SIGINT ignored).
+    """
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
-    if task is not None:
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    assert task is not None  # run by asyncio.run
+
+    def stop(signum: int) -> None:
+        signals.received = signum
+        if signum == signal.SIGINT:
+            loop.remove_signal_handler(signal.SIGINT)
+        task.cancel()
+
+    handled = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        handled.append(signal.SIGINT)
+    for signum in handled:
+        loop.add_signal_handler(signum, stop, signum)
     try:
         return await coro
     finally:
-        loop.remove_signal_handler(signal.SIGTERM)
+        for signum in handled:
+            loop.remove_signal_handler(signum)
 
 
 def _run(
     plan: Plan, store: RunStore, fail_fast: bool, quiet: bool, instance: str | None
 ) -> Results:
+    """The run's results; KeyboardInterrupt after Ctrl-C, CancelledError after SIGTERM."""
+    signals = _Signals()
+    try:
+        return _run_loop(plan, store, fail_fast, quiet, instance, signals=signals)
+    except asyncio.CancelledError:
+        if signals.received == signal.SIGINT:
+            raise KeyboardInterrupt from None
+        raise
+
+
+def _run_loop(
+    plan: Plan,
+    store: RunStore,
+    fail_fast: bool,
+    quiet: bool,
+    instance: str | None,
+    *,
+    signals: _Signals,
+) -> Results:
     log = _ProgressLog(store.dir / "progress.log")
     store.dir.mkdir(parents=True, exist_ok=True)
     if quiet:
         return asyncio.run(
-            _cancel_on_sigterm(run_plan(plan, log, fail_fast, store, server_instance=instance))
+            _cancel_on_signals(
+                run_plan(plan, log, fail_fast, store, server_instance=instance), signals
+            )
         )
     from rich.progress import (  # noqa: PLC0415
         BarColumn,
@@ -231,7 +278,9 @@ def _run(
             )
 
         return asyncio.run(
-            _cancel_on_sigterm(run_plan(plan, observe, fail_fast, store, server_instance=instance))
+            _cancel_on_signals(
+                run_plan(plan, observe, fail_fast, store, server_instance=instance), signals
+            )
         )
 
 
