@@ -151,17 +151,41 @@ step_vllm() {
   "$VENV/bin/specops" lab vllm wheelhouse
 }
 
+# Runs the named steps (each at most once) and exits non-zero when one failed. After the
+# packages (the others need their tools), the docker engine and the image (debootstrap,
+# disk-bound) go beside the venv and vLLM (pip, download-bound): on a fresh machine the
+# two chains take minutes each and need nothing from each other.
 main() {
   [[ $(id -u) == 0 ]] || { echo "setup.sh: run as root (it installs packages and starts dockerd)" >&2; exit 1; }
-  local steps=("$@")
-  ((${#steps[@]})) || steps=(all)
-  for s in "${steps[@]}"; do
+  local s want=" " image=() python=() image_pid="" python_pid="" rc=0
+  (($#)) || set -- all
+  for s in "$@"; do
     case $s in
-      all) step_packages; step_docker; step_image; step_venv ;;
-      packages | docker | image | venv | vllm) "step_$s" ;;
+      all) want+="packages docker image venv " ;;
+      packages | docker | image | venv | vllm) want+="$s " ;;
       *) echo "setup.sh: unknown step '$s' (valid: packages docker image venv vllm all)" >&2; exit 2 ;;
     esac
   done
+  if [[ $want == *" packages "* ]]; then step_packages; fi
+  for s in docker image venv vllm; do
+    [[ $want == *" $s "* ]] || continue
+    if [[ $s == docker || $s == image ]]; then image+=("step_$s"); else python+=("step_$s"); fi
+  done
+  if ((${#image[@]})); then
+    (for s in "${image[@]}"; do "$s"; done) &
+    image_pid=$!
+  fi
+  if ((${#python[@]})); then
+    (for s in "${python[@]}"; do "$s"; done) &
+    python_pid=$!
+  fi
+  if [[ -n $image_pid ]] && ! wait "$image_pid"; then
+    echo "setup.sh: step ${image[*]#step_} failed" >&2; rc=1
+  fi
+  if [[ -n $python_pid ]] && ! wait "$python_pid"; then
+    echo "setup.sh: step ${python[*]#step_} failed" >&2; rc=1
+  fi
+  return "$rc"
 }
 
 main "$@"
