@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from specops.bench.plan import plan_from_mapping
 from specops.bench.prompts import PromptBuilder, ServerTokenizer, load_corpus
 from specops.bench.report import write_report
 from specops.bench.results import load_results
-from specops.bench.runner import run_plan
+from specops.bench.runner import new_run_id, run_plan
 from specops.cli import main
 from specops.errors import SpecopsError
 
@@ -403,3 +404,13 @@ def test_cli_roofline_gpu_replaces_the_plan_cards_and_keeps_its_weights(
         "NVIDIA RTX A6000: 1 card(s) per replica of the container's 2"
         in Path(info["report"]).read_text()
     )
+
+
+def test_run_ids_sort_in_the_order_they_were_made() -> None:
+    # Many ids within one second: the newest-first reads (reuse, resume) rely on this.
+    made = []
+    for _ in range(40):
+        made.append(new_run_id())
+        time.sleep(0.002)
+    assert sorted(made) == made
+    assert len(set(made)) == len(made)

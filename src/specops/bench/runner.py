@@ -345,8 +345,11 @@ async def _run_cell(
 
 
 def new_run_id() -> str:
-    """A run id: UTC time and a random suffix (the run directory's name)."""
-    return f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+    """A run id: UTC time to the millisecond and a random suffix (the run directory's
+    name). Ids sort by time: runs started within one second (a re-run, a sweep's short
+    cells) keep their order, which the random suffix alone would not."""
+    now = dt.datetime.now(dt.UTC)
+    return f"{now:%Y%m%dT%H%M%S}{now.microsecond // 1000:03d}Z-{uuid.uuid4().hex[:6]}"
 
 
 def _label(concurrency: int, context: int) -> str:
