@@ -407,7 +407,7 @@ def test_cli_roofline_gpu_replaces_the_plan_cards_and_keeps_its_weights(
 
 
 def test_run_ids_sort_in_the_order_they_were_made() -> None:
-    # Many ids within one second: the newest-first reads (reuse, resume) rely on this.
+    # Many ids within one second: --reuse reads the newest run first by its id.
     made = []
     for _ in range(40):
         made.append(new_run_id())
