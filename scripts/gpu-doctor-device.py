@@ -68,30 +68,28 @@ from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: E4
     pve_conf,
 )
 
+from specops.lab.pve.conf import parse_pct_config  # noqa: E402
 from specops.lab.pve.layout import Node  # noqa: E402
 from specops.lab.pve.lxcconf import build_lxc_config, machine_cgroup_version  # noqa: E402
 
+# lxc-templates ships /usr/share/lxc/config/<ostype>.common.conf, which PVE's start path
+# includes (lxc-pve has it on a node).
 PACKAGES = (
     "lxc",
     "liblxc1",
     "liblxc-common",
+    "lxc-templates",
     "libapparmor1",
     "libcap2",
     "libseccomp2",
     "libselinux1",
     "libpcre2-8-0",
 )
-# What the bundle copies from the repository (the script imports nothing else).
-BUNDLE_FILES = (
-    "scripts/gpu-doctor-device.py",
-    "src/specops/__init__.py",
-    "src/specops/errors.py",
-    "src/specops/lab/__init__.py",
-    "src/specops/lab/pve/__init__.py",
-    "src/specops/lab/pve/conf.py",
-    "src/specops/lab/pve/layout.py",
-    "src/specops/lab/pve/lxcconf.py",
-)
+# What the bundle copies from the repository: the script, the controller package (the
+# lab's PVE reader and conf -> LXC translation import its schema and format modules)
+# and the collection's module_utils.
+BUNDLE_FILES = ("scripts/gpu-doctor-device.py",)
+BUNDLE_TREES = ("src/specops",)
 MODULE_UTILS = "collections/ansible_collections/specops/infra/plugins/module_utils"
 VMID = 900
 NAME = f"doctor-{VMID}"
@@ -154,9 +152,8 @@ def bundle(dest: Path) -> None:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, target)
-    shutil.copytree(
-        REPO / MODULE_UTILS, dest / MODULE_UTILS, ignore=shutil.ignore_patterns("__pycache__")
-    )
+    for tree in (*BUNDLE_TREES, MODULE_UTILS):
+        shutil.copytree(REPO / tree, dest / tree, ignore=shutil.ignore_patterns("__pycache__"))
     debs = dest / "debs"
     debs.mkdir()
     subprocess.run(["apt-get", "download", *PACKAGES], cwd=debs, check=True)
@@ -286,9 +283,10 @@ def stop(env: dict[str, str], lxcpath: Path) -> None:
 
 
 def generated_conf(
-    facts: dict[str, Any], card: str, char_devices: dict[int, str]
+    facts: dict[str, Any], card: str, char_devices: dict[int, str], base: str = BASE_CONF
 ) -> tuple[str, list[dict[str, Any]]]:
-    conf = pve_conf.parse(BASE_CONF)
+    """``base`` with the GPU lines for ``card`` (what lxc_gpu_passthrough writes)."""
+    conf = pve_conf.parse(base)
     devices = lxc_gpu.plan_devices(facts, [card])
     result = lxc_gpu.merge(
         conf,
@@ -341,7 +339,7 @@ def run_case(
     conf_path = node.host_path(f"/etc/pve/lxc/{VMID}.conf")
     conf_path.write_text(conf_text)
     plan = build_lxc_config(
-        pve_conf.parse(conf_text),
+        parse_pct_config(VMID, conf_text),
         vmid=VMID,
         node=node,
         rootfs=ctx["rootfs"],

@@ -17,7 +17,6 @@ against real systemd in ``molecule/inference``.
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -52,37 +51,19 @@ def _reference(outputs: list[og.Decoded]) -> og.Reference:
                         DEFAULT.max_tokens, "plain server", outputs)  # fmt: skip
 
 
-def _under_load(base_url: str) -> list[og.Decoded]:
-    """Decode while 4 other long requests run (the verify batches get other shapes)."""
-    stop = threading.Event()
-
-    def load() -> None:
-        while not stop.is_set():
-            httpx.post(f"{base_url}/v1/completions", json={
-                "model": "tiny-qwen", "prompt": "import sys\n" * 20, "max_tokens": 96,
-                "temperature": 0}, timeout=120)  # fmt: skip
-
-    threads = [threading.Thread(target=load, daemon=True) for _ in range(4)]
-    for t in threads:
-        t.start()
-    try:
-        return og.decode(base_url, "tiny-qwen", DEFAULT)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=150)
-
-
 def test_threshold_measured_on_real_vllm(
     vllm_plain_server: Any, vllm_ngram_server: Any, vllm_draft_server: Any,
     measurement: Record,
 ) -> None:  # fmt: skip
     plain = og.decode(vllm_plain_server.base_url, "tiny-qwen", DEFAULT)
     assert all(o.token_ids is not None for o in plain), "vLLM returns token ids"
+    # The gate's own loaded-batch decode: the prompts inside a batch of 4 other requests.
+    loaded = og.decode_under_load(vllm_plain_server.base_url, "tiny-qwen", DEFAULT, load=4)
+    assert loaded.started == 4, "every other request streamed before the prompts went"
     reference = _reference(plain)
     runs = {
         "plain again": og.decode(vllm_plain_server.base_url, "tiny-qwen", DEFAULT),
-        "plain under load": _under_load(vllm_plain_server.base_url),
+        "plain under load": loaded.outputs,
         "ngram k=3": og.decode(vllm_ngram_server.base_url, "tiny-qwen", DEFAULT),
         "draft_model k=3": og.decode(vllm_draft_server.base_url, "tiny-qwen", DEFAULT),
         "repetition_penalty 1.3": _decode_with(
@@ -98,6 +79,9 @@ def test_threshold_measured_on_real_vllm(
         for name, v in verdicts.items()
     ]
     lines.append(f"  reference loops (detector, per prompt): {loops}")
+    lines.append(
+        f"  under load: {loaded.started} others streaming, {loaded.in_flight} still at the end"
+    )
     measurement(
         "output-gate-threshold",
         lines,
@@ -128,11 +112,18 @@ def test_node_gate_records_then_judges(vllm_plain_server: Any, tmp_path: Path) -
     path = tmp_path / "gate" / "ref.json"
     url = vllm_plain_server.base_url
     model = str(vllm_plain_server.model)
-    speculative = og.NodeGate(url, "tiny-qwen", model, str(path), LAB, record=False)
+    loaded = og.GateConfig(detect_loops=False, load=4)
+    speculative = og.NodeGate(url, "tiny-qwen", model, str(path), loaded, record=False)
     # no reference yet: the running server's output becomes it (before a change)
     speculative.before_change()
     assert json.loads(path.read_text())["source"] == "the server that ran before the change"
-    assert speculative.after_ready().ok
+    judged = speculative.after_ready()
+    assert judged.ok, judged.message
+    # ... and inside a loaded batch too (inventory: inference_service_output_gate_load)
+    assert judged.under_load is not None
+    assert judged.under_load["ok"], judged.under_load
+    assert judged.under_load["started"] == 4
+    assert "inside a batch of 4 other requests" in judged.message
     none = og.NodeGate(url, "tiny-qwen", model, str(path), LAB, record=True)
     verdict_none = none.after_ready()
     assert verdict_none.ok

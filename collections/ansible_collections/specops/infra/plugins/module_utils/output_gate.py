@@ -17,7 +17,12 @@ set greedily and
    token repeated ``max_run`` times in a row, or a cycle of at most ``max_period``
    tokens repeated over ``min_span`` tokens (the seeds' SGLang 0.5.9 on a GDN hybrid
    answered ``lambda lambda lambda ...``). A prompt whose reference output has the same
-   loop is left to the match check (the model itself loops there).
+   loop is left to the match check (the model itself loops there);
+3. with ``load`` > 0, decodes the same prompts again inside a loaded batch (``load``
+   other streamed requests in flight, :func:`decode_under_load`) and compares those
+   outputs with the reference too. Drafts and the verify pass are batched: an ngram or
+   draft-model server's acceptance differed between clients at C >= 4 on an H200, and a
+   server whose output changes only inside a batch passes the one-at-a-time check.
 
 Token ids come from ``return_token_ids``: vLLM (0.32: ``CompletionRequest.return_token_ids``)
 and SGLang (main: ``python/sglang/srt/entrypoints/openai/protocol.py``, the request field
@@ -37,10 +42,12 @@ import hashlib
 import json
 import os
 import re
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -51,9 +58,11 @@ __all__ = [
     "Decoded",
     "GateConfig",
     "GateVerdict",
+    "LoadedDecode",
     "NodeGate",
     "Reference",
     "decode",
+    "decode_under_load",
     "degeneration",
     "evaluate",
     "load_reference",
@@ -73,6 +82,9 @@ PROMPTS: tuple[str, ...] = (
     "1. Preheat the oven.\n2.",
 )
 DEFAULT_MAX_TOKENS = 48
+MAX_LOAD = 256  # requests in flight around the prompts in the loaded-batch check
+# What the loaded-batch check's other requests ask for (varied, so no two are one prompt).
+_FILLER = "Write a long, detailed technical essay about topic number {n}: distributed systems, "
 _TEXT_UNIT = re.compile(r"\w+|\s+|[^\w\s]", re.UNICODE)
 
 
@@ -115,6 +127,8 @@ class GateConfig:
     # False only for a model whose greedy output loops by construction (the lab's
     # random-weight tiny model); the match with the reference is still checked.
     detect_loops: bool = True
+    # Also decode the prompts inside a batch of this many other requests (0: off).
+    load: int = 0
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any] | None) -> GateConfig:
@@ -134,6 +148,9 @@ class GateConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 out.append(f"{name}: must be an integer >= {low} (got {value!r})")
+        load = self.load
+        if not isinstance(load, int) or isinstance(load, bool) or not 0 <= load <= MAX_LOAD:
+            out.append(f"load: must be an integer from 0 to {MAX_LOAD} (got {load!r})")
         if not self.prompts or not all(isinstance(p, str) and p for p in self.prompts):
             out.append("prompts: must be a non-empty list of non-empty strings")
         return out
@@ -190,6 +207,9 @@ class GateVerdict:
     reference_source: str = ""
     degenerate: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
+    # The loaded-batch check (config.load > 0): its own verdict and how many requests
+    # were still in flight when the last gate prompt finished.
+    under_load: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -255,6 +275,92 @@ def decode(
             )
         )
     return out
+
+
+@dataclass
+class LoadedDecode:
+    """The gate prompts decoded inside a batch: outputs, and the batch it really had."""
+
+    outputs: list[Decoded]
+    load: int  # other requests started
+    started: int  # of those, how many had streamed a first token before the prompts went
+    in_flight: int  # of those, how many were still decoding when the last prompt returned
+
+
+def _stream_filler(
+    url: str,
+    body: dict[str, Any],
+    api_key: str | None,
+    *,
+    timeout: float,
+    first: threading.Event,
+    done: threading.Event,
+) -> None:
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)  # noqa: S310 - the role's server URL
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+            for line in resp:
+                if line.startswith(b"data:"):
+                    first.set()
+                if line.strip() == b"data: [DONE]":
+                    break
+    except (urllib.error.URLError, OSError, TimeoutError, ValueError):
+        pass  # load, not a measurement: the prompts' own answers decide
+    finally:
+        first.set()
+        done.set()
+
+
+def decode_under_load(
+    base_url: str,
+    served_model_name: str,
+    config: GateConfig,
+    *,
+    load: int,
+    api_key: str | None = None,
+) -> LoadedDecode:
+    """Decode every gate prompt at once while ``load`` other requests decode.
+
+    The others are streamed (so their first token shows they are in the batch), ask for
+    four times the gate's tokens with ``ignore_eos`` (vLLM and SGLang both take it) so
+    they outlast the prompts, and are waited for at the end (bounded by the request
+    timeout). RuntimeError when a gate prompt cannot be decoded.
+    """
+    url = base_url.rstrip("/") + "/v1/completions"
+    firsts = [threading.Event() for _ in range(load)]
+    dones = [threading.Event() for _ in range(load)]
+    with ThreadPoolExecutor(max_workers=load + len(config.prompts)) as pool:
+        for n in range(load):
+            body = {
+                "model": served_model_name, "prompt": _FILLER.format(n=n),
+                "max_tokens": config.max_tokens * 4 + 64, "temperature": 0, "stream": True,
+                "ignore_eos": True,
+            }  # fmt: skip
+            pool.submit(
+                _stream_filler, url, body, api_key,
+                timeout=config.request_timeout, first=firsts[n], done=dones[n],
+            )  # fmt: skip
+        deadline = time.monotonic() + config.request_timeout
+        for event in firsts:
+            event.wait(max(0.0, deadline - time.monotonic()))
+        started = sum(1 for n in range(load) if firsts[n].is_set() and not dones[n].is_set())
+        futures = [
+            pool.submit(
+                decode, base_url, served_model_name, replace_prompts(config, (p,)), api_key=api_key
+            )
+            for p in config.prompts
+        ]
+        outputs = [f.result()[0] for f in futures]
+        in_flight = sum(1 for d in dones if not d.is_set())
+    return LoadedDecode(outputs, load, started, in_flight)
+
+
+def replace_prompts(config: GateConfig, prompts: tuple[str, ...]) -> GateConfig:
+    """``config`` with another prompt set."""
+    return GateConfig(**{**asdict(config), "prompts": prompts})
 
 
 def match_rate(reference: Sequence[Any], candidate: Sequence[Any]) -> float:
@@ -372,9 +478,12 @@ def save_reference(path: str, reference: Reference) -> None:
     write_atomic(path, json.dumps(reference.as_dict(), indent=1) + "\n", 0o640)
 
 
-def _listed_root(base_url: str, served_model_name: str, timeout: float) -> str | None:
+def _listed_root(
+    base_url: str, served_model_name: str, timeout: float, api_key: str | None = None
+) -> str | None:
     """The model path ``/v1/models`` reports for the served name (vLLM's ``root``), if any."""
-    req = urllib.request.Request(base_url.rstrip("/") + "/v1/models")  # noqa: S310
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    req = urllib.request.Request(base_url.rstrip("/") + "/v1/models", headers=headers)  # noqa: S310
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
             data = json.loads(resp.read().decode("utf-8", errors="replace"))
@@ -443,7 +552,9 @@ class NodeGate:
             self.seconds += time.monotonic() - began
 
     def _record_before(self) -> None:
-        root = _listed_root(self.url, self.served_model_name, self.config.request_timeout)
+        root = _listed_root(
+            self.url, self.served_model_name, self.config.request_timeout, self.api_key
+        )
         if root is not None and root != self.model:
             return
         try:
@@ -469,9 +580,50 @@ class NodeGate:
         if verdict.ok and self.record and (reference is None or self.refresh):
             self._store(outputs, "method none (no speculation)")
             verdict.message += f"; recorded as the reference ({why_none or 'refresh'})"
+            compare_with = Reference(
+                self.served_model_name, self.model, prompts_digest(self.config.prompts),
+                self.config.max_tokens, "this server, one request at a time", outputs,
+            )  # fmt: skip
         elif reference is None and verdict.ok:
             verdict.message += f" (reference: {why_none})"
+        if verdict.ok and self.config.load > 0:
+            return self._under_load(verdict, compare_with)
         return verdict
+
+    def _under_load(self, verdict: GateVerdict, reference: Reference | None) -> GateVerdict:
+        """The same prompts inside a loaded batch, against the same reference."""
+        began = time.monotonic()
+        try:
+            loaded = decode_under_load(
+                self.url, self.served_model_name, self.config, load=self.config.load,
+                api_key=self.api_key,
+            )  # fmt: skip
+        except RuntimeError as exc:
+            return GateVerdict(
+                False, "decode", f"the gate prompts could not be decoded under load: {exc}"
+            )
+        finally:
+            self.seconds += time.monotonic() - began
+        under = evaluate(loaded.outputs, reference, self.config)
+        verdict.under_load = {
+            "ok": under.ok, "check": under.check, "match_rate": under.match_rate,
+            "per_prompt": under.per_prompt, "load": loaded.load, "started": loaded.started,
+            "in_flight": loaded.in_flight, "message": under.message,
+            "token_ids": [o.token_ids for o in loaded.outputs],
+        }  # fmt: skip
+        if under.ok:
+            verdict.message += (
+                f"; inside a batch of {loaded.started} other requests (still"
+                f" {loaded.in_flight} in flight at the end): {under.message}"
+            )
+            return verdict
+        under.check = f"{under.check}-under-load"
+        under.message = (
+            f"inside a batch of {loaded.started} other requests: {under.message}"
+            f" (one request at a time it passed: {verdict.message})"
+        )
+        under.under_load = verdict.under_load
+        return under
 
     def record_running(self) -> str:
         """For an unchanged, running ``method: none`` server: record a missing reference."""

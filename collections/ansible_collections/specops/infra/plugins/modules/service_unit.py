@@ -182,6 +182,12 @@ options:
             construction (the lab's random-weight model). The match with the reference stays.
         type: bool
         default: true
+      load:
+        description:
+          - Also decode the prompts inside a batch of this many other streamed requests
+            in flight and compare those outputs with the reference too (0 is off).
+        type: int
+        default: 0
 notes:
   - Supports check mode and diff mode (the unit text).
 """
@@ -299,6 +305,7 @@ def run_module() -> None:
                     "max_period": {"type": "int", "default": 4},
                     "min_span": {"type": "int", "default": 24},
                     "detect_loops": {"type": "bool", "default": True},
+                    "load": {"type": "int", "default": 0},
                 },
             },
         },
@@ -367,7 +374,7 @@ def _gate(p: dict[str, Any]) -> NodeGate | None:
     config = GateConfig(
         threshold=opts["threshold"], max_tokens=opts["max_tokens"], max_run=opts["max_run"],
         max_period=opts["max_period"], min_span=opts["min_span"],
-        detect_loops=opts["detect_loops"],
+        detect_loops=opts["detect_loops"], load=opts["load"],
     )  # fmt: skip
     return NodeGate(
         url=p["url"], served_model_name=p["served_model_name"], model=opts["model"],

