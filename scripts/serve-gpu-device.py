@@ -64,6 +64,7 @@ import sys
 import tarfile
 import time
 import traceback
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -71,14 +72,25 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "src"), str(REPO / "collections")]
 
+import yaml  # noqa: E402
 from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: E402
     gpu,
     output_gate,
-    pve_conf,
     readiness,
 )
+from ansible_collections.specops.infra.plugins.module_utils.model_weights import (  # noqa: E402
+    read_weights,
+)
+from ansible_collections.specops.infra.plugins.module_utils.service_unit import (  # noqa: E402
+    render_environment_file,
+)
 
-from specops.lab import unit_exec  # noqa: E402
+from specops.lab import hosttree, unit_exec  # noqa: E402
+from specops.lab.pve.conf import parse_pct_config  # noqa: E402
+from specops.lab.pve.layout import Node  # noqa: E402
+from specops.lab.pve.lxcconf import build_lxc_config, machine_cgroup_version  # noqa: E402
+from specops.lab.vllm_install import lab_paths  # noqa: E402
+from specops.lab.vllm_model import model_dir  # noqa: E402
 
 VLLM_VERSION = "0.20.1"
 # What a dense model on sm90 never loads (FA3 serves Hopper; no MoE, no MLA).
@@ -88,11 +100,10 @@ TRIM = (
     "vllm/_flashmla_C.abi3.so",
     "vllm/_flashmla_extension_C.abi3.so",
 )
-PLATFORMS = (
-    "manylinux_2_35_x86_64 manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_26_x86_64"
-    " manylinux_2_24_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64"
-    " manylinux_2_5_x86_64"
-).split()
+PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (35, 28, 27, 26, 24, 17, 5)] + [
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+]
 PART_BYTES = 54 * 1024 * 1024  # + the working tree (~5 MiB) stays under 64 MiB a call
 WORK = Path("/root/specops-serve")  # on the device: outside the repo copy
 SERVED = "r1b"
@@ -134,11 +145,17 @@ BENCH = {
     "concurrency": [1, 4, 16, 64],
     "context_lengths": [512, 8192],
     "output_len": 256,
-    "requests_per_cell": 16,
+    "requests_per_cell": 8,
     "waves_per_cell": 2,
     "warmup_per_cell": 2,
     "temperature": 0,
 }
+# P1 (scripts/bench-fidelity.py) on the plain and the ngram server: ABBA pairs per C.
+P1 = {"output_len": 128, "requests": 8, "repeats": 3}
+IMPORT_PROBE = (
+    "import torch, vllm; "
+    "print(vllm.__version__, vllm.__file__, torch.__version__, torch.cuda.is_available())"
+)
 GATE_LOAD = 32  # requests in flight around the gate's prompts in the loaded-batch gate
 # The container's serving tree, kept on the host under WORK/ct: the models (read-only in
 # the container), the service's state and caches (bound read-write), and /etc/specops,
@@ -161,10 +178,10 @@ def sh(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
 
 def _doctor_script() -> Any:
     """scripts/gpu-doctor-device.py as a module: its LXC prefix and machine block."""
-    spec = importlib.util.spec_from_file_location(
-        "gpu_doctor_device", REPO / "scripts/gpu-doctor-device.py"
-    )
-    assert spec is not None and spec.loader is not None
+    path = REPO / "scripts/gpu-doctor-device.py"
+    spec = importlib.util.spec_from_file_location("gpu_doctor_device", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"{path}: cannot be loaded")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -184,7 +201,8 @@ def sha256(path: Path) -> str:
 def _pip_download(dest: Path, reqs: list[str]) -> None:
     plat = [a for p in PLATFORMS for a in ("--platform", p)]
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-           "--python-version", "3.12", "--implementation", "cp", *plat, "-d", str(dest), *reqs]  # fmt: skip
+           "--python-version", "3.12", "--implementation", "cp", *plat, "-d", str(dest),
+           *reqs]  # fmt: skip
     subprocess.run(cmd, check=True)
 
 
@@ -243,7 +261,8 @@ def deps_site(cache: Path) -> Path:
     shutil.rmtree(site, ignore_errors=True)
     plat = [a for p in PLATFORMS for a in ("--platform", p)]
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--target", str(site),
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+         "--target", str(site),
          "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", *plat,
          *map(str, sorted(whl.glob("*.whl")))],
         check=True,
@@ -257,8 +276,6 @@ def deps_site(cache: Path) -> Path:
 
 
 def tiny_model() -> Path:
-    from specops.lab.vllm_model import model_dir
-
     path = model_dir()
     if not (path / "config.json").exists():
         raise SystemExit(f"{path}: no tiny model; run scripts/setup.sh vllm first")
@@ -269,10 +286,6 @@ def render_units(dest: Path, *, engine: str, version: str, venv: str, model: str
                  draft: str, key_file: Path) -> dict[str, Any]:  # fmt: skip
     """Per config: the unit, its EnvironmentFile and the service step's settings, as the
     inference_service role renders them (its preflight validates everything first)."""
-    from ansible_collections.specops.infra.plugins.module_utils.service_unit import (
-        render_environment_file,
-    )
-
     dest.mkdir(parents=True, exist_ok=True, mode=0o700)
     rendered: dict[str, Any] = {}
     for name, cfg in CONFIGS.items():
@@ -303,7 +316,8 @@ def render_units(dest: Path, *, engine: str, version: str, venv: str, model: str
         env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
                "ANSIBLE_CACHE_PLUGIN": "memory", "PYTHONPATH": str(REPO / "src")}  # fmt: skip
         proc = sh(
-            ["ansible-playbook", "-i", "localhost,", str(REPO / "scripts/device/render-service.yml"),
+            ["ansible-playbook", "-i", "localhost,",
+             str(REPO / "scripts/device/render-service.yml"),
              "--tags", "preflight", "-e", f"ansible_python_interpreter={sys.executable}",
              "-e", f"@{extra}"],
             env=env, cwd=REPO,
@@ -378,7 +392,8 @@ def device(part: Path | None, out: Path, wait: float) -> int:
         for item in part.iterdir():
             shutil.copy(item, stage / item.name)
         log(
-            f"device: part {part.name} kept ({sum(p.stat().st_size for p in part.iterdir()) / 2**20:.1f} MiB)"
+            f"device: part {part.name} kept"
+            f" ({sum(p.stat().st_size for p in part.iterdir()) / 2**20:.1f} MiB)"
         )
     started = WORK / "started"
     manifest_path = stage / "manifest.json"
@@ -627,17 +642,16 @@ class Ctx:
 
 def container_up(ctx: Ctx, rec: Record) -> dict[str, Any]:
     """GPU facts -> passthrough lines -> PVE conf -> LXC config -> a running container."""
-    from specops.lab.pve.conf import parse_pct_config
-    from specops.lab.pve.layout import Node
-    from specops.lab.pve.lxcconf import build_lxc_config, machine_cgroup_version
-
     doctor = _doctor_script()
     ctx.lxc_env = doctor.lxc_prefix(ctx.work / "payload" / "debs", ctx.prefix)
     facts = gpu.gather_facts(gpu.HostRoots.under(ctx.host_root)).to_dict()
     names = gpu.parse_proc_devices(Path(ctx.host_root, "proc/devices").read_text())
     char_devices = {major: n for n, major in names.items()}
-    card = next(g["address"] for g in facts["gpus"]
-                if g["driver"] == "nvidia" and (g.get("nvidia") or {}).get("minor") is not None)  # fmt: skip
+    card = next(
+        g["address"]
+        for g in facts["gpus"]
+        if g["driver"] == "nvidia" and (g.get("nvidia") or {}).get("minor") is not None
+    )
     conf_text, devices = doctor.generated_conf(facts, card, char_devices, base=BASE_CONF)
     node_root = ctx.work / "node"
     shutil.rmtree(node_root, ignore_errors=True)
@@ -646,19 +660,20 @@ def container_up(ctx: Ctx, rec: Record) -> dict[str, Any]:
         (node_root / d).symlink_to(Path(ctx.host_root) / d)
     (node_root / "etc/pve/lxc").mkdir(parents=True)
     (node_root / f"etc/pve/lxc/{VMID}.conf").write_text(conf_text)
-    node = Node(name="serve-node", root=node_root,
-                cgroup="v2" if facts["cgroup"]["version"] == 2 else "v1", lxcpath=ctx.lxcpath)  # fmt: skip
+    cgroup = "v2" if facts["cgroup"]["version"] == 2 else "v1"
+    node = Node(name="serve-node", root=node_root, cgroup=cgroup, lxcpath=ctx.lxcpath)
     rootfs = doctor._rootfs(ctx.work)
     plan = build_lxc_config(parse_pct_config(VMID, conf_text), vmid=VMID, node=node, rootfs=rootfs,
                             passthrough_dir=ctx.lxcpath / CT_NAME / "passthrough",
                             machine_cgroup=machine_cgroup_version())  # fmt: skip
     venv = json.loads((ctx.units / "plain.json").read_text())["argv"][0].rsplit("/bin/", 1)[0]
+    site = ctx.work / "site"
     extra = [
         "# Serving: the models, the service's state and caches, the unpacked engine.",
         f"lxc.mount.entry = {ctx.ct / 'models'} srv/models none bind,ro,create=dir 0 0",
         f"lxc.mount.entry = {ctx.ct / 'state'} var/lib/specops none bind,create=dir 0 0",
         f"lxc.mount.entry = {ctx.ct / 'cache'} var/cache/specops none bind,create=dir 0 0",
-        f"lxc.mount.entry = {ctx.work / 'site'} {str(ctx.work / 'site').lstrip('/')} none bind,ro,create=dir 0 0",
+        f"lxc.mount.entry = {site} {str(site).lstrip('/')} none bind,ro,create=dir 0 0",
     ]
     if not venv.startswith(("/usr/", "/opt/")):
         extra.append(f"lxc.mount.entry = {venv} {venv.lstrip('/')} none bind,ro,create=dir 0 0")
@@ -687,7 +702,8 @@ def container_up(ctx: Ctx, rec: Record) -> dict[str, Any]:
     )
     return {"card": card, "devices": devices, "conf": conf_text, "lxc_config": config,
             "lxc_warnings": plan.warnings, "state": state, "nvidia_smi_in_ct": [code, nvsmi[-500:]],
-            "gpu_facts": facts, "char_devices": {str(k): v for k, v in sorted(char_devices.items())}}  # fmt: skip
+            "gpu_facts": facts,
+            "char_devices": {str(k): v for k, v in sorted(char_devices.items())}}  # fmt: skip
 
 
 def gate_config(options: dict[str, Any]) -> output_gate.GateConfig:
@@ -705,8 +721,6 @@ def gate_config(options: dict[str, Any]) -> output_gate.GateConfig:
 
 
 def metrics_text(url: str) -> str:
-    import urllib.request
-
     with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:  # noqa: S310 - loopback
         return str(resp.read().decode())
 
@@ -721,10 +735,6 @@ def spec_lines(text: str) -> str:
 
 
 def write_plan(ctx: Ctx, name: str, url: str, model_dir: str) -> Path:
-    from ansible_collections.specops.infra.plugins.module_utils.model_weights import read_weights
-
-    import yaml
-
     plan = {"base_url": url, "model": SERVED, **BENCH, "api_key_file": str(ctx.units / "api-key"),
             "roofline": {"gpu": "h200" if not ctx.dry else "a6000", "gpu_count": 1,
                          "weights": read_weights(model_dir)}}  # fmt: skip
@@ -757,9 +767,11 @@ def run_config(ctx: Ctx, rec: Record, name: str, host_model: str) -> None:
             api_key=ctx.api_key, unit_state=lambda: "active" if server.alive() else "failed",
         )  # fmt: skip
         entry["ready"] = {"ok": ready.ready, "seconds": round(time.monotonic() - began, 1),
-                          "attempts": ready.attempts, "stage": ready.last.stage, "detail": ready.last.detail}  # fmt: skip
+                          "attempts": ready.attempts, "stage": ready.last.stage,
+                          "detail": ready.last.detail}  # fmt: skip
         log(
-            f"{name}: ready={ready.ready} after {entry['ready']['seconds']} s ({ready.last.detail[:120]})"
+            f"{name}: ready={ready.ready} after {entry['ready']['seconds']} s"
+            f" ({ready.last.detail[:120]})"
         )
         rec.put(f"config-{name}", entry)
         if not ready.ready:
@@ -767,8 +779,10 @@ def run_config(ctx: Ctx, rec: Record, name: str, host_model: str) -> None:
             return
         gate_cfg = server.settings["output_gate"]
         config = gate_config(gate_cfg)
-        gate = output_gate.NodeGate(url, SERVED, gate_cfg["model"], ctx.host_path(gate_cfg["reference_path"]), config,
-                                    record=str(gate_cfg["record"]).lower() == "true", api_key=ctx.api_key)  # fmt: skip
+        gate = output_gate.NodeGate(
+            url, SERVED, gate_cfg["model"], ctx.host_path(gate_cfg["reference_path"]), config,
+            record=str(gate_cfg["record"]).lower() == "true", api_key=ctx.api_key,
+        )  # fmt: skip
         verdict = gate.after_ready()
         entry["gate"] = {
             **verdict.as_dict(),
@@ -786,24 +800,35 @@ def run_config(ctx: Ctx, rec: Record, name: str, host_model: str) -> None:
         plan = write_plan(ctx, name, url, host_model)
         before = metrics_text(url)
         bench_out = ctx.res / f"bench-{name}"
-        proc = sh([sys.executable, "-m", "specops.cli", "bench", "run", "--plan", str(plan), "--out",
-                   str(bench_out), "--json", "--server-instance", f"{name}-{entry['start']['pid']}"],
-                  env={**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'collections'}"}, timeout=900)  # fmt: skip
+        pythonpath = f"{REPO / 'src'}:{REPO / 'collections'}"
+        proc = sh([sys.executable, "-m", "specops.cli", "bench", "run", "--plan", str(plan),
+                   "--out", str(bench_out), "--json",
+                   "--server-instance", f"{name}-{entry['start']['pid']}"],
+                  env={**os.environ, "PYTHONPATH": pythonpath}, timeout=900)  # fmt: skip
         after = metrics_text(url)
         (ctx.res / f"metrics-{name}-before.txt").write_text(spec_lines(before))
         (ctx.res / f"metrics-{name}-after.txt").write_text(spec_lines(after))
         entry["bench"] = {"rc": proc.returncode, "stderr": proc.stderr[-1500:],
-                          "results": [str(p.relative_to(ctx.res)) for p in bench_out.glob("*/results.json")]}  # fmt: skip
+                          "results": [str(p.relative_to(ctx.res))
+                                      for p in bench_out.glob("*/results.json")]}  # fmt: skip
         log(f"{name}: specops bench rc={proc.returncode}")
         rec.put(f"config-{name}", entry)
         if name in ("plain", "ngram") and not ctx.dry:
             p1 = ctx.res / f"p1-{name}.json"
+            k = (
+                json.loads(server.settings["argv"][-1]).get("num_speculative_tokens", 1)
+                if name != "plain"
+                else 1
+            )
             proc = sh([sys.executable, str(REPO / "scripts/bench-fidelity.py"), "--base-url", url,
-                       "--tokenizer", host_model, "--vllm-python", ctx.engine_python,
-                       "--concurrency", "1,4,16", "--output-len", "256", "--context", "512",
-                       "--repeats", "3", "--server-pgid", str(entry["start"]["pid"]),
+                       "--label", name, "--model", SERVED, "--tokenizer", host_model,
+                       "--vllm-python", ctx.engine_python, "--concurrency", "1,4,16",
+                       "--output-len", str(P1["output_len"]), "--requests", str(P1["requests"]),
+                       "--context", "512", "--repeats", str(P1["repeats"]),
+                       "--num-speculative-tokens", str(k),
+                       "--server-pgid", str(entry["start"]["pid"]),
                        "--api-key-file", str(ctx.units / "api-key"), "--json", str(p1)],
-                      timeout=720)  # fmt: skip
+                      timeout=900)  # fmt: skip
             (ctx.res / f"p1-{name}.txt").write_text(proc.stdout[-20000:] + proc.stderr[-5000:])
             entry["p1"] = {"rc": proc.returncode, "json": p1.name if p1.exists() else None}
             log(f"{name}: P1 rc={proc.returncode}")
@@ -830,14 +855,63 @@ torch.manual_seed(0)
 m = Qwen2ForCausalLM(Qwen2Config(**cfg)).to(torch.bfloat16)
 m.save_pretrained(dst, safe_serialization=True)
 for f in os.listdir(src):
-    if f.startswith(("tokenizer", "chat_template", "generation_config", "special_tokens", "vocab", "merges")):
+    if f.startswith(("tokenizer", "chat_template", "generation_config", "special_tokens",
+                     "vocab", "merges")):
         shutil.copy(os.path.join(src, f), dst)
-print(json.dumps({"params": sum(p.numel() for p in m.parameters()), "seconds": round(time.time() - t, 1)}))
+n = sum(p.numel() for p in m.parameters())
+print(json.dumps({"params": n, "seconds": round(time.time() - t, 1)}))
 """
     proc = sh([ctx.engine_python, "-c", code, str(tiny), str(dst)], timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"1B model: {proc.stderr[-1500:]}")
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def unpack(ctx: Ctx) -> dict[str, Any]:
+    """The engine into the engine venv (a .pth: the venv itself stays as the image has it),
+    the drafter into the container's model folder; what the venv then imports."""
+    out: dict[str, Any] = {}
+    payload = ctx.work / "payload"
+    site = ctx.work / "site"
+    shutil.rmtree(site, ignore_errors=True)
+    site.mkdir()
+    if not ctx.dry:
+        for blob in ("vllm.tar.xz", "deps.tar.xz"):
+            subprocess.run(["tar", "-C", str(site), "-xJf", str(payload / blob)], check=True)
+        code = "import site; print(site.getsitepackages()[0])"
+        pth = Path(sh([ctx.engine_python, "-c", code]).stdout.strip(), "zz-specops-site.pth")
+        pth.write_text(f"{site}\n")
+        out["pth"] = str(pth)
+    # The unit runs <venv>/bin/python: a venv has it beside python3.
+    argv0 = Path(json.loads((ctx.units / "plain.json").read_text())["argv"][0])
+    out["unit_python"] = {"path": str(argv0), "exists": argv0.exists()}
+    models = Path(ctx.host_path("/srv/models"))
+    shutil.rmtree(models / "tiny", ignore_errors=True)
+    (models / "tiny").mkdir()
+    tiny = payload / "tiny.tar.xz"
+    subprocess.run(["tar", "-C", str(models / "tiny"), "-xJf", str(tiny)], check=True)
+    probe = sh([ctx.engine_python, "-c", IMPORT_PROBE], timeout=300)
+    out["import"] = (probe.stdout + probe.stderr)[-800:]
+    log(f"import: {out['import'][-200:]}")
+    return out
+
+
+def read_flags(ctx: Ctx) -> dict[str, Any]:
+    """The installed engine's flag set, read by the project's introspection, against the
+    list shipped in src/specops/speculative/data/."""
+    out: dict[str, Any] = {}
+    path = ctx.res / f"vllm-{VLLM_VERSION}-flags.json"
+    script = str(REPO / "scripts/extract-engine-flags.py")
+    proc = sh([sys.executable, script, "vllm", "--python", ctx.engine_python, "-o", str(path)],
+              timeout=300)  # fmt: skip
+    out["rc"], out["output"] = proc.returncode, (proc.stdout + proc.stderr)[-1500:]
+    if path.exists() and not ctx.dry:
+        read = json.loads(path.read_text())
+        data = REPO / f"src/specops/speculative/data/vllm-{VLLM_VERSION}-flags.json"
+        shipped = json.loads(data.read_text())
+        out["same_flags_as_shipped"] = read["flags"] == shipped["flags"]
+        out["same_speculative_as_shipped"] = read["speculative"] == shipped["speculative"]
+    return out
 
 
 def orchestrate(
@@ -856,43 +930,9 @@ def orchestrate(
     )
     try:
         with rec.step("unpack") as e:
-            site = work / "site"
-            shutil.rmtree(site, ignore_errors=True)
-            site.mkdir()
-            if not dry:
-                for blob in ("vllm.tar.xz", "deps.tar.xz"):
-                    subprocess.run(
-                        ["tar", "-C", str(site), "-xJf", str(work / "payload" / blob)], check=True
-                    )
-                sp = sh(
-                    [engine_python, "-c", "import site; print(site.getsitepackages()[0])"]
-                ).stdout.strip()
-                Path(sp, "zz-specops-site.pth").write_text(f"{site}\n")
-                e["pth"] = str(Path(sp, "zz-specops-site.pth"))
-            models = Path(ctx.host_path("/srv/models"))
-            shutil.rmtree(models / "tiny", ignore_errors=True)
-            (models / "tiny").mkdir()
-            subprocess.run(
-                ["tar", "-C", str(models / "tiny"), "-xJf", str(work / "payload" / "tiny.tar.xz")],
-                check=True,
-            )
-            probe = sh([engine_python, "-c", "import torch, vllm; print(vllm.__version__, vllm.__file__, torch.__version__, torch.cuda.is_available())"], timeout=300)  # fmt: skip
-            e["import"] = (probe.stdout + probe.stderr)[-800:]
-            log(f"import: {e['import'][-200:]}")
+            e.update(unpack(ctx))
         with rec.step("flags") as e:
-            out = res / f"vllm-{VLLM_VERSION}-flags.json"
-            proc = sh([sys.executable, str(REPO / "scripts/extract-engine-flags.py"), "vllm", "--python",
-                       engine_python, "-o", str(out)], timeout=300)  # fmt: skip
-            e["rc"], e["output"] = proc.returncode, (proc.stdout + proc.stderr)[-1500:]
-            if out.exists() and not dry:
-                read = json.loads(out.read_text())
-                shipped = json.loads(
-                    (
-                        REPO / f"src/specops/speculative/data/vllm-{VLLM_VERSION}-flags.json"
-                    ).read_text()
-                )
-                e["same_flags_as_shipped"] = read["flags"] == shipped["flags"]
-                e["same_speculative_as_shipped"] = read["speculative"] == shipped["speculative"]
+            e.update(read_flags(ctx))
         with rec.step("model") as e:
             r1b = Path(ctx.host_path("/srv/models/r1b"))
             if dry:
@@ -907,7 +947,8 @@ def orchestrate(
         for name in configs:
             run_config(ctx, rec, name, str(r1b))
         with rec.step("machine") as e:
-            smi = sh(["true"]) if dry else sh(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,memory.used,clocks.max.sm",
+            query = "--query-gpu=name,driver_version,memory.total,memory.used,clocks.max.sm"
+            smi = sh(["true"]) if dry else sh(["nvidia-smi", query,
                       "--format=csv,noheader"])  # fmt: skip
             e["nvidia_smi"] = smi.stdout.strip()
             e["uname"] = os.uname().release
@@ -925,9 +966,6 @@ def orchestrate(
 
 def dry_run(out: Path, configs: tuple[str, ...]) -> int:
     """The same path here: the lab's CPU vLLM, the tiny model, a simulated host tree."""
-    from specops.lab import hosttree
-    from specops.lab.vllm_install import lab_paths
-
     work = out / "work"
     shutil.rmtree(work, ignore_errors=True)
     payload = work / "payload"
