@@ -167,7 +167,7 @@ Row = dict[str, Any]
 COMPARED = (
     ("ttft_p50_ms", "server_ttft_mean_ms", "server TTFT mean ms"),
     ("tpot_p50_ms", "server_tpot_mean_ms", "server TPOT mean ms"),
-    ("output_tok_s", "server_gen_tok_s", "server generated tok/s"),
+    ("output_tok_s", "server_window_tok_s", "server tok/s (own clock)"),
 )
 
 
@@ -242,7 +242,12 @@ class Server:
             "engine_version": version,
             "speculative": "drafts" in self.metrics(),
             "server_pgid": self.pgid,
+            "api_key_enforced": self._refuses_without_key() if self.headers else None,
         }
+
+    def _refuses_without_key(self) -> bool:
+        """Whether the server answers 401 to /v1/models without the key (it checks it)."""
+        return httpx.get(f"{self.url}/v1/models", timeout=10).status_code == 401
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -295,11 +300,14 @@ class Sampler(threading.Thread):
             self.stop.wait(0.2)
 
     def while_generating(self) -> Row:
-        """Cores each side used while the server's generated-token counter grew."""
+        """Cores each side used while the server's generated-token counter grew, and the
+        server's generation rate over that window (its own clock, not the client's; the
+        window is known to one sampling interval, 0.2 s, at each end)."""
         grew = [i for i in range(1, len(self.samples))
                 if self.samples[i][3] > self.samples[i - 1][3]]  # fmt: skip
         if not grew:
-            return {"client_cores": None, "server_cores": None}
+            return {"client_cores": None, "server_cores": None, "server_window_s": None,
+                    "server_window_tok_s": None}  # fmt: skip
         first, last = self.samples[grew[0] - 1], self.samples[grew[-1]]
         span = last[0] - first[0]
 
@@ -309,7 +317,10 @@ class Sampler(threading.Thread):
                 (b - a) / span if isinstance(a, float) and isinstance(b, float) and span else None
             )
 
-        return {"client_cores": cores(1), "server_cores": cores(2)}
+        return {
+            "client_cores": cores(1), "server_cores": cores(2), "server_window_s": span,
+            "server_window_tok_s": (last[3] - first[3]) / span if span else None,
+        }  # fmt: skip
 
 
 def _run(argv: list[str], env: dict[str, str], server: Server) -> tuple[str, float, Row]:
@@ -628,7 +639,9 @@ def analyse(c: int, runs: list[Row], *, target: float, confidence: float) -> dic
                                       _median(rows, "server_gen_tok_s")),
             "ttft_mean_over_server_ms": ttft - server_ttft
             if ttft is not None and server_ttft is not None else None,
-            "foreign_tokens": [r["server_generated_tokens"] - r["output_tokens"] for r in rows],
+            "foreign_tokens": [
+                int(r["server_generated_tokens"] - r["output_tokens"]) for r in rows
+            ],
         }  # fmt: skip
     result["agreement"] = agreement
     return result
@@ -645,7 +658,8 @@ def print_concurrency(v: dict[str, Any], order: str) -> None:
         pairs = " ".join(f"{r:.3f}" for r in (iv.ratios if iv else ()))
         print(f"    {key:16} {_f(m['ours_median']):>10} {_f(m['theirs_median']):>11}  "
               f"{_interval_text(iv):32} {m['verdict']:18} {pairs}")  # fmt: skip
-    print("    referee: the server's own figure over the same runs (/metrics deltas)")
+    print("    referee: the server's own figures over the same runs (/metrics deltas; its"
+          " tok/s over the window its token counter grew)")  # fmt: skip
     print(f"    {'':24} {'under specops':>13} {'under vllm':>11}  {'ratio [interval]':26}"
           " server's spread over all runs (cv, range)")  # fmt: skip
     for key, _, label in COMPARED:
