@@ -301,8 +301,10 @@ class Sampler(threading.Thread):
 
     def while_generating(self) -> Row:
         """Cores each side used while the server's generated-token counter grew, and the
-        server's generation rate over that window (its own clock, not the client's; the
-        window is known to one sampling interval, 0.2 s, at each end)."""
+        server's generation rate on its own clock (not the client's): the tokens it
+        generated between the first and the last sample that saw the counter grown, over
+        the time between those samples (whole sampling intervals only, so the partial
+        ones at the edges do not blur it; None with fewer than two such samples)."""
         grew = [i for i in range(1, len(self.samples))
                 if self.samples[i][3] > self.samples[i - 1][3]]  # fmt: skip
         if not grew:
@@ -317,9 +319,11 @@ class Sampler(threading.Thread):
                 (b - a) / span if isinstance(a, float) and isinstance(b, float) and span else None
             )
 
+        inner0, inner1 = self.samples[grew[0]], last
+        inner = inner1[0] - inner0[0]
         return {
             "client_cores": cores(1), "server_cores": cores(2), "server_window_s": span,
-            "server_window_tok_s": (last[3] - first[3]) / span if span else None,
+            "server_window_tok_s": (inner1[3] - inner0[3]) / inner if inner > 0 else None,
         }  # fmt: skip
 
 
@@ -651,13 +655,13 @@ def print_concurrency(v: dict[str, Any], order: str) -> None:
     c, pct = v["concurrency"], f"{100 * v.get('confidence', 0.95):.0f} %"
     print(f"\n  C={c}: {v['requests']} requests per run, {v['pairs']} pairs, order {order}")
     print(f"    {'metric (median)':16} {'specops':>10} {'vllm bench':>11}  "
-          f"{'ours/theirs [' + pct + ' interval]':32} {'verdict':18} per-pair ratios")  # fmt: skip
+          f"{'ours/theirs [' + pct + ' interval]':32} {'verdict':20} per-pair ratios")  # fmt: skip
     for key, _, _ in COMPARED:
         m = v["metrics"][key]
         iv = RatioInterval(**m["ratio"]) if m["ratio"] else None
         pairs = " ".join(f"{r:.3f}" for r in (iv.ratios if iv else ()))
         print(f"    {key:16} {_f(m['ours_median']):>10} {_f(m['theirs_median']):>11}  "
-              f"{_interval_text(iv):32} {m['verdict']:18} {pairs}")  # fmt: skip
+              f"{_interval_text(iv):32} {m['verdict']:20} {pairs}")  # fmt: skip
     print("    referee: the server's own figures over the same runs (/metrics deltas; its"
           " tok/s over the window its token counter grew)")  # fmt: skip
     print(f"    {'':24} {'under specops':>13} {'under vllm':>11}  {'ratio [interval]':26}"

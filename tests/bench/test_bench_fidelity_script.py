@@ -76,11 +76,13 @@ def test_sampler_window_is_where_the_server_generated(p1: ModuleType) -> None:
     ]  # fmt: skip
     w = sampler.while_generating()
     assert w["server_window_s"] == pytest.approx(0.6)  # 0.4 (last flat) to 1.0 (last growth)
-    assert w["server_window_tok_s"] == pytest.approx(120 / 0.6)
+    assert w["server_window_tok_s"] == pytest.approx(80 / 0.4)  # 0.6 to 1.0: whole intervals
     assert w["client_cores"] == pytest.approx(0.3 / 0.6)
     assert w["server_cores"] == pytest.approx(1.2 / 0.6)
-    sampler.samples = sampler.samples[:2]
+    sampler.samples = sampler.samples[:4]  # the counter grew once: no whole interval
     assert sampler.while_generating()["server_window_tok_s"] is None
+    sampler.samples = sampler.samples[:2]
+    assert sampler.while_generating()["server_cores"] is None
 
 
 def _run(client: str, repeat: int, c: int, tpot: float, server_tpot: float) -> dict[str, Any]:

@@ -52,7 +52,7 @@ CLIENTS = ("ours", "theirs")
 MET = "met"
 NOT_MET = "not met"
 UNDECIDED = "undecided (noise)"
-TOO_FEW = "undecided (fewer than 2 pairs)"
+TOO_FEW = "undecided (<2 pairs)"
 METHOD = "Student-t interval of the mean of per-pair log(ours/theirs), exponentiated"
 
 
@@ -202,7 +202,7 @@ def paired_ratio_interval(
 def verdict(interval: RatioInterval | None, target: float = 0.05) -> str:
     """The verdict on an interval of ours/theirs: "met" when it lies wholly within
     1 +- target, "not met" when wholly outside, "undecided (noise)" when it straddles a
-    bound (or "undecided (fewer than 2 pairs)" when there is no interval)."""
+    bound, "undecided (<2 pairs)" when there is no interval."""
     if not 0 < target < 1:
         raise ValueError(f"target must be in (0, 1) (got {target})")
     if interval is None or interval.low is None or interval.high is None:
