@@ -132,6 +132,7 @@ import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from dataclasses import asdict  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import IO, Any, ClassVar  # noqa: E402
@@ -891,6 +892,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"{len(args.label)} --label for {len(args.base_url)} --base-url")
     if args.server_pgid and len(args.server_pgid) != len(args.base_url):
         parser.error(f"{len(args.server_pgid)} --server-pgid for {len(args.base_url)} --base-url")
+    args.servers = sorted(
+        (m.strip() for m in args.servers.split(",") if m.strip()), key=lambda m: m != "plain"
+    )
+    if not args.servers or any(m not in ("plain", "ngram") for m in args.servers):
+        parser.error(f"--servers takes plain and/or ngram (got {','.join(args.servers)!r})")
     if args.base_url and not args.tokenizer:
         parser.error("--tokenizer MODEL_DIR is needed with --base-url")
     return args
@@ -917,6 +923,17 @@ def main() -> int:
         "machine": machine(),
     }  # fmt: skip
     results: list[dict[str, Any]] = []
+    report["servers"] = results
+
+    def record(result: dict[str, Any]) -> None:
+        """Keep a server's result; with --json, write what is known so far (a later
+        failure or timeout leaves the servers already measured on disk)."""
+        results.append(result)
+        report["verdict"] = overall(r["verdict"] for r in results)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(report, indent=2) + "\n")
+
     with tempfile.TemporaryDirectory(prefix="specops-p1-") as tmp:
         session = Session(args, Path(tmp), key)
         try:
@@ -931,43 +948,37 @@ def main() -> int:
                     label = args.label[i] if args.label else ("speculative" if spec else "plain")
                     servers.append((spec, i, label, server))
                 for _, _, label, server in sorted(servers, key=lambda s: (s[0], s[1])):
-                    results.append(compare(session, label, server, args.model))
+                    record(compare(session, label, server, args.model))
             else:
-                results = lab(session, args, key)
+                lab(session, args, key, record)
         finally:
             session.close()
-    report["servers"] = results
-    report["verdict"] = overall(r["verdict"] for r in results)
     print(f"\nP1: {report['verdict']} ("
           + "; ".join(f"{r['label']}: {r['verdict']}" for r in results) + ")")  # fmt: skip
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0
 
 
-def lab(session: Session, args: argparse.Namespace, key: str | None) -> list[dict[str, Any]]:
+def lab(
+    session: Session,
+    args: argparse.Namespace,
+    key: str | None,
+    record: Callable[[dict[str, Any]], None],
+) -> None:
     """Start each lab server in turn (plain first: no speculation), measure, stop it."""
     from specops.lab.vllm import SpecConfig, VllmServer, prepare  # noqa: PLC0415
 
-    methods = [m.strip() for m in args.servers.split(",") if m.strip()]
-    if any(m not in ("plain", "ngram") for m in methods):
-        sys.exit(f"--servers takes plain and/or ngram (got {args.servers!r})")
-    methods.sort(key=lambda m: m != "plain")
     prepare()
     if key is not None:
         os.environ["VLLM_API_KEY"] = key  # the lab server's environment is ours
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    results = []
-    for method in methods:
+    for method in args.servers:
         spec = SpecConfig("none" if method == "plain" else method,
                           num_speculative_tokens=args.num_speculative_tokens)  # fmt: skip
         with VllmServer(spec=spec, extra_args=("--no-enable-prefix-caching",)) as lab_server:
             args.tokenizer = args.tokenizer or str(lab_server.model)
             pgid = lab_server._proc.pid if lab_server._proc is not None else None  # own session
             server = Server(lab_server.base_url, pgid, headers)
-            results.append(compare(session, method, server, lab_server.model_name))
-    return results
+            record(compare(session, method, server, lab_server.model_name))
 
 
 if __name__ == "__main__":

@@ -147,6 +147,7 @@ def test_order_text_reads_abba(p1: ModuleType) -> None:
         (["--repeats", "2"], "--repeats must be >= 3"),
         (["--concurrency", "1,x"], "comma list of integers"),
         (["--context", "2000"], "--context <= 1024"),
+        (["--servers", "plain,eagle"], "--servers takes plain and/or ngram"),
         (["--base-url", "http://127.0.0.1:1"], "--tokenizer MODEL_DIR is needed"),
         (["--base-url", "http://a:1", "--tokenizer", "t", "--label", "a", "--label", "b"],
          "2 --label for 1 --base-url"),
@@ -165,7 +166,8 @@ def test_parse_args_defaults(p1: ModuleType) -> None:
     assert args.repeats == 3
     assert args.concurrency == [1, 4, 16]
     assert args.peer == "worker"
-    assert args.servers == "plain,ngram"
+    assert args.servers == ["plain", "ngram"]
+    assert p1.parse_args(["--servers", "ngram,plain"]).servers == ["plain", "ngram"]  # plain first
 
 
 def _args(p1: ModuleType, *argv: str) -> argparse.Namespace:
