@@ -69,12 +69,10 @@ def _peer_worker() -> int:
     from vllm.benchmarks.serve import add_cli_args, main  # type: ignore[import-not-found]  # noqa: PLC0415
     from vllm.utils.argparse_utils import FlexibleArgumentParser  # type: ignore[import-not-found]  # noqa: PLC0415
 
-    try:
-        from vllm.entrypoints.utils import cli_env_setup  # type: ignore[import-not-found]  # noqa: PLC0415
-
-        cli_env_setup()
-    except ImportError:
-        pass
+    # What `vllm`'s CLI sets up before `bench serve` (cli_env_setup; its module moved
+    # between 0.20 and 0.32). The CLI's optional Rust bench (VLLM_USE_RUST_BENCH, 0.32)
+    # is off by default, as here: this is the Python benchmark the CLI runs.
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     from vllm import platforms  # type: ignore[import-not-found]  # noqa: PLC0415
 
     if platforms.current_platform.is_unspecified():  # as `vllm bench` does
