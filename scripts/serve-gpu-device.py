@@ -383,7 +383,7 @@ def bundle(dest: Path, cache: Path) -> None:
 # ------------------------------------------------------------------------------- device
 
 
-def device(part: Path | None, out: Path, wait: float) -> int:
+def device(part: Path | None, out: Path, wait: float, run_args: list[str]) -> int:
     """There, every call: keep the carried part, start the run once all are here, wait."""
     stage = WORK / "stage"
     stage.mkdir(parents=True, exist_ok=True)
@@ -417,16 +417,14 @@ def device(part: Path | None, out: Path, wait: float) -> int:
             # The code that runs, copied out of the repo copy (later calls may re-sync it).
             proj = WORK / "proj"
             shutil.rmtree(proj, ignore_errors=True)
-            for rel in ("src", "collections", "scripts", "roles"):
-                shutil.copytree(
-                    REPO / rel, proj / rel, ignore=shutil.ignore_patterns("__pycache__")
-                )
+            skip = shutil.ignore_patterns(".git", ".cache", ".venv", "__pycache__", "*.pyc")
+            shutil.copytree(REPO, proj, ignore=skip)
             res.mkdir(exist_ok=True)
             started.write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
             with (res / "orchestrate.log").open("ab") as logf:
                 subprocess.Popen(
                     [sys.executable, str(proj / "scripts/serve-gpu-device.py"), "orchestrate",
-                     "--work", str(WORK)],
+                     "--work", str(WORK), *run_args],
                     stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     start_new_session=True, cwd=WORK,
                 )  # fmt: skip
@@ -615,6 +613,7 @@ class Ctx:
         self.engine_python = engine_python
         self.host_root = host_root
         self.dry = dry
+        self.p1 = not dry
         self.lxcpath = work / "lxc"
         self.lxc_env: dict[str, str] = {}
         self.prefix = work / "prefix"
@@ -631,7 +630,8 @@ class Ctx:
         raise ValueError(f"{ct_path}: not under {', '.join(CT_PATHS)}")
 
     def lxc_cmd(self, tool: str) -> list[str]:
-        return [tool, "-n", CT_NAME, "-P", str(self.lxcpath)]
+        """The prefix's LXC tool by path (a unit's PATH must not decide which one runs)."""
+        return [str(self.prefix / "usr/bin" / tool), "-n", CT_NAME, "-P", str(self.lxcpath)]
 
     def attach(self, argv: list[str], env: dict[str, str], timeout: float = 120) -> tuple[int, str]:
         keep = [a for k in sorted(env) for a in ("--keep-var", k)]
@@ -640,8 +640,9 @@ class Ctx:
         return proc.returncode, proc.stdout + proc.stderr
 
 
-def container_up(ctx: Ctx, rec: Record) -> dict[str, Any]:
-    """GPU facts -> passthrough lines -> PVE conf -> LXC config -> a running container."""
+def container_up(ctx: Ctx, entry: dict[str, Any]) -> None:
+    """GPU facts -> passthrough lines -> PVE conf -> LXC config -> a running container
+    (``entry`` is filled as it goes: a failure keeps what was made before it)."""
     doctor = _doctor_script()
     ctx.lxc_env = doctor.lxc_prefix(ctx.work / "payload" / "debs", ctx.prefix)
     facts = gpu.gather_facts(gpu.HostRoots.under(ctx.host_root)).to_dict()
@@ -653,6 +654,8 @@ def container_up(ctx: Ctx, rec: Record) -> dict[str, Any]:
         if g["driver"] == "nvidia" and (g.get("nvidia") or {}).get("minor") is not None
     )
     conf_text, devices = doctor.generated_conf(facts, card, char_devices, base=BASE_CONF)
+    entry.update(card=card, devices=devices, conf=conf_text, gpu_facts=facts,
+                 char_devices={str(k): v for k, v in sorted(char_devices.items())})  # fmt: skip
     node_root = ctx.work / "node"
     shutil.rmtree(node_root, ignore_errors=True)
     for d in ("dev", "proc", "sys"):
@@ -685,6 +688,7 @@ def container_up(ctx: Ctx, rec: Record) -> dict[str, Any]:
     )
     (ctx.lxcpath / CT_NAME).mkdir(parents=True, exist_ok=True)
     (ctx.lxcpath / CT_NAME / "config").write_text(config)
+    entry.update(lxc_config=config, lxc_warnings=plan.warnings)
     rc = sh([*ctx.lxc_cmd("lxc-start"), "-d", "-l", "INFO", "-o", str(ctx.res / "lxc.log")],
             env=ctx.lxc_env, timeout=120)  # fmt: skip
     state = ""
@@ -693,17 +697,14 @@ def container_up(ctx: Ctx, rec: Record) -> dict[str, Any]:
         if state == "RUNNING":
             break
         time.sleep(0.5)
+    entry["state"] = state
     if state != "RUNNING":
         raise RuntimeError(f"container not running ({state}): {rc.stdout}{rc.stderr}")
-    code, nvsmi = (
-        ctx.attach(["/usr/bin/nvidia-smi", "-L"], {"PATH": "/usr/bin:/bin"})
-        if not ctx.dry
-        else (0, "")
-    )
-    return {"card": card, "devices": devices, "conf": conf_text, "lxc_config": config,
-            "lxc_warnings": plan.warnings, "state": state, "nvidia_smi_in_ct": [code, nvsmi[-500:]],
-            "gpu_facts": facts,
-            "char_devices": {str(k): v for k, v in sorted(char_devices.items())}}  # fmt: skip
+    if not ctx.dry:  # the card as the container sees it (device nodes, driver, CUDA)
+        env = {"PATH": unit_exec.SYSTEMD_PATH}
+        entry["nvidia_smi_in_ct"] = ctx.attach(["nvidia-smi", "-L"], env)
+        code = "import torch; print(torch.cuda.get_device_name(0), torch.cuda.mem_get_info())"
+        entry["torch_in_ct"] = ctx.attach([ctx.engine_python, "-c", code], env)
 
 
 def gate_config(options: dict[str, Any]) -> output_gate.GateConfig:
@@ -813,7 +814,7 @@ def run_config(ctx: Ctx, rec: Record, name: str, host_model: str) -> None:
                                       for p in bench_out.glob("*/results.json")]}  # fmt: skip
         log(f"{name}: specops bench rc={proc.returncode}")
         rec.put(f"config-{name}", entry)
-        if name in ("plain", "ngram") and not ctx.dry:
+        if name in ("plain", "ngram") and ctx.p1:
             p1 = ctx.res / f"p1-{name}.json"
             k = (
                 json.loads(server.settings["argv"][-1]).get("num_speculative_tokens", 1)
@@ -916,7 +917,7 @@ def read_flags(ctx: Ctx) -> dict[str, Any]:
 
 def orchestrate(
     work: Path, *, dry: bool = False, engine_python: str = "", host_root: str = "/",
-    configs: tuple[str, ...] = tuple(CONFIGS),
+    configs: tuple[str, ...] = tuple(CONFIGS), p1: bool = True,
 ) -> int:  # fmt: skip
     res = work / "res"
     res.mkdir(parents=True, exist_ok=True)
@@ -925,6 +926,9 @@ def orchestrate(
     engine_python = engine_python or "/opt/torch/.venv/bin/python3"
     ctx = Ctx(work, engine_python=engine_python, host_root=host_root, dry=dry)
     rec.data["dry_run"] = dry
+    ctx.p1 = p1 and not dry
+    rec.data["configs"] = list(configs)
+    rec.data["p1"] = ctx.p1
     os.environ.update(
         HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", PYTHONUNBUFFERED="1"
     )
@@ -941,7 +945,7 @@ def orchestrate(
                 e.update(build_1b(ctx, Path(ctx.host_path("/srv/models/tiny")), r1b))
             e["path"] = str(r1b)
         with rec.step("container") as e:
-            e.update(container_up(ctx, rec))
+            container_up(ctx, e)
         for d in Path(ctx.host_path("/var/lib/specops/output-gate")).glob("*.json"):
             d.unlink()  # a reference from an earlier run is not this run's
         for name in configs:
@@ -1009,6 +1013,9 @@ def main() -> int:
     d.add_argument("--wait", type=float, default=540)
     o = sub.add_parser("orchestrate", help="there, detached: the measurement")
     o.add_argument("--work", required=True)
+    for each in (d, o):
+        each.add_argument("--configs", default=",".join(CONFIGS), help=f"of {', '.join(CONFIGS)}")
+        each.add_argument("--no-p1", action="store_true", help="leave P1 out")
     r = sub.add_parser("dry-run", help="here: the same path on the CPU vLLM and a simulated tree")
     r.add_argument("--out", required=True)
     r.add_argument("--configs", default=",".join(CONFIGS), help=f"of {', '.join(CONFIGS)}")
@@ -1018,13 +1025,14 @@ def main() -> int:
         return 0
     if os.geteuid() != 0:
         raise SystemExit(f"{args.action}: needs root (LXC containers)")
-    if args.action == "device":
-        return device(Path(args.part) if args.part else None, Path(args.out), args.wait)
-    if args.action == "orchestrate":
-        return orchestrate(Path(args.work))
     configs = tuple(c for c in args.configs.split(",") if c)
     if unknown := sorted(set(configs) - set(CONFIGS)):
         parser.error(f"--configs: unknown {', '.join(unknown)}; valid: {', '.join(CONFIGS)}")
+    if args.action == "device":
+        run_args = ["--configs", ",".join(configs)] + ["--no-p1"] * args.no_p1
+        return device(Path(args.part) if args.part else None, Path(args.out), args.wait, run_args)
+    if args.action == "orchestrate":
+        return orchestrate(Path(args.work), configs=configs, p1=not args.no_p1)
     return dry_run(Path(args.out), configs)
 
 

@@ -75,6 +75,7 @@ def test_variables_expand_in_command_lines_only() -> None:
     env = svc.final_environment(
         {"/etc/specops/x.env": "SPECOPS_API_KEY='k$y'\nSGLANG_SIMULATE_ACC_LEN=3\nWORDS=a b\n"}
     )
+    assert env["PATH"] == unit_exec.SYSTEMD_PATH  # what systemd gives every service
     assert env["PRICE"] == "$5 and 100%"  # no expansion in Environment=, %% is %
     assert "SGLANG_SIMULATE_ACC_LEN" not in env  # UnsetEnvironment= wins over the file
     assert svc.argv(env)[-7:] == ["--api-key", "k$y", "--note", "$HOME", "--words", "a", "b"]

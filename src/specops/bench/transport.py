@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -37,7 +38,7 @@ _Key = tuple[str, str, int]
 
 
 class _Conn:
-    __slots__ = ("key", "reader", "writer")
+    __slots__ = ("idle_since", "key", "reader", "writer")
 
     def __init__(
         self, key: _Key, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -45,6 +46,7 @@ class _Conn:
         self.key = key
         self.reader = reader
         self.writer = writer
+        self.idle_since = 0.0
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -177,6 +179,9 @@ class StreamingTransport(httpx.AsyncBaseTransport):
             if limits.max_keepalive_connections is not None
             else self._max
         )
+        # Idle connections older than this are closed, not reused: the server (uvicorn's
+        # 5 s keep-alive for vLLM and SGLang) may have closed them already.
+        self._expiry = limits.keepalive_expiry
         self._slots = asyncio.Semaphore(self._max)
         self._idle: dict[_Key, list[_Conn]] = {}
         self._open: set[_Conn] = set()
@@ -211,11 +216,26 @@ class StreamingTransport(httpx.AsyncBaseTransport):
     def _release(self, conn: _Conn, reuse: bool) -> None:
         idle = self._idle.setdefault(conn.key, [])
         if reuse and len(idle) < self._max_idle and not conn.reader.at_eof():
+            conn.idle_since = time.monotonic()
             idle.append(conn)
         else:
             conn.close()
             self._open.discard(conn)
         self._slots.release()
+
+    def _pop_idle(self, key: _Key) -> _Conn | None:
+        """The most recently used idle connection that may still be open, if any."""
+        idle = self._idle.get(key) or []
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            stale = self._expiry is not None and now - conn.idle_since > self._expiry
+            if stale or conn.reader.at_eof():
+                conn.close()
+                self._open.discard(conn)
+                continue
+            return conn
+        return None
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
@@ -248,9 +268,10 @@ class StreamingTransport(httpx.AsyncBaseTransport):
             head.append(f"Content-Length: {len(body)}")
         payload = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
         for attempt in (0, 1):
-            idle = self._idle.get(key)
-            reused = bool(idle)
-            conn = idle.pop() if idle else await self._connect(key, t["connect"])
+            # A retry never takes another idle connection: it may be as stale as the first.
+            conn = self._pop_idle(key) if attempt == 0 else None
+            reused = conn is not None
+            conn = conn or await self._connect(key, t["connect"])
             try:
                 conn.writer.write(payload)
                 async with asyncio.timeout(t["write"]):

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
+    "SYSTEMD_PATH",
     "Command",
     "ServiceExec",
     "UnitError",
@@ -42,6 +43,9 @@ __all__ = [
     "split_words",
 ]
 
+# What systemd gives every system service before Environment= (systemd.exec(5),
+# "Environment variables in spawned processes": PATH for the system manager).
+SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "'": "'", "s": " "}
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _WHOLE_VAR = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
@@ -73,9 +77,9 @@ class ServiceExec:
     working_directory: str = ""
 
     def final_environment(self, files: Mapping[str, str | None]) -> dict[str, str]:
-        """Environment= then each EnvironmentFile= (``files``: path -> text, None = missing),
-        then UnsetEnvironment=, in systemd's order."""
-        env = dict(self.environment)
+        """systemd's PATH, Environment=, then each EnvironmentFile= (``files``: path ->
+        text, None = missing), then UnsetEnvironment=, in systemd's order."""
+        env = {"PATH": SYSTEMD_PATH, **self.environment}
         for path, optional in self.environment_files:
             text = files.get(path)
             if text is None:
@@ -176,6 +180,31 @@ def _command(value: str, where: str) -> Command:
     return Command(tuple(words), ignore, privileged)
 
 
+def _set(svc: ServiceExec, key: str, value: str) -> None:
+    """One ``[Service]`` setting (the ones that decide what runs and with what)."""
+    where = f"{key}="
+    if key == "Environment":
+        for word in split_words(value, where):
+            name, eq, val = word.partition("=")
+            if not eq:
+                raise UnitError(f"Environment={word!r}: not NAME=value")
+            svc.environment[name] = val
+    elif key == "EnvironmentFile":
+        svc.environment_files.append((value.lstrip("-"), value.startswith("-")))
+    elif key == "UnsetEnvironment":
+        svc.unset.extend(split_words(value, where))
+    elif key == "ExecStartPre":
+        svc.exec_start_pre.append(_command(value, where))
+    elif key == "ExecStart":
+        if svc.exec_start is not None:
+            raise UnitError("ExecStart=: more than one (Type=simple takes one)")
+        svc.exec_start = _command(value, where)
+    elif key == "User":
+        svc.user = value
+    elif key == "WorkingDirectory":
+        svc.working_directory = value
+
+
 def parse_unit(text: str) -> ServiceExec:
     """The ``[Service]`` section's execution settings (UnitError names the setting)."""
     svc = ServiceExec()
@@ -192,29 +221,7 @@ def parse_unit(text: str) -> ServiceExec:
         key, sep, value = line.partition("=")
         if not sep:
             raise UnitError(f"[Service] line {line[:60]!r}: not key=value")
-        key, value = key.strip(" \t"), value.strip(" \t")
-        where = f"{key}="
-        if key == "Environment":
-            for word in split_words(value, where):
-                name, eq, val = word.partition("=")
-                if not eq:
-                    raise UnitError(f"Environment={word!r}: not NAME=value")
-                svc.environment[name] = val
-        elif key == "EnvironmentFile":
-            optional = value.startswith("-")
-            svc.environment_files.append((value.lstrip("-"), optional))
-        elif key == "UnsetEnvironment":
-            svc.unset.extend(split_words(value, where))
-        elif key == "ExecStartPre":
-            svc.exec_start_pre.append(_command(value, where))
-        elif key == "ExecStart":
-            if svc.exec_start is not None:
-                raise UnitError("ExecStart=: more than one (Type=simple takes one)")
-            svc.exec_start = _command(value, where)
-        elif key == "User":
-            svc.user = value
-        elif key == "WorkingDirectory":
-            svc.working_directory = value
+        _set(svc, key.strip(" \t"), value.strip(" \t"))
     return svc
 
 
