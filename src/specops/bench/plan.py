@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 
 import yaml
 
-from specops.errors import ValidationError
+from specops.errors import ValidationError, syntax_problem
 
 __all__ = [
     "API_KINDS",
@@ -439,7 +439,9 @@ def load_plan(
     try:
         data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise ValidationError("plan", f"{name} is not valid YAML/JSON: {exc}") from None
+        raise ValidationError(
+            "plan", f"{name} is not valid YAML/JSON: {syntax_problem(exc)}"
+        ) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
