@@ -405,16 +405,18 @@ def _check_paths(args: argparse.Namespace) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    results = load_results(input_file(args.results, "results"))
     out = output_dir(args.out, "--out") if args.out else Path(args.results).parent
+    results = load_results(input_file(args.results, "results"))
     print(write_report(results, out, args.gpu_bandwidth_gbs, args.model_bytes_per_token))
     return 0
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    baseline = input_file(args.baseline, "baseline")
+    candidate = input_file(args.candidate, "candidate")
     findings = compare(
-        load_results(input_file(args.baseline, "baseline")),
-        load_results(input_file(args.candidate, "candidate")),
+        load_results(baseline),
+        load_results(candidate),
         Thresholds(
             throughput_drop=args.throughput_drop,
             latency_rise=args.latency_rise,

@@ -71,9 +71,10 @@ def _clients(spec: MigrationSpec) -> tuple[PveClient, PveClient | None]:
 
 def _check_paths(args: argparse.Namespace) -> None:
     """Every path argument, before the spec is read or anything asked."""
-    for name in ("target_facts", "source_facts"):
-        if getattr(args, name, None):
-            input_file(getattr(args, name), f"--{name.replace('_', '-')}")
+    for side in ("target", "source"):
+        path = getattr(args, f"{side}_facts", None)
+        if path:  # read here too, so a bad file is named before the API is asked
+            _facts(path, None, side=side)
     for name in ("target_root", "source_root"):
         if getattr(args, name, None):
             input_dir(getattr(args, name), f"--{name.replace('_', '-')}")

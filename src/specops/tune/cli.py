@@ -225,9 +225,11 @@ def _sweep_plan(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
+    baseline = input_file(args.baseline, "--baseline")
+    candidate = input_file(args.candidate, "--candidate")
     result = smoke_gate(
-        load_results(input_file(args.baseline, "--baseline")),
-        load_results(input_file(args.candidate, "--candidate")),
+        load_results(baseline),
+        load_results(candidate),
         throughput_drop=args.throughput_drop, max_pass_drop=args.max_pass_drop,
     )  # fmt: skip
     json.dump(result.to_dict(), sys.stdout)
