@@ -32,7 +32,7 @@ from specops.errors import (
 )
 from specops.tune.apply import REPO, AnsibleApplier, generates
 from specops.tune.config import SweepConfig, load_config_file
-from specops.tune.output_gate import api_key_of, gate_config, served_model
+from specops.tune.output_gate import api_key_of, gate_config, reference_beside, served_model
 from specops.tune.rollout import load_records, measure_baseline, smoke_gate, smoke_step, summary
 from specops.tune.sweep import run_sweep
 
@@ -251,10 +251,12 @@ def _step(args: argparse.Namespace) -> int:
     plan_from_mapping({**plan, "base_url": args.base_url})  # a bad plan names its field
     output_dir(args.work, "--work")
     output_file(args.baseline, "--baseline")
-    try:  # the server answers before anything is measured or kept
-        served_model(args.base_url, api_key=api_key_of(plan))
-    except RuntimeError as exc:
-        raise ValidationError("--base-url", f"cannot reach the server: {exc}") from None
+    kept = args.baseline.exists() and (gate is None or reference_beside(args.baseline).exists())
+    if args.rollout_command == "smoke" or not kept:  # the server will be asked: it answers
+        try:
+            served_model(args.base_url, api_key=api_key_of(plan))
+        except RuntimeError as exc:
+            raise ValidationError("--base-url", f"cannot reach the server: {exc}") from None
     if args.rollout_command == "baseline":
         out = measure_baseline(
             plan, args.base_url, args.work, args.baseline, args.humaneval_limit, gate=gate
