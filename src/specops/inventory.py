@@ -195,6 +195,12 @@ def inventory_problems(
     vmids: dict[int, str] = {}
     bad_gpus: set[str] = set()  # nodes with a container whose request is wrong
     for host in groups["serving"]:
+        if host in nodes:  # one host cannot be both: say that, not what follows from it
+            problems.append(
+                f"{host}: is in both groups pve_nodes and serving: a PVE node (the host) and"
+                " a serving container (an LXC on a node) are two inventory hosts; keep it in one"
+            )
+            continue
         hv = hostvars[host]
         problems.extend(_serving_problems(host, hv, nodes, vmids))
         if str(hv.get("lxc_gpu_passthrough_state", "present")) != "absent":
@@ -203,6 +209,8 @@ def inventory_problems(
             if gpu:
                 bad_gpus.add(str(hv.get("pve_container_node")))
     for node in nodes:
+        if node in groups["serving"]:
+            continue  # named above
         hv = hostvars.get(node, {})
         if any(k in hv for k in NODE_GPU_VARS):  # the node's own request stands
             problems.extend(gpu_request_problems(node, hv, NODE_GPU_VARS))

@@ -202,3 +202,14 @@ def test_the_preflight_playbook_refuses_them_all_before_any_change(tmp_path: Pat
 def test_the_preflight_playbook_passes_the_example_inventory() -> None:
     result = _preflight(EXAMPLE)
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+def test_a_host_in_both_groups_is_named_as_such() -> None:
+    """Issue 36: a container also listed as a PVE node got "pve_container_node is not
+    set"; the problem is the placement, and nothing else is said of that host."""
+    groups, hostvars = example()
+    groups["pve_nodes"].append(CT)
+    assert inventory_problems(groups, hostvars) == [
+        f"{CT}: is in both groups pve_nodes and serving: a PVE node (the host) and a serving"
+        " container (an LXC on a node) are two inventory hosts; keep it in one"
+    ]
