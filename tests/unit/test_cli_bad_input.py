@@ -52,6 +52,7 @@ COMMON = {
     "profile.yml": "method: ngram\nnum_draft_tokens: 4\n",
     "results.json": '{"schema_version": 99}\n',
     "out/": "",
+    "binary.yml": "\udcff\udcfe\x00",  # written as the bytes ff fe 00: not UTF-8
 }
 
 
@@ -182,6 +183,7 @@ ROWS: dict[str, Bad] = {
         {"c.yml": sweep(apply_timeout_s=-1)},
     ),
     "sweep-yaml-syntax": Bad("file", "sweep plan {t}/bad.yml", "config", "line 2, column"),
+    "sweep-config-binary": Bad("file", "sweep plan {t}/binary.yml", "config", "not UTF-8"),
     "sweep-config-list": Bad("file", "sweep plan {t}/list.yml", "config", "mapping"),
     "sweep-config-missing": Bad("file", "sweep plan {t}/nope.yml", "config", "no such file"),
     "sweep-config-dir": Bad("file", "sweep plan {t}/a-dir", "config", "give a file"),
@@ -286,6 +288,9 @@ ROWS: dict[str, Bad] = {
         "file", "bench run --plan {t}/p.json --out {t}/out", "plan", "line 1, column",
         {"p.json": "{'a': 1}"},
     ),
+    "bench-plan-binary": Bad(
+        "file", "bench run --plan {t}/binary.yml --out {t}/out", "plan", "not UTF-8 text",
+    ),
     "bench-plan-list": Bad(
         "file", "bench run --plan {t}/list.yml --out {t}/out", "plan", "mapping",
     ),
@@ -314,6 +319,13 @@ ROWS: dict[str, Bad] = {
     ),
     "bench-base-url": Bad(
         "plan", "bench run --base-url ftp://x --out {t}/out", "base_url", "http(s) URL",
+    ),
+    "bench-url-ipv6": Bad(
+        "plan", "bench run --base-url http://[::1 --out {t}/out", "base_url", "http(s) URL",
+    ),
+    "bench-url-port": Bad(
+        "plan", "bench run --base-url http://127.0.0.1:99999 --out {t}/out", "base_url",
+        "http(s) URL",
     ),
     "bench-gpu-count": Bad(
         "plan", f"bench run {BASE} --roofline-gpu-count 0 --out {{t}}/out", "roofline.gpu_count",
@@ -411,6 +423,12 @@ ROWS: dict[str, Bad] = {
     "profile-table-check-missing": Bad(
         "path", "profile table --check {t}/nope.md", "--check", "no such file",
     ),
+    "profile-table-no-markers": Bad(
+        "file", "profile table --write {t}/a-file", "--write", "markers",
+    ),
+    "profile-table-binary": Bad(
+        "file", "profile table --check {t}/binary.yml", "--check", "not UTF-8 text",
+    ),
     "profile-table-write-dir": Bad(
         "path", "profile table --write {t}/a-dir", "--write", "give a file",
     ),
@@ -432,7 +450,10 @@ ROWS: dict[str, Bad] = {
     ),
     "migrate-spec-dir": Bad("path", "migrate move --spec {t}/a-dir", "--spec", "give a file"),
     "migrate-spec-not-json": Bad(
-        "file", "migrate locate --spec {t}/bad.json", "--spec", "cannot read",
+        "file", "migrate locate --spec {t}/bad.json", "--spec", "not JSON: line 2, column 1",
+    ),
+    "migrate-spec-binary": Bad(
+        "file", "migrate report --spec {t}/binary.yml", "--spec", "not JSON",
     ),
     "migrate-spec-list": Bad(
         "file", "migrate start --spec {t}/s.json", "--spec", "JSON object", {"s.json": "[1]"},
@@ -526,7 +547,8 @@ def _lay_out(where: Path, files: dict[str, str], port: int) -> None:
         if name.endswith("/"):
             (where / name).mkdir(parents=True, exist_ok=True)
         else:
-            (where / name).write_text(_fill(text, where, port))
+            data = _fill(text, where, port).encode("utf-8", "surrogateescape")
+            (where / name).write_bytes(data)
 
 
 def _command(argv: list[str]) -> str:

@@ -30,7 +30,7 @@ from specops.migrate.preflight import (
     source_gone,
 )
 from specops.migrate.report import render_markdown, summarize
-from specops.migrate.spec import MigrationSpec, load_spec
+from specops.migrate.spec import MigrationSpec, parse_spec
 from specops.migrate.state import MigrationState, load_state
 
 __all__ = ["register"]
@@ -84,7 +84,7 @@ def _check_paths(args: argparse.Namespace) -> None:
 
 def _load(args: argparse.Namespace) -> tuple[MigrationSpec, MigrationState]:
     _check_paths(args)
-    spec = load_spec(input_file(args.spec, "--spec"))
+    spec = parse_spec(_json_file(args.spec, "--spec"))
     return spec, load_state(Path(spec.state_dir), spec.vmid)
 
 

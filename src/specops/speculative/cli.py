@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from specops.errors import ValidationError, input_dir, input_file, syntax_problem
+from specops.errors import SpecopsError, ValidationError, input_dir, input_file, syntax_problem
 from specops.speculative.drafter import DRAFTER_METHODS, check
 from specops.speculative.engines import ENGINE_NAMES, Engine
 from specops.speculative.profile import SpeculativeProfile
@@ -113,9 +113,20 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _table(args: argparse.Namespace) -> int:
-    for name in ("check", "write"):
-        if getattr(args, name) is not None:
-            input_file(getattr(args, name), f"--{name}")
+    name, path = ("--check", args.check) if args.check is not None else ("--write", args.write)
+    if path is not None:
+        input_file(path, name)
+    try:
+        return _table_file(args)
+    except UnicodeDecodeError:
+        raise ValidationError(name, f"{path} is not UTF-8 text") from None
+    except ValidationError:
+        raise
+    except SpecopsError as exc:  # no markers: not a file that holds the table
+        raise ValidationError(name, str(exc)) from None
+
+
+def _table_file(args: argparse.Namespace) -> int:
     if args.check is not None:
         if check_file(args.check):
             return 0
