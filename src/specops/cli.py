@@ -1,23 +1,31 @@
 """The ``specops`` command line.
 
 Each feature module that has commands exposes ``register(subparsers)``; this file only
-lists them. A :class:`~specops.errors.SpecopsError` becomes a one-line message and exit
-code 2, never a traceback; so does a command group named without its subcommand (usage,
-exit 2). Ctrl-C ends with ``specops: interrupted`` and exit 130 (128 + SIGINT), no
-traceback.
+lists them. This is the one place where errors become what the operator reads: a
+:class:`~specops.errors.SpecopsError` (bad input, an unreachable server) and a usage
+error (an unknown option, a bad value, a command group named without its subcommand)
+are one line, ``specops sweep plan: error: objective.z: must be a number (got 'high')``,
+and exit 2. Ctrl-C ends with ``specops: interrupted`` and exit 130 (128 + SIGINT). Any
+other exception is a bug in specops: one line naming it, exit 70 (EX_SOFTWARE), and
+the traceback only with ``SPECOPS_TRACEBACK=1``. No input shows a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from specops import __version__
-from specops.errors import SpecopsError
+from specops.errors import SpecopsError, one_line
 
-__all__ = ["main"]
+__all__ = ["EXIT_BAD_INPUT", "EXIT_INTERNAL", "main"]
+
+EXIT_BAD_INPUT = 2  # usage errors and bad input (argparse's own code)
+EXIT_INTERNAL = 70  # a bug (sysexits EX_SOFTWARE); never 1, which commands give a result
 
 # Top-level command -> the module that registers it, in help order. Each module has
 # ``register(subparsers: argparse._SubParsersAction) -> None`` and sets ``func`` on
@@ -35,8 +43,29 @@ COMMANDS: dict[str, str] = {
 COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 
 
+class UsageError(SpecopsError):
+    """A command line argparse refuses, from the (sub)command that refused it."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        self.prog = prog
+        super().__init__(f"{message} (see {prog} --help)")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors raised, not printed (one line in :func:`main`); every
+    subcommand's parser is one too (argparse makes them of their parent's class) and
+    records its name, for the message."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.set_defaults(specops_prog=self.prog)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(self.prog, message)
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specops", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="specops", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"specops {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     first = next((a for a in argv if not a.startswith("-")), None)
@@ -57,16 +86,32 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(args_in)
-    args = parser.parse_args(args_in)
+    try:
+        args = parser.parse_args(args_in)
+    except UsageError as exc:
+        return _fail(exc.prog, "error", str(exc), EXIT_BAD_INPUT)
     func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
     if func is None:  # `specops` alone (every command group requires its subcommand)
         parser.print_help()
         return 0
+    prog = str(getattr(args, "specops_prog", "specops"))
     try:
         return func(args)
     except SpecopsError as exc:
-        print(f"specops: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(prog, "error", str(exc), EXIT_BAD_INPUT)
+    except Exception as exc:
+        if os.environ.get("SPECOPS_TRACEBACK"):
+            raise
+        text = f"{type(exc).__name__}: {exc}"
+        return _fail(
+            prog, "internal error", f"{text} (a bug in specops; SPECOPS_TRACEBACK=1 shows it)",
+            EXIT_INTERNAL,
+        )  # fmt: skip
+
+
+def _fail(prog: str, kind: str, message: str, code: int) -> int:
+    print(f"{prog}: {kind}: {one_line(message)}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -223,7 +223,7 @@ def test_cli_json_mode_report_and_compare(synthetic, tmp_path: Path, capsys) -> 
 def test_cli_errors_are_one_line(capsys, tmp_path: Path) -> None:
     assert main(["bench", "run", "--base-url", "ftp://x", "--json"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "specops: error: base_url: must be an http(s) URL like http://127.0.0.1:8000 "
+        "specops bench run: error: base_url: must be an http(s) URL like http://127.0.0.1:8000 "
         "(got 'ftp://x')"
     )
     url = f"http://127.0.0.1:{_free_port()}"

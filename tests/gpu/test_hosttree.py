@@ -194,7 +194,10 @@ def test_cli_builds_a_lab_host(tmp_path: Path, capsys: pytest.CaptureFixture[str
     bad = tmp_path / "bad.yml"
     bad.write_text("node: x\ncgroup: 3\n")
     assert cli.main(["lab", "hosttree", "build", "--spec", str(bad), "--root", str(root)]) == 2
-    assert "specops: error: cgroup: must be 1 or 2 (got 3)" in capsys.readouterr().err
+    assert (
+        "specops lab hosttree build: error: cgroup: must be 1 or 2 (got 3)"
+        in capsys.readouterr().err
+    )
 
 
 def test_registers_under_the_lab_group() -> None:

@@ -43,8 +43,8 @@ def test_render_rejects_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixt
     assert cli.main(["profile", "render", "--engine", "vllm", "--version", "0.32.0",
                      "--profile", str(profile)]) == 2  # fmt: skip
     assert capsys.readouterr().err == (
-        "specops: error: speculative.method: vllm 0.32.0 cannot do 'ddtree'; valid: none, mtp,"
-        " eagle, eagle3, dflash, ngram, draft_model\n"
+        "specops profile render: error: speculative.method: vllm 0.32.0 cannot do 'ddtree';"
+        " valid: none, mtp, eagle, eagle3, dflash, ngram, draft_model\n"
     )
     assert cli.main(["profile", "render", "--engine", "sglang", "--version", "0.5.11",
                      "--capability", "ddtree", "--profile", str(profile)]) == 0  # fmt: skip

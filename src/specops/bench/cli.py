@@ -2,8 +2,10 @@
 
 ``run`` exits 0 when every cell is ``ok``, 1 when a cell failed or was partial (the
 results are still written), 2 on bad input or an unreachable server (one line naming
-the field or URL), 130 (Ctrl-C) or 143 (SIGTERM) when interrupted: the finished cells
-are kept in the run directory and ``--resume DIR`` measures the rest. ``--json``
+the field or URL; every path is checked first, and the run directory is made only once
+the server answered, so a refused run leaves nothing behind), 130 (Ctrl-C) or 143
+(SIGTERM) when interrupted: the finished cells are kept in the run directory and
+``--resume DIR`` measures the rest. ``--json``
 prints one JSON line (results path, report path, failed cells) and nothing else, for
 playbooks; progress goes to ``progress.log`` in the run directory either way.
 ``--reuse --server-instance ID`` measures nothing when a finished run under ``--out``
@@ -22,13 +24,13 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from specops.bench.compare import Thresholds, compare, threshold_arg
+from specops.bench.compare import Thresholds, compare, count_arg, threshold_arg
 from specops.bench.plan import Plan, load_plan, plan_from_mapping
 from specops.bench.report import write_report
 from specops.bench.results import Results, RunStore, load_results
 from specops.bench.reuse import find_standing
 from specops.bench.runner import RunState, new_run_id, run_plan
-from specops.errors import ValidationError
+from specops.errors import ValidationError, input_dir, input_file, output_dir, output_file
 from specops.templating import fmt
 
 T = TypeVar("T")
@@ -121,7 +123,7 @@ def register(subparsers: Any) -> None:
     cmp_.add_argument(
         "--acceptance-drop", type=threshold_arg, default=Thresholds.acceptance_drop, help=off
     )
-    cmp_.add_argument("--max-pass-drop", type=int, default=Thresholds.max_pass_drop)
+    cmp_.add_argument("--max-pass-drop", type=count_arg, default=Thresholds.max_pass_drop)
     cmp_.add_argument("--json", action="store_true")
     cmp_.set_defaults(func=_cmd_compare)
 
@@ -235,8 +237,8 @@ def _run_loop(
     *,
     signals: _Signals,
 ) -> Results:
+    # The runner makes the run directory once the server answered (RunStore.start).
     log = _ProgressLog(store.dir / "progress.log")
-    store.dir.mkdir(parents=True, exist_ok=True)
     if quiet:
         return asyncio.run(
             _cancel_on_signals(
@@ -299,7 +301,7 @@ def _hardware(plan: Plan, gpu: str | None, count: int | None) -> Plan:
 
 
 def _resume_plan(args: argparse.Namespace) -> tuple[Plan, RunStore]:
-    store = RunStore(Path(args.resume))
+    store = RunStore(input_dir(args.resume, "--resume"))
     if not store.exists():
         raise ValidationError("--resume", f"{args.resume} is not a run directory (no run.json)")
     given = [k for k, v in _overrides(args).items() if k != "humaneval" or v]
@@ -350,6 +352,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.resume:
         plan, store = _resume_plan(args)
     else:
+        _check_paths(args)
         overrides = _overrides(args)
         plan = (
             load_plan(args.plan, overrides, save_to=args.save_plan)
@@ -368,12 +371,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         results = _run(plan, store, args.fail_fast, args.json, args.server_instance)
     except (KeyboardInterrupt, asyncio.CancelledError) as exc:
-        kept = len(store.load().cells) if store.exists() else 0
-        print(
-            f"specops: interrupted; {kept} finished cell(s) kept in {store.dir}; "
-            f"continue with: specops bench run --resume {store.dir}",
-            file=sys.stderr,
-        )
+        if store.exists():
+            kept = len(store.load().cells)
+            print(
+                f"specops: interrupted; {kept} finished cell(s) kept in {store.dir}; "
+                f"continue with: specops bench run --resume {store.dir}",
+                file=sys.stderr,
+            )
+        else:
+            print(
+                f"specops: interrupted before the run began; nothing kept under {store.dir.parent}",
+                file=sys.stderr,
+            )
         return 130 if isinstance(exc, KeyboardInterrupt) else 143
     if not args.no_report:
         write_report(load_results(store.results_path), store.dir)
@@ -383,17 +392,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return _print_run(args, store, results, **extra)
 
 
+def _check_paths(args: argparse.Namespace) -> None:
+    """The paths a new run reads or writes, before anything is read or made."""
+    if args.plan and args.plan != "-":
+        input_file(args.plan, "--plan")
+    if args.save_plan:
+        output_file(args.save_plan, "--save-plan")
+    for name in ("prompt_file", "tokenizer_path"):
+        if getattr(args, name):
+            input_file(getattr(args, name), f"--{name.replace('_', '-')}")
+    output_dir(args.out, "--out")
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
-    results = load_results(args.results)
-    out = Path(args.out) if args.out else Path(args.results).parent
+    out = output_dir(args.out, "--out") if args.out else Path(args.results).parent
+    results = load_results(input_file(args.results, "results"))
     print(write_report(results, out, args.gpu_bandwidth_gbs, args.model_bytes_per_token))
     return 0
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    baseline = input_file(args.baseline, "baseline")
+    candidate = input_file(args.candidate, "candidate")
     findings = compare(
-        load_results(args.baseline),
-        load_results(args.candidate),
+        load_results(baseline),
+        load_results(candidate),
         Thresholds(
             throughput_drop=args.throughput_drop,
             latency_rise=args.latency_rise,

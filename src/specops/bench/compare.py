@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from specops.bench.results import Cell, Results
 
-__all__ = ["Finding", "Thresholds", "compare", "threshold_arg"]
+__all__ = ["Finding", "Thresholds", "compare", "count_arg", "threshold_arg"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,17 @@ def threshold_arg(text: str) -> float | None:
         ) from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, or off (got {text!r})")
+    return value
+
+
+def count_arg(text: str) -> int:
+    """A count from the command line (``--max-pass-drop``): an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0 (got {text!r})") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0 (got {value})")
     return value
 
 

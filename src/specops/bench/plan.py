@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 
 import yaml
 
-from specops.errors import ValidationError
+from specops.errors import ValidationError, syntax_problem
 
 __all__ = [
     "API_KINDS",
@@ -270,7 +270,11 @@ def _list(data: dict[str, Any], key: str) -> list[object] | None:
 def _base_url(value: object) -> str:
     if not isinstance(value, str) or not value:
         raise ValidationError("base_url", "must be an http(s) URL like http://127.0.0.1:8000")
-    parsed = urlparse(value)
+    try:
+        parsed = urlparse(value)
+        parsed.port  # noqa: B018  (raises on a port out of 0-65535 or not a number)
+    except ValueError:
+        parsed = urlparse("")  # a malformed host ([::1) or port: refused below
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise ValidationError(
             "base_url", f"must be an http(s) URL like http://127.0.0.1:8000 (got {value!r})"
@@ -436,10 +440,14 @@ def load_plan(
         text = sys.stdin.read() if stdin else file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ValidationError("plan", f"cannot read {name}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValidationError("plan", f"{name} is not UTF-8 text") from None
     try:
         data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise ValidationError("plan", f"{name} is not valid YAML/JSON: {exc}") from None
+        raise ValidationError(
+            "plan", f"{name} is not valid YAML/JSON: {syntax_problem(exc)}"
+        ) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -27,7 +27,7 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (
     summary,
 )
 
-from specops.errors import SpecopsError
+from specops.errors import SpecopsError, ValidationError, input_file, syntax_problem
 
 __all__ = ["register", "report_from_callback", "run_verify"]
 
@@ -49,8 +49,10 @@ def run_verify(
     inventory: str | None, limit: str | None, extra_vars: list[str], playbook: Path
 ) -> tuple[int, dict[str, Any], str]:
     """``ansible-playbook verify.yml`` with the JSON callback: (rc, output, stderr)."""
-    if not playbook.is_file():
-        raise SpecopsError(f"--playbook: {playbook} does not exist")
+    input_file(playbook, "--playbook")
+    if inventory and "," not in inventory and not Path(inventory).exists():
+        # a path Ansible would warn about and then run on localhost only
+        raise ValidationError("--inventory", f"no such inventory file or directory: {inventory}")
     argv = [_ansible_playbook(), str(playbook)]
     if inventory:
         argv += ["-i", inventory]
@@ -121,10 +123,25 @@ def report_from_callback(callback: Mapping[str, Any]) -> dict[str, Any]:
 def _doctor(args: argparse.Namespace) -> int:
     if args.from_file:
         try:
-            data = json.loads(Path(args.from_file).read_text())
-        except (OSError, ValueError) as exc:
-            raise SpecopsError(f"--from: cannot read {args.from_file}: {exc}") from exc
-        report = report_from_callback(data)
+            data = json.loads(input_file(args.from_file, "--from").read_text())
+        except OSError as exc:
+            raise ValidationError(
+                "--from", f"cannot read {args.from_file}: {exc.strerror}"
+            ) from None
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+            raise ValidationError(
+                "--from", f"{args.from_file} is not JSON: {syntax_problem(exc)}"
+            ) from None
+        if not isinstance(data, dict):
+            raise ValidationError("--from", f"{args.from_file} must hold a JSON object")
+        try:
+            report = report_from_callback(data)
+        except (KeyError, TypeError, AttributeError) as exc:  # a shape no run writes
+            raise ValidationError(
+                "--from",
+                f"{args.from_file} is neither ansible's JSON callback output nor a doctor"
+                f" report ({type(exc).__name__}: {exc})",
+            ) from None
     else:
         _rc, callback, _err = run_verify(
             args.inventory, args.limit, args.extra_vars, Path(args.playbook)

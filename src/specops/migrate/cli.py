@@ -1,6 +1,7 @@
 """``specops migrate preflight|move|record|report``: the controller side of
 ``playbooks/migrate.yml``, usable without Ansible. Exit 0 on success, 1 when a check or
-the move fails (the message names what is missing or where the CT is), 2 on bad input."""
+the move fails (the message names what is missing or where the CT is), 2 on bad input
+(one line naming the argument or the spec's key, before anything is asked or recorded)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specops.errors import SpecopsError
+from specops.errors import (
+    SpecopsError,
+    ValidationError,
+    input_dir,
+    input_file,
+    output_file,
+    syntax_problem,
+)
 from specops.migrate.client import PveClient
 from specops.migrate.move import move
 from specops.migrate.preflight import (
@@ -22,18 +30,35 @@ from specops.migrate.preflight import (
     source_gone,
 )
 from specops.migrate.report import render_markdown, summarize
-from specops.migrate.spec import MigrationSpec, load_spec
+from specops.migrate.spec import MigrationSpec, parse_spec
 from specops.migrate.state import MigrationState, load_state
 
 __all__ = ["register"]
 
 
+def _json_file(path: str, field: str) -> dict[str, Any]:
+    """The JSON object in ``path``, else ValidationError naming ``field``."""
+    try:
+        data = json.loads(input_file(path, field).read_text())
+    except OSError as exc:
+        raise ValidationError(field, f"cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise ValidationError(field, f"{path} is not JSON: {syntax_problem(exc)}") from None
+    if not isinstance(data, dict):
+        raise ValidationError(field, f"{path} must hold a JSON object")
+    return data
+
+
 def _facts(
-    path: str | None, root: str | None, running: set[int] | None = None
+    path: str | None, root: str | None, running: set[int] | None = None, side: str = "target"
 ) -> dict[str, Any] | None:
     if path:
-        data = json.loads(Path(path).read_text())
-        facts: dict[str, Any] = data.get("ansible_facts", {}).get("specops_gpu", data)
+        data = _json_file(path, f"--{side}-facts")
+        facts = data.get("ansible_facts", {}).get("specops_gpu", data)
+        if not isinstance(facts, dict) or not isinstance(facts.get("gpus", []), list):
+            raise ValidationError(
+                f"--{side}-facts", f"{path} holds no gpu_facts result (specops_gpu.gpus)"
+            )
         return facts
     if root:
         return gather_local_facts(root, sorted(running) if running is not None else None)
@@ -44,8 +69,22 @@ def _clients(spec: MigrationSpec) -> tuple[PveClient, PveClient | None]:
     return PveClient(spec.api), PveClient(spec.target_api) if spec.target_api else None
 
 
+def _check_paths(args: argparse.Namespace) -> None:
+    """Every path argument, before the spec is read or anything asked."""
+    for side in ("target", "source"):
+        path = getattr(args, f"{side}_facts", None)
+        if path:  # read here too, so a bad file is named before the API is asked
+            _facts(path, None, side=side)
+    for name in ("target_root", "source_root"):
+        if getattr(args, name, None):
+            input_dir(getattr(args, name), f"--{name.replace('_', '-')}")
+    if getattr(args, "markdown", None):
+        output_file(args.markdown, "--markdown")
+
+
 def _load(args: argparse.Namespace) -> tuple[MigrationSpec, MigrationState]:
-    spec = load_spec(Path(args.spec))
+    _check_paths(args)
+    spec = parse_spec(_json_file(args.spec, "--spec"))
     return spec, load_state(Path(spec.state_dir), spec.vmid)
 
 
@@ -63,7 +102,7 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
     with state.timed("preflight") as entry:
         running = (tclient or client).running_vms(spec.target) if args.target_root else None
         tfacts = _facts(args.target_facts, args.target_root, running)
-        sfacts = _facts(args.source_facts, args.source_root)
+        sfacts = _facts(args.source_facts, args.source_root, side="source")
         keep: dict[str, Any] = {k: entry[k] for k in ("status", "started") if k in entry}
         if state.phase("move").get("action") in ("migrated", "restored", "recreate", "skipped"):
             # a re-run after the move: keep what the first preflight saw on the source
@@ -172,8 +211,13 @@ def _cmd_start(args: argparse.Namespace) -> int:
 
 
 def _cmd_record(args: argparse.Namespace) -> int:
+    try:
+        info = json.loads(args.info) if args.info else {}
+    except json.JSONDecodeError as exc:
+        raise ValidationError("--info", f"not JSON: {syntax_problem(exc)}") from None
+    if not isinstance(info, dict):
+        raise ValidationError("--info", f"must be a JSON object (got {args.info})")
     _spec, state = _load(args)
-    info = json.loads(args.info) if args.info else {}
     state.record(args.phase, args.seconds, **info)
     return 0
 
@@ -198,7 +242,9 @@ def _run(func: Any) -> Any:
     def wrapper(args: argparse.Namespace) -> int:
         try:
             rc: int = func(args)
-        except SpecopsError as exc:
+        except ValidationError:
+            raise  # bad input: one line and exit 2 (specops.cli)
+        except SpecopsError as exc:  # a check or the move failed
             print(f"migrate: {exc}", file=sys.stderr)
             return 1
         return rc

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from specops.errors import SpecopsError, ValidationError
+from specops.errors import SpecopsError, ValidationError, input_dir, input_file, syntax_problem
 from specops.speculative.drafter import DRAFTER_METHODS, check
 from specops.speculative.engines import ENGINE_NAMES, Engine
 from specops.speculative.profile import SpeculativeProfile
@@ -75,11 +75,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _load_profile(path: Path) -> SpeculativeProfile:
     try:
-        data: Any = yaml.safe_load(path.read_text("utf-8"))
+        data: Any = yaml.safe_load(input_file(path, "--profile").read_text("utf-8"))
     except OSError as exc:
         raise ValidationError("--profile", f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValidationError("--profile", f"{path} is not UTF-8 text") from None
     except yaml.YAMLError as exc:
-        raise ValidationError("--profile", f"{path} is not valid YAML: {exc}") from None
+        raise ValidationError(
+            "--profile", f"{path} is not valid YAML: {syntax_problem(exc)}"
+        ) from None
     if isinstance(data, dict) and set(data) == {"speculative"}:
         data = data["speculative"]
     return SpeculativeProfile.from_mapping(data)
@@ -89,9 +93,13 @@ def _render(args: argparse.Namespace) -> int:
     flag_set = None
     if args.flags is not None:
         try:
-            flag_set = json.loads(args.flags.read_text("utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ValidationError("--flags", f"cannot read {args.flags}: {exc}") from None
+            flag_set = json.loads(input_file(args.flags, "--flags").read_text("utf-8"))
+        except OSError as exc:
+            raise ValidationError("--flags", f"cannot read {args.flags}: {exc.strerror}") from None
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+            raise ValidationError(
+                "--flags", f"{args.flags} is not a JSON flag set: {syntax_problem(exc)}"
+            ) from None
     engine = Engine.parse(args.engine, args.version, args.capability, flag_set)
     profile = _load_profile(args.profile)
     argv = to_argv(profile, engine)
@@ -105,6 +113,20 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _table(args: argparse.Namespace) -> int:
+    name, path = ("--check", args.check) if args.check is not None else ("--write", args.write)
+    if path is not None:
+        input_file(path, name)
+    try:
+        return _table_file(args)
+    except UnicodeDecodeError:
+        raise ValidationError(name, f"{path} is not UTF-8 text") from None
+    except ValidationError:
+        raise
+    except SpecopsError as exc:  # no markers: not a file that holds the table
+        raise ValidationError(name, str(exc)) from None
+
+
+def _table_file(args: argparse.Namespace) -> int:
     if args.check is not None:
         if check_file(args.check):
             return 0
@@ -124,8 +146,7 @@ def _table(args: argparse.Namespace) -> int:
 
 def _check_drafter(args: argparse.Namespace) -> int:
     for name in ("target", "drafter"):
-        if not getattr(args, name).is_dir():
-            raise SpecopsError(f"--{name}: {getattr(args, name)} is not a directory")
+        input_dir(getattr(args, name), f"--{name}")
     report = check(
         args.method, str(args.target), str(args.drafter), drafter_id=args.id,
         window=args.window, num_draft_tokens=args.num_draft_tokens,

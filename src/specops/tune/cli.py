@@ -1,25 +1,38 @@
-"""``specops sweep run`` and ``specops rollout gate|baseline|smoke|report``.
+"""``specops sweep run|plan`` and ``specops rollout gate|baseline|smoke|report``.
 
-Thin: validation errors become one line naming the field (exit 2).
+Thin: validation errors become one line naming the field (exit 2, :mod:`specops.cli`).
+Every input is checked before anything is written or restarted: the config, the
+canary (a host of the inventory's ``serving`` group), a search space with at least
+one candidate the engine can take, the paths, the server answering.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import functools
 import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from specops.bench.compare import threshold_arg
-from specops.bench.plan import read_api_key
+from specops.bench.compare import count_arg, threshold_arg
+from specops.bench.plan import plan_from_mapping, read_api_key
 from specops.bench.results import load_results
-from specops.errors import ValidationError
-from specops.tune.apply import AnsibleApplier, generates
-from specops.tune.config import load_config_file
-from specops.tune.output_gate import gate_config
+from specops.errors import (
+    SpecopsError,
+    ValidationError,
+    input_dir,
+    input_file,
+    output_dir,
+    output_file,
+)
+from specops.tune.apply import REPO, AnsibleApplier, generates
+from specops.tune.config import SweepConfig, load_config_file
+from specops.tune.output_gate import api_key_of, gate_config, reference_beside, served_model
 from specops.tune.rollout import load_records, measure_baseline, smoke_gate, smoke_step, summary
 from specops.tune.sweep import run_sweep
 
@@ -59,6 +72,7 @@ def register(subparsers: Any) -> None:
     plan.add_argument("config", type=Path)
     plan.add_argument("--mode", choices=["ascent", "grid"])
     plan.add_argument("--base-url", dest="base_url", help="override the config's base_url")
+    plan.add_argument("--inventory", help="override the config's inventory (the canary's)")
     plan.set_defaults(func=_sweep_plan)
 
     rollout = subparsers.add_parser("rollout", help="decisions of playbooks/rollout.yml")
@@ -67,7 +81,7 @@ def register(subparsers: Any) -> None:
     gate.add_argument("--baseline", type=Path, required=True)
     gate.add_argument("--candidate", type=Path, required=True)
     gate.add_argument("--throughput-drop", type=threshold_arg, default=0.10, help=_OFF)
-    gate.add_argument("--max-pass-drop", type=int, default=0)
+    gate.add_argument("--max-pass-drop", type=count_arg, default=0)
     gate.set_defaults(func=_gate)
     for name, text in (
         ("baseline", "measure the node's baseline unless it has one (one process)"),
@@ -83,7 +97,7 @@ def register(subparsers: Any) -> None:
         step.add_argument("--plan-json", required=True, help="the smoke plan (bench plan fields)")
         step.add_argument("--work", type=Path, required=True, help="directory for the results")
         step.add_argument("--baseline", type=Path, required=True, help="the node's baseline file")
-        step.add_argument("--humaneval-limit", type=int, default=0)
+        step.add_argument("--humaneval-limit", type=count_arg, default=0)
         step.add_argument(
             "--output-gate-json", default="true",
             help="the output gate: true, false, or its settings (threshold, max_tokens,"
@@ -91,7 +105,7 @@ def register(subparsers: Any) -> None:
         )  # fmt: skip
         if name == "smoke":
             step.add_argument("--throughput-drop", type=threshold_arg, default=0.10, help=_OFF)
-            step.add_argument("--max-pass-drop", type=int, default=0)
+            step.add_argument("--max-pass-drop", type=count_arg, default=0)
             step.add_argument("--no-update-baseline", action="store_true")
         step.set_defaults(func=_step)
     rep = rsub.add_parser("report", help="summarise a rollout's per-node records")
@@ -100,9 +114,58 @@ def register(subparsers: Any) -> None:
     rep.set_defaults(func=_report)
 
 
+def _ansible_inventory() -> str:
+    local = Path(sys.executable).parent / "ansible-inventory"
+    found = str(local) if local.exists() else shutil.which("ansible-inventory")
+    if found is None:
+        raise SpecopsError("ansible-inventory not found (scripts/setup.sh's venv installs it)")
+    return found
+
+
+def _serving_hosts(inventory: str) -> list[str]:
+    """The hosts of group ``serving`` in ``inventory``, as the applier (run from the
+    repository) resolves it; ``--graph`` reads no variables, so no vault is opened."""
+    if "," not in inventory and not (REPO / inventory).exists():
+        raise ValidationError("inventory", f"no such inventory: {inventory}")
+    proc = subprocess.run(
+        [_ansible_inventory(), "-i", inventory, "--graph", "serving"],
+        cwd=REPO, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ValidationError("inventory", f"{inventory}: no group serving ({why})")
+    return [
+        line.split("|--", 1)[1].strip()
+        for line in proc.stdout.splitlines()
+        if "|--" in line and not line.split("|--", 1)[1].startswith("@")
+    ]
+
+
+def _check(cfg: SweepConfig) -> None:
+    """What the config alone cannot say: the canary is a serving host of the inventory,
+    and the space has a candidate the engine can take."""
+    hosts = _serving_hosts(cfg.inventory)
+    if cfg.canary not in hosts:
+        near = difflib.get_close_matches(cfg.canary, hosts, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise ValidationError(
+            "canary",
+            f"{cfg.canary!r} is not a host of group serving in {cfg.inventory}"
+            f" (have: {', '.join(hosts) or 'none'}){hint}",
+        )
+    if cfg.candidates_bound() == 0:
+        first = next((cfg.space.candidate(a).invalid for a in cfg.space.grid()), None)
+        raise ValidationError(
+            "space",
+            f"no candidate the engine {cfg.space.engine.label} can take"
+            f" (all {cfg.space.size()} refused; the first: {first})",
+        )
+
+
 def _sweep_run(args: argparse.Namespace) -> int:
+    output_dir(args.out, "--out")
     cfg = load_config_file(
-        args.config,
+        input_file(args.config, "config"),
         {"mode": args.mode, "restore": args.restore, "inventory": args.inventory,
          "canary": args.canary, "base_url": args.base_url},
     )  # fmt: skip
@@ -110,6 +173,7 @@ def _sweep_run(args: argparse.Namespace) -> int:
         cfg = dataclasses.replace(cfg, plan={**cfg.plan, "api_key_file": args.api_key_file})
     key_file = cfg.plan.get("api_key_file")
     key = read_api_key(str(key_file), "--api-key-file") if key_file else None
+    _check(cfg)
     args.out.mkdir(parents=True, exist_ok=True)
     applier = AnsibleApplier(
         cfg.inventory, cfg.canary, cfg.base_url, cfg.served_model_name,
@@ -142,7 +206,11 @@ def _sweep_run(args: argparse.Namespace) -> int:
 
 
 def _sweep_plan(args: argparse.Namespace) -> int:
-    cfg = load_config_file(args.config, {"mode": args.mode, "base_url": args.base_url})
+    cfg = load_config_file(
+        input_file(args.config, "config"),
+        {"mode": args.mode, "base_url": args.base_url, "inventory": args.inventory},
+    )
+    _check(cfg)
     json.dump(
         {
             "mode": cfg.mode,
@@ -157,8 +225,11 @@ def _sweep_plan(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
+    baseline = input_file(args.baseline, "--baseline")
+    candidate = input_file(args.candidate, "--candidate")
     result = smoke_gate(
-        load_results(args.baseline), load_results(args.candidate),
+        load_results(baseline),
+        load_results(candidate),
         throughput_drop=args.throughput_drop, max_pass_drop=args.max_pass_drop,
     )  # fmt: skip
     json.dump(result.to_dict(), sys.stdout)
@@ -177,6 +248,15 @@ def _step(args: argparse.Namespace) -> int:
         gate = gate_config(json.loads(args.output_gate_json), "--output-gate-json")
     except json.JSONDecodeError as exc:
         raise ValidationError("--output-gate-json", f"not JSON: {exc}") from None
+    plan_from_mapping({**plan, "base_url": args.base_url})  # a bad plan names its field
+    output_dir(args.work, "--work")
+    output_file(args.baseline, "--baseline")
+    kept = args.baseline.exists() and (gate is None or reference_beside(args.baseline).exists())
+    if args.rollout_command == "smoke" or not kept:  # the server will be asked: it answers
+        try:
+            served_model(args.base_url, api_key=api_key_of(plan))
+        except RuntimeError as exc:
+            raise ValidationError("--base-url", f"cannot reach the server: {exc}") from None
     if args.rollout_command == "baseline":
         out = measure_baseline(
             plan, args.base_url, args.work, args.baseline, args.humaneval_limit, gate=gate
@@ -196,7 +276,7 @@ def _step(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    records = load_records(args.report_dir)
+    records = load_records(input_dir(args.report_dir, "report_dir"))
     if args.json:
         json.dump(records, sys.stdout, indent=2)
         sys.stdout.write("\n")

