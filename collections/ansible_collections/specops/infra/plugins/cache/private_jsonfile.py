@@ -26,6 +26,7 @@ from typing import Any
 
 from ansible.errors import AnsibleError
 from ansible.plugins.cache.jsonfile import CacheModule as JsonFileCacheModule
+from ansible.utils.display import Display
 
 DOCUMENTATION = r"""
 ---
@@ -67,6 +68,8 @@ options:
 """
 
 __all__ = ["CacheModule", "without_secrets"]
+
+display = Display()
 
 # Facts never written: the environment of the process that gathered them.
 _DROPPED = ("ansible_env", "env")
@@ -149,4 +152,4 @@ class CacheModule(JsonFileCacheModule):  # type: ignore[misc]  # ansible has no 
         try:
             self._write_private(without_secrets(value), path)
         except OSError as exc:
-            self._display.warning(f"specops.infra.private_jsonfile: cannot write {path}: {exc}")
+            display.warning(f"specops.infra.private_jsonfile: cannot write {path}: {exc}")
