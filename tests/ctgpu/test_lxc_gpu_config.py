@@ -310,6 +310,28 @@ def test_unprivileged_raw_needs_world_rw_or_idmap() -> None:
     assert privilege_problems(parse("arch: amd64\n"), "raw", stats) == []  # privileged
 
 
+def test_unprivileged_without_idmap_gets_pves_default_map() -> None:
+    """No lxc.idmap line: PVE maps u/g 0 100000 65536, so a node owned by host gid
+    100044 (the container's gid 44) opens; one owned by host gid 44 does not."""
+    mapped = [NodeStat("/dev/nvidia-uvm", 0o660, 0, 100044)]
+    unmapped = [NodeStat("/dev/nvidia-uvm", 0o660, 0, 44)]
+    for flag in ("1", "yes", "on", "true"):
+        conf = parse(f"arch: amd64\nunprivileged: {flag}\n")
+        assert privilege_problems(conf, "raw", mapped) == [], flag
+        (problem,) = privilege_problems(conf, "raw", unmapped)
+        assert "gid 44 on the host and not mapped" in problem
+    # A custom map replaces the default one (and makes the container unprivileged even
+    # without the flag: PVE starts it in a user namespace).
+    custom = parse("arch: amd64\nlxc.idmap: u 0 200000 65536\nlxc.idmap: g 0 200000 65536\n")
+    assert privilege_problems(custom, "raw", mapped) != []
+    assert privilege_problems(custom, "raw", [NodeStat("/dev/nvidia0", 0o660, 0, 200044)]) == []
+    broken = parse("unprivileged: 1\nlxc.idmap: g 0 1\n")
+    assert privilege_problems(broken, "raw", mapped) == [
+        "lxc.idmap: failed to parse idmap: 'g 0 1' (want 'u|g <container id> <host id> "
+        "<count>', e.g. 'g 0 100000 65536'); PVE does not start the container"
+    ]
+
+
 def test_configure_check_mode_diff_then_write(
     ct_root: Callable[[int, str], Path], pve_b_facts: dict[str, Any]
 ) -> None:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence import (
     conf_evidence,
     container_evidence,
@@ -53,6 +54,15 @@ def test_conf_lines_main_section_only(pve_b: dict[str, Any]) -> None:
         "/dev/nvidia-uvm-tools",
     ]
     assert conf["devs"] == []  # renderD128 is not an NVIDIA node
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("1", True), ("yes", True), ("on", True), ("TRUE", True), ("0", False), ("no", False)],
+)
+def test_unprivileged_as_pve_reads_it(value: str, expected: bool) -> None:
+    assert conf_evidence(parse(f"arch: amd64\nunprivileged: {value}\n"))["unprivileged"] is expected
+    assert conf_evidence(parse("arch: amd64\n"))["unprivileged"] is False
 
 
 def test_node_module_on_a_lab_tree(tmp_path: Path, host_tree: Path) -> None:

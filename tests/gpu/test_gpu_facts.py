@@ -234,24 +234,23 @@ def test_running_check_is_pluggable(host_tree) -> None:
 
 
 # --------------------------------------------------------------- hostpci values
+# Read as PVE reads them: qemu-server parse_vm_config and PCI.pm's hostpci format through
+# pve-common parse_property_string (see ../shared/pve-fixtures/README.md; the fixture
+# comparison is tests/unit/test_pve_fixtures.py).
 
 
 @pytest.mark.parametrize(
     ("value", "problem"),
     [
-        ("", "empty value"),
-        ("pcie=1", "needs host="),
-        ("host=0000:41:00,mapping=gpu", "mutually exclusive"),
         ("host=41-00", "not a PCI address"),
-        ("host=0000:41:00.0;", "not a PCI address"),
-        ("host=0000:41:00.9", "not a PCI address"),
-        ("host=41:00,host=42:00", "duplicate key 'host'"),
-        ("41:00,42:00", "has no key"),
+        ("host=zz,pcie=1", "not a PCI address"),
+        ("41:00;zz", "not a PCI address"),
         ("mapping=9gpu", "not a valid PVE config id"),
-        ("host=41:00,,pcie=1", "empty item"),
     ],
 )
-def test_malformed_hostpci_names_file_and_line(tmp_path: Path, value: str, problem: str) -> None:
+def test_unreadable_hostpci_names_file_and_line(tmp_path: Path, value: str, problem: str) -> None:
+    """A line naming a device that cannot be read fails the run: specops cannot tell
+    which card the VM was meant to hold (PVE drops the line with a warning)."""
     qemu = tmp_path / "etc" / "pve" / "qemu-server"
     qemu.mkdir(parents=True)
     conf = qemu / "301.conf"
@@ -262,21 +261,148 @@ def test_malformed_hostpci_names_file_and_line(tmp_path: Path, value: str, probl
     assert message.startswith(f"{conf}:3: hostpci1: ")
     assert problem in message
     assert "valid: 'host=[domain:]bus:dev[.func]" in message
+    assert "fix the line" in message
 
 
 @pytest.mark.parametrize(
-    ("value", "hosts", "mapping"),
+    ("value", "hosts", "mapping", "options"),
     [
-        ("01:00", ["0000:01:00"], None),
-        ("host=0000:01:00.0;0000:01:00.1,pcie=1", ["0000:01:00.0", "0000:01:00.1"], None),
-        ("0001:c1:00.3,rombar=0", ["0001:c1:00.3"], None),
-        ("mapping=gpu-a_1,pcie=1,x-vga=1", [], "gpu-a_1"),
+        ("01:00", ["0000:01:00"], None, {}),
+        # Empty items are skipped; the default key may stand anywhere without its name.
+        ("01:00.0,", ["0000:01:00.0"], None, {}),
+        ("pcie=1,01:00.0", ["0000:01:00.0"], None, {"pcie": "1"}),
+        ("01:00.0,,pcie=1", ["0000:01:00.0"], None, {"pcie": "1"}),
+        ("host=41:00,,pcie=1", ["0000:41:00"], None, {"pcie": "1"}),
+        (" ,01:00.0, ", ["0000:01:00.0"], None, {}),
+        ("host=0000:01:00.0;0000:01:00.1,pcie=1", ["0000:01:00.0", "0000:01:00.1"], None,
+         {"pcie": "1"}),
+        ("0001:c1:00.3,rombar=0", ["0001:c1:00.3"], None, {"rombar": "0"}),
+        ("1234:f0:43", ["1234:f0:43"], None, {}),
+        # One hex digit for the function, as PVE's $PCIRE: .9 is valid and names nothing.
+        ("0000:41:00.9", ["0000:41:00.9"], None, {}),
+        ("00:ff.1,driver=keep,x-vga=on,rombar=False,vendor-id=0x10DE,sub-device-id=0x0000",
+         ["0000:00:ff.1"], None,
+         {"driver": "keep", "x-vga": "on", "rombar": "False", "vendor-id": "0x10DE",
+          "sub-device-id": "0x0000"}),
+        ("mapping=gpu-a_1,pcie=1,x-vga=1", [], "gpu-a_1", {"pcie": "1", "x-vga": "1"}),
+        ("mapping=someGpu,mdev=some-model", [], "someGpu", {"mdev": "some-model"}),
     ],
-)
-def test_hostpci_values(value: str, hosts: list[str], mapping: str | None) -> None:
-    parsed_hosts, parsed_mapping, _ = gpu.parse_hostpci_value(value)
+)  # fmt: skip
+def test_hostpci_values_pve_accepts(
+    value: str, hosts: list[str], mapping: str | None, options: dict[str, str]
+) -> None:
+    parsed_hosts, parsed_mapping, parsed_options = gpu.parse_hostpci_value(value)
     assert [str(h) for h in parsed_hosts] == hosts
     assert parsed_mapping == mapping
+    assert parsed_options == options
+    warnings: list[str] = []
+    (entry,) = gpu.parse_vm_config(f"hostpci3: {value}\n", 100, "100.conf", warnings)
+    assert (entry.key, entry.line, entry.doubt, warnings) == ("hostpci3", 1, None, [])
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("0A:00.0", "is not [domain:]bus:dev[.func]"),  # PCI ids are lower-case to PVE
+        ("host=0000:41:00.0;", "is not [domain:]bus:dev[.func]"),
+        ("01:00,foo=bar", "invalid key 'foo'"),
+        ("01:00, pcie=1", "invalid key ' pcie'"),
+        ("01:00,pcie=2", "pcie='2' is not a boolean"),
+        ("01:00,driver=nvidia", "driver='nvidia' is not vfio or keep"),
+        ("01:00,vendor-id=10de", "vendor-id='10de' is not a hex id"),
+        ("01:00,mdev=a.b", "mdev='a.b' is not a mediated device type"),
+        ("41:00,42:00", "property without '='"),
+        ("host=41:00,host=42:00", "duplicate key"),
+        ("01:00,=1", "missing key or value"),
+        ("01:00,pcie=", "missing key or value"),
+        ("pcie=1", "needs host="),
+        ("host=0000:41:00,mapping=gpu", "mutually exclusive"),
+        ("", "empty value"),
+    ],
+)
+def test_hostpci_values_pve_refuses(value: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=r"\S") as err:
+        gpu.parse_hostpci_value(value)
+    assert problem in str(err.value)
+
+
+def test_lines_pve_does_not_use_count_in_doubt(host_tree) -> None:
+    """Stricter than PVE on purpose: what a line PVE drops names still counts as held
+    (here by a running VM, so the card is not free), with a warning naming the line."""
+    root = host_tree("a6000-3090")
+    conf = root / "etc/pve/qemu-server/204.conf"
+    conf.write_text(
+        "boot: order=scsi0\n"
+        "hostpci0: 0000:01:00.0,foo=bar\n"  # unknown option: PVE drops the value
+        "HOSTPCI1: 0000:02:00.0\n"  # a line PVE cannot parse at all
+        "hostpci2: pcie=1\n"  # names no device: the VM cannot start, nothing counted
+        "memory: 4096\n"
+    )
+    facts = gpu.gather_facts(gpu.HostRoots.under(root), vm_running=lambda vmid: vmid == 204)
+    cards = by_addr(facts)
+    for address, key in (("0000:01:00.0", "hostpci0"), ("0000:02:00.0", "HOSTPCI1")):
+        holder = next(h for h in cards[address].holders if h.vmid == 204)
+        assert (holder.key, holder.running) == (key, True)
+        assert cards[address].held_by_running_vm == 204
+        assert not cards[address].free
+    text = "\n".join(facts.warnings)
+    assert f"{conf}:2: hostpci0: PVE does not use this line (invalid key 'foo'" in text
+    assert "specops counts 0000:01:00.0 as held by VM 204 until the line is fixed" in text
+    assert f"{conf}:3: HOSTPCI1: PVE does not use this line (PVE cannot parse the line)" in text
+    assert f"{conf}:4: hostpci2: PVE does not use this line (needs host=" in text
+    assert "it names no device" in text
+
+
+def test_keys_and_duplicates_as_pve_applies_them() -> None:
+    warnings: list[str] = []
+    text = (
+        "hostpci0: 01:00\n"
+        "hostpci0: 02:00\n"  # a later readable line replaces the earlier one
+        "hostpci1: 03:00\n"
+        "hostpci1: 0B:00\n"  # a later unreadable one does not (and counts in doubt)
+        "hostpci15: 04:00\n"
+        "hostpci16: 05:00\n"  # PVE knows hostpci0..hostpci15: in doubt
+        "args: -device vfio-pci,host=0000:06:00.0\n"
+        "args: -device vfio-pci,host=0000:07:00.0\n"  # the last args: line is QEMU's
+    )
+    entries = gpu.parse_vm_config(text, 100, "100.conf", warnings)
+    assert [(e.key, e.line, [str(h) for h in e.hosts], e.doubt is None) for e in entries] == [
+        ("hostpci0", 2, ["0000:02:00"], True),
+        ("hostpci1", 3, ["0000:03:00"], True),
+        ("hostpci1", 4, ["0000:0b:00"], False),
+        ("hostpci15", 5, ["0000:04:00"], True),
+        ("hostpci16", 6, ["0000:05:00"], False),
+        ("args", 8, ["0000:07:00.0"], True),
+    ]
+    assert "100.conf:1: hostpci0: replaced by line 2" in "\n".join(warnings)
+
+
+def test_a_templates_entries_count_in_doubt() -> None:
+    entries = gpu.parse_vm_config("hostpci0: 01:00\ntemplate: 1\n", 100, "100.conf")
+    assert [(e.key, e.doubt) for e in entries] == [("hostpci0", "a template: PVE never starts it")]
+
+
+@pytest.mark.parametrize(
+    ("between", "ends"),
+    [
+        ("  [x]\n", False),  # indented: not a section header to PVE
+        ("[x\n", False),  # not closed
+        ("[x] y\n", False),
+        ("\t[PENDING]\n", False),
+        ("[PENDING]\n", True),
+        ("[pending]\n", True),
+        ("[snap1]\n", True),
+        ("[a]\n", True),  # one letter: an unknown section to a VM config (skipped)
+        ("[special:cloudinit]\n", True),
+        ("[special:unknown]\n", True),
+        ("[:3]\n", True),
+        ("[snap1]   \n", True),
+    ],
+)
+def test_only_a_whole_line_header_ends_the_current_config(between: str, ends: bool) -> None:
+    text = f"hostpci0: host=01:00\nname: a\n{between}hostpci1: host=02:00\n"
+    entries = gpu.parse_vm_config(text, 100, "/etc/pve/qemu-server/100.conf")
+    assert [e.key for e in entries] == (["hostpci0"] if ends else ["hostpci0", "hostpci1"])
 
 
 def test_snapshot_and_pending_sections_are_not_the_current_config() -> None:

@@ -12,21 +12,44 @@ addresses = st.builds(
     domain=st.text(hexdig, min_size=4, max_size=4),
     bus=st.text(hexdig, min_size=2, max_size=2),
     device=st.text(hexdig, min_size=2, max_size=2),
-    function=st.one_of(st.none(), st.integers(0, 7)),
+    function=st.one_of(st.none(), st.integers(0, 15)),
 )
-options = st.dictionaries(
-    st.sampled_from(["pcie", "x-vga", "rombar", "romfile", "mdev"]),
-    st.text(st.sampled_from("abc01"), min_size=1, max_size=4),
-    max_size=3,
+_booleans = st.sampled_from(["1", "0", "on", "off", "yes", "no", "true", "false", "TRUE"])
+_names = st.text(st.sampled_from("abc01-_"), min_size=1, max_size=6)
+options = st.fixed_dictionaries(
+    {},
+    optional={
+        "pcie": _booleans,
+        "x-vga": _booleans,
+        "rombar": _booleans,
+        "romfile": _names,
+        "mdev": _names,
+        "driver": st.sampled_from(["vfio", "keep"]),
+        "vendor-id": st.from_regex(r"0x[0-9a-fA-F]{4}", fullmatch=True),
+    },
 )
 
 
-@given(st.lists(addresses, min_size=1, max_size=4), options, st.booleans())
+@given(
+    st.lists(addresses, min_size=1, max_size=4),
+    options,
+    st.booleans(),
+    st.integers(0, 4),
+    st.lists(st.sampled_from(["", " ", "\t"]), max_size=3),
+)
 def test_host_lists_round_trip(
-    hosts: list[gpu.PciAddress], opts: dict[str, str], bare: bool
+    hosts: list[gpu.PciAddress],
+    opts: dict[str, str],
+    bare: bool,
+    position: int,
+    blanks: list[str],
 ) -> None:
+    """PVE's property-string grammar: the bare host may stand anywhere, empty items are
+    skipped (``01:00.0,``, ``01:00.0,,pcie=1``, ``pcie=1,01:00.0`` all read the same)."""
     host = ";".join(str(h) for h in hosts)
-    value = ",".join([host if bare else f"host={host}"] + [f"{k}={v}" for k, v in opts.items()])
+    items = [f"{k}={v}" for k, v in opts.items()]
+    items.insert(min(position, len(items)), host if bare else f"host={host}")
+    value = ",".join(items + blanks)
     parsed, mapping, rest = gpu.parse_hostpci_value(value)
     assert list(parsed) == hosts
     assert mapping is None

@@ -101,10 +101,26 @@ def test_description_set_and_encoded() -> None:
 
 
 def test_no_trailing_newline_then_append() -> None:
+    """A file without a final newline keeps that (pve-container's test-debian-007 is
+    one): the added line goes after a newline and gets none; taking it away again gives
+    the original bytes."""
     conf = parse("arch: amd64\ncores: 2")
     assert conf.render() == "arch: amd64\ncores: 2"
     conf.set("memory", "512")
-    assert conf.render() == "arch: amd64\ncores: 2\nmemory: 512\n"
+    conf.add_lxc("lxc.cgroup2.devices.allow", "c 195:* rwm")
+    assert (
+        conf.render()
+        == "arch: amd64\ncores: 2\nmemory: 512\nlxc.cgroup2.devices.allow: c 195:* rwm"
+    )
+    conf.delete("memory")
+    conf.remove_lxc(lambda key, value: True)
+    assert conf.render() == "arch: amd64\ncores: 2"
+    crlf = parse("arch: amd64\r\ncores: 2")
+    crlf.set("memory", "512")
+    assert crlf.render() == "arch: amd64\r\ncores: 2\r\nmemory: 512"
+    crlf.delete("memory")
+    assert crlf.render() == "arch: amd64\r\ncores: 2"
+    assert parse("").final_newline  # a new file ends in a newline, as PVE writes it
 
 
 def test_crlf_kept_and_used_for_new_lines() -> None:

@@ -42,11 +42,13 @@ def _lint(tree: Path) -> tuple[int, str]:
     return run.returncode, " ".join((run.stdout + run.stderr).split())
 
 
-def _plant(path: Path, line: str) -> None:
+def _plant(path: Path, line: str) -> int:
+    """Plant ``line`` after the __future__ import; its line number."""
     text = path.read_text(encoding="utf-8")
     head, sep, rest = text.partition("from __future__ import annotations\n")
     assert sep, f"{path} has no __future__ import to plant after"
     path.write_text(head + sep + line + "\n" + rest, encoding="utf-8")
+    return (head + sep).count("\n") + 1
 
 
 def test_the_repository_keeps_every_contract() -> None:
@@ -60,25 +62,25 @@ def test_an_unplanted_copy_keeps_every_contract(tmp_path: Path) -> None:
     assert rc == 0, out
 
 
-# (file, planted line, contract that breaks, message)
+# (file, planted line, contract that breaks, message; {line}: the planted line's number)
 PLANTS = {
     "module_utils-third-party": (
         MODULE_UTILS / "gpu.py",
         "import yaml",
         "module_utils (run on managed hosts) import only the standard library and each other",
-        "ansible_collections.specops.infra.plugins.module_utils.gpu imports yaml (l.16)",
+        "ansible_collections.specops.infra.plugins.module_utils.gpu imports yaml (l.{line})",
     ),
     "module_utils-ansible": (
         MODULE_UTILS / "readiness.py",
         "from ansible.module_utils.basic import AnsibleModule",
         "module_utils (run on managed hosts) import only the standard library and each other",
-        "module_utils.readiness imports ansible (l.18): only the standard library",
+        "module_utils.readiness imports ansible (l.{line}): only the standard library",
     ),
     "module_utils-controller-package": (
         MODULE_UTILS / "pve_conf.py",
         "from specops.errors import SpecopsError",
         "module_utils (run on managed hosts) import only the standard library and each other",
-        "module_utils.pve_conf imports specops.errors (l.29)",
+        "module_utils.pve_conf imports specops.errors (l.{line})",
     ),
     "core-imports-lab": (
         Path("src/specops/bench/report.py"),
@@ -105,11 +107,11 @@ PLANTS = {
 def test_a_planted_violation_breaks_its_contract(tmp_path: Path, case: str) -> None:
     path, line, contract, message = PLANTS[case]
     tree = _tree(tmp_path)
-    _plant(tree / path, line)
+    number = _plant(tree / path, line)
     rc, out = _lint(tree)
     assert rc != 0, out
     assert f"{contract} BROKEN" in out, out
-    assert message in out, out
+    assert message.replace("{line}", str(number)) in out, out
     assert "Contracts: 2 kept, 1 broken." in out, out
 
 

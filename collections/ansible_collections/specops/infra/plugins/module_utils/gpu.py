@@ -14,6 +14,7 @@ are strings and typing-only aliases sit under TYPE_CHECKING.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -24,6 +25,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ansible_collections.specops.infra.plugins.module_utils import gpu_catalogue
+from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (
+    Line,
+    PveConfError,
+    parse_property_string,
+)
+from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (
+    parse as parse_pve_conf,
+)
 
 __all__ = [
     "FACTS_SCHEMA_VERSION",
@@ -182,8 +191,11 @@ def _hex_id(text: str | None) -> str | None:
 # --------------------------------------------------------------------------- PCI addresses
 
 _PCI_FULL = re.compile(r"^([0-9a-f]{4,}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
-# PVE's HOSTPCIID: [domain:]bus:dev[.func] (qemu-server PVE/QemuServer/PCI.pm $PCIRE).
-_PCI_HOSTPCI = re.compile(r"^(?:([0-9a-f]{4,}):)?([0-9a-f]{2}):([0-9a-f]{2})(?:\.([0-7]))?$")
+# PVE's HOSTPCIID: [domain:]bus:dev[.func] (qemu-server PVE/QemuServer/PCI.pm $PCIRE: the
+# function is one hex digit there; a PCI device has functions 0-7, so .8-.f name nothing).
+_PCI_HOSTPCI = re.compile(
+    r"^(?:([0-9a-f]{4,}):)?([0-9a-f]{2}):([0-9a-f]{2})(?:\.([0-9a-f]))?$", re.ASCII
+)
 
 
 @dataclass(frozen=True, order=True)
@@ -207,7 +219,7 @@ class PciAddress:
         match = _PCI_HOSTPCI.match(text.strip().lower())
         if not match:
             raise ValueError(f"not a PCI address [domain:]bus:dev[.func]: {text!r}")
-        func = None if match[4] is None else int(match[4])
+        func = None if match[4] is None else int(match[4], 16)
         return cls(match[1] or "0000", match[2], match[3], func)
 
     @property
@@ -217,7 +229,7 @@ class PciAddress:
     def __str__(self) -> str:
         if self.function is None:
             return self.slot
-        return f"{self.slot}.{self.function}"
+        return f"{self.slot}.{self.function:x}"
 
     def covers(self, function_address: PciAddress) -> bool:
         """Whether this (device or function) address names ``function_address``."""
@@ -322,7 +334,12 @@ def _dpkg_version(status_text: str, package: str) -> str | None:
 
 @dataclass(frozen=True)
 class HostPciEntry:
-    """One ``hostpciN:`` line of a VM config, parsed."""
+    """One ``hostpciN:`` line of a VM config (or its ``args:`` line), parsed.
+
+    ``doubt`` is None for an entry PVE applies as read here. It says why otherwise: PVE
+    ignores the line (see :func:`parse_vm_config`), yet specops counts the devices it
+    names as held, on purpose.
+    """
 
     vmid: int
     key: str
@@ -331,54 +348,107 @@ class HostPciEntry:
     hosts: tuple[PciAddress, ...]
     mapping: str | None
     options: dict[str, str] = field(default_factory=dict)
+    doubt: str | None = None
 
 
 _CONFIGID = re.compile(r"^[a-z][a-z0-9_-]+$", re.I)
 
+# qemu-server PVE/QemuServer/PCI.pm (at e6352be6, the commit of ../shared/pve-fixtures):
+# $MAX_HOSTPCI_DEVICES (hostpci0..hostpci15), $PCIRE and $hostpci_fmt, the format
+# PVE::JSONSchema::parse_property_string checks each value against: the default key
+# `host` may stand anywhere without its name, empty items are skipped, a key given
+# twice or one the format does not know makes the whole value invalid, and each value
+# must match its pattern (anchored, case-sensitive), enum or boolean.
+MAX_HOSTPCI = 16
+HOSTPCI_KEYS = frozenset(f"hostpci{i}" for i in range(MAX_HOSTPCI))
+_PVE_PCIRE = r"(?:[a-f0-9]{4,}:)?[a-f0-9]{2}:[a-f0-9]{2}(?:\.[a-f0-9])?"
+_PVE_BOOLEAN = re.compile(r"^(?:1|0|on|off|yes|no|true|false)$", re.I)
 
-def _property_string(value: str) -> dict[str, str]:
-    """PVE property string ``a,k=v,...`` (first bare item is the default key ``host``)."""
-    props: dict[str, str] = {}
-    for position, part in enumerate(value.split(",")):
-        if part == "":
-            raise ValueError("empty item in property list")
-        key, sep, val = part.partition("=")
-        if not sep:
-            if position != 0:
-                raise ValueError(f"item {part!r} has no key (only the first may omit host=)")
-            key, val = "host", part
-        key = key.strip()
-        if key in props:
-            raise ValueError(f"duplicate key {key!r}")
-        props[key] = val.strip()
-    return props
+
+def _matches(pattern: str, flags: int = 0) -> Callable[[str], bool]:
+    compiled = re.compile(pattern, flags | re.ASCII)
+    return lambda value: compiled.fullmatch(value) is not None
+
+
+_HOSTPCI_FORMAT: dict[str, tuple[Callable[[str], bool], str]] = {
+    "host": (_matches(rf"{_PVE_PCIRE}(?:;{_PVE_PCIRE})*"), "[domain:]bus:dev[.func][;...]"),
+    "mapping": (_matches(r"[a-z][a-z0-9_-]+", re.I), "a mapping id ([a-z][a-z0-9_-]+)"),
+    "rombar": (lambda v: _PVE_BOOLEAN.match(v) is not None, "a boolean (1|0|on|off|...)"),
+    "romfile": (_matches(r"[^,;]+"), "a file name without ',' or ';'"),
+    "pcie": (lambda v: _PVE_BOOLEAN.match(v) is not None, "a boolean (1|0|on|off|...)"),
+    "x-vga": (lambda v: _PVE_BOOLEAN.match(v) is not None, "a boolean (1|0|on|off|...)"),
+    "legacy-igd": (lambda v: _PVE_BOOLEAN.match(v) is not None, "a boolean (1|0|on|off|...)"),
+    "mdev": (_matches(r"[^/.:]+"), "a mediated device type without '/', '.' or ':'"),
+    "vendor-id": (_matches(r"0x[0-9a-fA-F]{4}"), "a hex id like 0x10de"),
+    "device-id": (_matches(r"0x[0-9a-fA-F]{4}"), "a hex id like 0x2230"),
+    "sub-vendor-id": (_matches(r"0x[0-9a-fA-F]{4}"), "a hex id like 0x10de"),
+    "sub-device-id": (_matches(r"0x[0-9a-fA-F]{4}"), "a hex id like 0x1459"),
+    "driver": (lambda v: v in ("vfio", "keep"), "vfio or keep"),
+}
 
 
 def parse_hostpci_value(value: str) -> tuple[tuple[PciAddress, ...], str | None, dict[str, str]]:
-    """``host=`` addresses, ``mapping=`` id and other options of a hostpci value.
+    """``host=`` addresses, ``mapping=`` id and other options of a hostpci value, read
+    as PVE reads it (qemu-server ``parse_hostpci``: the property string, then exactly
+    one of ``host`` and ``mapping``).
 
-    Raises ValueError with the problem; :func:`parse_vm_config` adds file and line.
+    Raises ValueError saying why PVE would not use the value: its config parser ignores
+    a value that does not match the format, and a VM whose value names neither or both
+    of host and mapping does not start. :func:`parse_vm_config` adds file and line.
     """
-    text = value.strip()
-    if not text:
+    if not value.strip():
         raise ValueError("empty value")
-    options = _property_string(text)
+    try:
+        options = parse_property_string(value, "host")
+    except PveConfError as exc:
+        raise ValueError(str(exc)) from None
+    for key, val in options.items():
+        if key not in _HOSTPCI_FORMAT:
+            raise ValueError(
+                f"invalid key {key!r} (PVE knows: {', '.join(sorted(_HOSTPCI_FORMAT))})"
+            )
+        check, want = _HOSTPCI_FORMAT[key]
+        if not check(val):
+            raise ValueError(f"{key}={val!r} is not {want}")
     host = options.pop("host", None)
     mapping = options.pop("mapping", None)
     if host is not None and mapping is not None:
         raise ValueError("host= and mapping= are mutually exclusive")
     if host is None and mapping is None:
         raise ValueError("needs host=<[domain:]bus:dev[.func][;...]> or mapping=<id>")
-    if mapping is not None and not _CONFIGID.match(mapping):
-        raise ValueError(f"mapping id {mapping!r} is not a valid PVE config id ([a-z][a-z0-9_-]+)")
-    if host == "":
-        raise ValueError("host= is empty")
     addresses = tuple(PciAddress.parse_hostpci(item) for item in (host or "").split(";") if host)
     return addresses, mapping, options
 
 
-_HOSTPCI_KEY = re.compile(r"^(hostpci\d+)\s*:\s*(.*)$")
-_ARGS_KEY = re.compile(r"^(args)\s*:\s*(.*)$")
+def _hostpci_in_doubt(value: str) -> tuple[tuple[PciAddress, ...], tuple[str, ...]]:
+    """The devices a hostpci value PVE ignores still names, read leniently (items split
+    on ',', ``host``/``mapping`` keys in any case, several of them, addresses in any
+    case, empty ``;`` items skipped). ValueError when a named device is unreadable."""
+    hosts: list[PciAddress] = []
+    mappings: list[str] = []
+    for part in value.split(","):
+        if not part.strip():
+            continue
+        key, sep, val = part.partition("=")
+        key, val = key.strip().lower(), val.strip()
+        if not sep:
+            key, val = "host", part.strip()
+        if key == "host":
+            hosts.extend(PciAddress.parse_hostpci(item) for item in val.split(";") if item.strip())
+        elif key == "mapping":
+            if not _CONFIGID.match(val):
+                raise ValueError(
+                    f"mapping id {val!r} is not a valid PVE config id ([a-z][a-z0-9_-]+)"
+                )
+            mappings.append(val)
+    return tuple(hosts), tuple(mappings)
+
+
+# A main-section line PVE cannot read at all but that looks like a hostpci entry
+# (`HOSTPCI0: ...`, `hostpci0 = ...`, `hostpci0:` without a value).
+_HOSTPCI_LIKE = re.compile(r"^\s*(hostpci\d+)\s*[:=]\s*(.*?)\s*$", re.I | re.ASCII)
+_HOSTPCI_KEY = re.compile(r"^hostpci\d+$")
+_VALID_FORMS = "valid: 'host=[domain:]bus:dev[.func][;...][,opt=val...]' or 'mapping=<id>[,...]'"
 
 
 def parse_qemu_args_devices(value: str) -> tuple[PciAddress, ...]:
@@ -415,40 +485,126 @@ def parse_qemu_args_devices(value: str) -> tuple[PciAddress, ...]:
     return tuple(found)
 
 
-def parse_vm_config(text: str, vmid: int, file: str) -> list[HostPciEntry]:
-    """The PCI devices a VM's current config passes through (snapshot/pending sections
-    skipped): its ``hostpciN:`` entries, and ``-device vfio-pci,host=...`` items of its
-    ``args:`` line (one entry with key ``args``).
+def parse_vm_config(
+    text: str, vmid: int, file: str, warnings: list[str] | None = None
+) -> list[HostPciEntry]:
+    """The PCI devices a VM's current config passes through, in line order: its
+    ``hostpciN:`` entries, and ``-device vfio-pci,host=...`` items of its ``args:`` line
+    (one entry with key ``args``).
 
-    A malformed value raises :class:`GpuFactsError` naming the file, line and key.
+    The config is read as PVE reads it (qemu-server ``parse_vm_config``, through
+    :func:`pve_conf.parse` with ``kind="qemu"``): the current config is the main
+    section, which only a whole-line ``[...]`` header ends (``[PENDING]``, a snapshot,
+    ``[special:...]``, an unknown section; an indented or unclosed ``[`` line ends
+    nothing); ``hostpci0`` .. ``hostpci15`` are its keys, each value is read as
+    :func:`parse_hostpci_value` reads it, and a later line of a key replaces an earlier
+    one when PVE can read it (the replaced line holds nothing, a warning says so); the
+    last ``args:`` line is the one QEMU gets.
+
+    Stricter than PVE on purpose (a card counts as held when in doubt; ``doubt`` says
+    why, and so does a warning): a line PVE ignores although it looks like a hostpci
+    entry (a value PVE's format refuses, such as an upper-case id or an unknown option,
+    one that names both or neither of host and mapping so the VM cannot start,
+    ``hostpci16`` and above, ``HOSTPCI0:``) still counts for every device it names; so
+    do a template's entries (``template: 1``: PVE never starts it, and leaves them out
+    of the command line it builds to back it up). A pending change (``[PENDING]``) is
+    not counted: QEMU gets it at the next start, when the facts are read again.
+
+    A device such a line names that cannot be read at all (``host=zz``) raises
+    :class:`GpuFactsError` naming the file, line and key: specops cannot tell which card
+    the VM was meant to hold.
     """
-    entries: list[HostPciEntry] = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if line.startswith("["):
-            break  # [snapshot], [PENDING], [special:cloudinit]: not the running config
-        args = _ARGS_KEY.match(line)
-        if args:
-            try:
-                hosts = parse_qemu_args_devices(args[2])
-            except ValueError as exc:
-                raise GpuFactsError(f"{file}:{number}: args: {exc}") from None
-            if hosts:
-                entries.append(HostPciEntry(vmid, "args", file, number, hosts, None, {}))
+    notes: list[str] = [] if warnings is None else warnings
+    conf = parse_pve_conf(text, kind="qemu")
+    applied: dict[str, HostPciEntry] = {}
+    doubtful: list[HostPciEntry] = []
+    args: tuple[int, str] | None = None
+    for number, line in enumerate(conf.main.lines, start=1):
+        if line.kind == "key" and line.key == "args":
+            args = (number, line.value)
             continue
-        match = _HOSTPCI_KEY.match(line)
-        if not match:
+        key, value, why = _hostpci_line(line)
+        if key is None:
             continue
-        key, value = match[1], match[2]
+        where = _Where(vmid, file, number, key)
+        if why is not None:
+            doubtful.extend(_in_doubt(where, value, why, notes))
+            continue
         try:
             hosts, mapping, options = parse_hostpci_value(value)
         except ValueError as exc:
-            raise GpuFactsError(
-                f"{file}:{number}: {key}: {exc} (got {value!r}; valid: "
-                "'host=[domain:]bus:dev[.func][;...][,opt=val...]' or 'mapping=<id>[,...]')"
-            ) from None
-        entries.append(HostPciEntry(vmid, key, file, number, hosts, mapping, options))
-    return entries
+            doubtful.extend(_in_doubt(where, value, str(exc), notes))
+            continue
+        earlier = applied.get(key)
+        if earlier is not None:
+            notes.append(
+                f"{file}:{earlier.line}: {key}: replaced by line {number} (PVE applies "
+                "the later line of a key): this one holds nothing"
+            )
+        applied[key] = HostPciEntry(vmid, key, file, number, hosts, mapping, options)
+    if conf.get_bool("template"):
+        why = "a template: PVE never starts it"
+        applied = {k: dataclasses.replace(e, doubt=why) for k, e in applied.items()}
+    entries = list(applied.values()) + doubtful
+    if args is not None:
+        number, value = args
+        try:
+            hosts = parse_qemu_args_devices(value)
+        except ValueError as exc:
+            raise GpuFactsError(f"{file}:{number}: args: {exc}") from None
+        if hosts:
+            entries.append(HostPciEntry(vmid, "args", file, number, hosts, None, {}))
+    return sorted(entries, key=lambda e: e.line)
+
+
+def _hostpci_line(line: Line) -> tuple[str | None, str, str | None]:
+    """(key, value, why PVE does not use it or None) of a main-section line that is or
+    looks like a hostpci entry; key None for any other line."""
+    if line.kind == "invalid":
+        like = _HOSTPCI_LIKE.match(line.value)
+        if like:
+            return like[1], like[2], "PVE cannot parse the line"
+        return None, "", None
+    if line.kind != "key" or not _HOSTPCI_KEY.match(line.key):
+        return None, "", None
+    if line.key not in HOSTPCI_KEYS:
+        return line.key, line.value, f"PVE knows hostpci0..hostpci{MAX_HOSTPCI - 1}"
+    return line.key, line.value, None
+
+
+@dataclass(frozen=True)
+class _Where:
+    vmid: int
+    file: str
+    line: int
+    key: str
+
+
+def _in_doubt(where: _Where, value: str, why: str, notes: list[str]) -> list[HostPciEntry]:
+    """The entries a line PVE does not use still counts for (see parse_vm_config)."""
+    head = f"{where.file}:{where.line}: {where.key}"
+    try:
+        hosts, mappings = _hostpci_in_doubt(value)
+    except ValueError as exc:
+        raise GpuFactsError(
+            f"{head}: {exc} (got {value!r}; {_VALID_FORMS}); PVE does not use this line "
+            f"({why}), specops cannot tell which device it names: fix the line"
+        ) from None
+    if not hosts and not mappings:
+        notes.append(f"{head}: PVE does not use this line ({why}); it names no device")
+        return []
+    named = [str(h) for h in hosts] + [f"mapping {m}" for m in mappings]
+    notes.append(
+        f"{head}: PVE does not use this line ({why}); specops counts {', '.join(named)} as "
+        f"held by VM {where.vmid} until the line is fixed"
+    )
+    out = [HostPciEntry(where.vmid, where.key, where.file, where.line, hosts, None, {}, why)]
+    out = out if hosts else []
+    out.extend(
+        HostPciEntry(where.vmid, where.key, where.file, where.line, (), m, {}, why)
+        for m in mappings
+    )
+    return out
 
 
 @dataclass(frozen=True)
@@ -846,7 +1002,7 @@ def _vm_entries(roots: HostRoots, warnings: list[str]) -> list[HostPciEntry]:
         text = _read(conf)
         if text is None:
             continue
-        entries.extend(parse_vm_config(text, int(stem), str(conf)))
+        entries.extend(parse_vm_config(text, int(stem), str(conf), warnings))
     return entries
 
 

@@ -118,7 +118,8 @@ def conf_evidence(conf: PveConf) -> dict[str, Any]:
         if _GPU_PATH.match(props.get("path", "")):
             devs.append({"key": f"dev{idx}", "path": props["path"], "text": f"dev{idx}: {value}"})
     return {
-        "unprivileged": conf.get("unprivileged", "0") == "1",
+        # As PVE reads the option (pve_conf.get_bool: 1|yes|on|true, any case).
+        "unprivileged": conf.get_bool("unprivileged"),
         "allow": allow,
         "deny": deny,
         "mounts": mounts,

@@ -380,36 +380,34 @@ class NodeStat:
     gid: int
 
 
-def _idmap_covers(conf: PveConf, kind: str, host_id: int) -> bool:
-    for key, value in conf.lxc():
-        if key != "lxc.idmap":
-            continue
-        parts = value.split()
-        if len(parts) == 4 and parts[0] == kind and all(p.isdigit() for p in parts[1:]):
-            start, count = int(parts[2]), int(parts[3])
-            if start <= host_id < start + count:
-                return True
-    return False
+def _idmap_covers(id_map: Iterable[tuple[str, int, int, int]], kind: str, host_id: int) -> bool:
+    return any(k == kind and host <= host_id < host + count for k, _ct, host, count in id_map)
 
 
 def privilege_problems(conf: PveConf, method: str, stats: Iterable[NodeStat]) -> list[str]:
-    """Why an unprivileged container could not open these nodes (empty: it can).
+    """Why a container in a user namespace could not open these nodes (empty: it can).
 
-    Privileged containers (no ``unprivileged: 1``) use host ids: nothing to map. With
-    ``devN`` PVE makes the node inside the container owned by the ``uid``/``gid`` given
-    there (container ids), so no host id has to be mapped. Raw bind mounts keep the host
-    node's owner: the container's users can open it when the node is world read-write
-    (the driver's default 0666) or when ``lxc.idmap`` maps the node's host uid/gid.
+    Privileged containers (no ``unprivileged: 1`` and no ``lxc.idmap`` line) use host
+    ids: nothing to map. With ``devN`` PVE makes the node inside the container owned by
+    the ``uid``/``gid`` given there (container ids), so no host id has to be mapped. Raw
+    bind mounts keep the host node's owner: the container's users can open it when the
+    node is world read-write (the driver's default 0666) or when the container's id map
+    (``PveConf.id_map``: its ``lxc.idmap`` lines, else PVE's default ``u/g 0 100000
+    65536``) maps the node's host uid/gid.
     """
-    if not conf.get_bool("unprivileged") or method == "dev":
+    if not conf.user_namespace or method == "dev":
         return []
+    try:
+        id_map = conf.id_map()
+    except PveConfError as exc:
+        return [str(exc)]
     problems = []
     for st in stats:
         if st.mode & 0o006 == 0o006:
             continue
-        if st.mode & 0o060 == 0o060 and _idmap_covers(conf, "g", st.gid):
+        if st.mode & 0o060 == 0o060 and _idmap_covers(id_map, "g", st.gid):
             continue
-        if st.mode & 0o600 == 0o600 and _idmap_covers(conf, "u", st.uid):
+        if st.mode & 0o600 == 0o600 and _idmap_covers(id_map, "u", st.uid):
             continue
         problems.append(
             f"{st.path} is mode {st.mode:04o} uid {st.uid} gid {st.gid} on the host and not "
@@ -633,8 +631,9 @@ def _replace_raw(
     result.removed.extend(f"{k}: {v}" for k, v in removed)
     if not desired:
         return
-    # add_lxc appends after the last non-blank line (fixing a missing final newline);
-    # the new lines then move to where the first old GPU line was.
+    # add_lxc appends after the last non-blank line (a file without a final newline
+    # keeps that: PveConf.render); the new lines then move to where the first old GPU
+    # line was.
     count_before = len(conf.main.lines)
     for key, value in desired:
         conf.add_lxc(key, value)

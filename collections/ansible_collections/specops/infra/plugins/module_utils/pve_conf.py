@@ -20,9 +20,19 @@ stand-in's own (independent) reader over the same confs.
 ``parse(text).render() == text`` for every input (byte-lossless: every line keeps its
 raw text, including odd spacing, CRLF endings and lines PVE itself would warn about).
 Edits go through :class:`PveConf` and touch only the main section (before the first
-``[section]`` header); snapshot and pending sections are never rewritten.
+``[section]`` header); snapshot and pending sections are never rewritten. A file without
+a final newline keeps that through any edit (an added line gets no newline of its own;
+taking it away again gives the original bytes back).
 
-Stdlib only: this runs on managed hosts.
+What PVE derives from a container's options, read here the way PVE reads it (one home):
+:meth:`PveConf.get_bool` (``1|0``, ``yes|no``, ``on|off``, ``true|false``, any case; a
+later line replaces an earlier one only when PVE can read it), :meth:`PveConf.id_map`
+(``lxc.idmap`` lines, else PVE's default map for an unprivileged container) and
+:attr:`PveConf.user_namespace`. ``tests/unit/test_pve_fixtures.py`` runs every container
+and VM config of Proxmox's own test suites through this module.
+
+Stdlib only: this runs on managed hosts (Python >= 3.7, like ``gpu``, which reads VM
+configs through it).
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from dataclasses import dataclass, field
 from ansible_collections.specops.infra.plugins.module_utils.atomic_file import write_atomic
 
 __all__ = [
+    "DEFAULT_ID_MAP",
     "Line",
     "PveConf",
     "PveConfError",
@@ -162,8 +173,17 @@ _BOOLEAN_FALSE = re.compile(r"^(0|off|no|false)$", re.IGNORECASE)
 _SNAPNAME_RE = re.compile(r"^[a-z][a-z0-9_\-]+$", re.IGNORECASE)
 _SETKEY_RE = re.compile(r"^[a-z][a-z_\-]*\d*$")
 _LXCKEY_RE = re.compile(r"^lxc\.[a-z0-9_\-.]+$")
+# pve-container PVE::LXC::parse_id_maps: `^([ug])\s+(\d+)\s+(\d+)\s+(\d+)\s*$`.
+_IDMAP_RE = re.compile(r"^([ug])\s+(\d+)\s+(\d+)\s+(\d+)\s*$", re.ASCII)
 
 PENDING_SECTION = "pve:pending"
+# What PVE maps an unprivileged container's ids to when its conf has no lxc.idmap line
+# (pve-container PVE::LXC::parse_id_maps and update_lxc_config): (kind, container id,
+# host id, count).
+DEFAULT_ID_MAP: tuple[tuple[str, int, int, int], ...] = (
+    ("u", 0, 100000, 65536),
+    ("g", 0, 100000, 65536),
+)
 
 
 class PveConfError(ValueError):
@@ -226,8 +246,13 @@ def _valid_lxc_key(key: str) -> bool:
     return key in _LXC_KEYS or key.startswith(_LXC_PREFIXES)
 
 
+def _without(text: str, suffix: str) -> str:
+    """``text`` without ``suffix`` at its end (``str.removesuffix`` is Python 3.9+)."""
+    return text[: -len(suffix)] if suffix and text.endswith(suffix) else text
+
+
 def _classify(raw: str, section: str | None, kind: str) -> Line:  # noqa: PLR0911
-    body = raw.rstrip("\n").removesuffix("\r")
+    body = _without(raw.rstrip("\n"), "\r")
     if body.strip() == "":
         return Line(raw, "blank")
     m = _SECTION_RE.match(body)
@@ -242,7 +267,7 @@ def _classify(raw: str, section: str | None, kind: str) -> Line:  # noqa: PLR091
         )
     if body.startswith("#"):
         # parse_pct_config's `^\#(.*)$` keeps a CR before the newline in the description
-        return Line(raw, "comment", value=raw.removesuffix("\n")[1:])
+        return Line(raw, "comment", value=_without(raw, "\n")[1:])
     m = _LXC_RE.match(body)
     if m and kind == "lxc":
         if not _valid_lxc_key(m.group(1)):
@@ -285,7 +310,7 @@ def parse(text: str, *, strict: bool = False, kind: str = "lxc") -> PveConf:
                 "'# comment', a blank line or '[section]'; 'delete:' only in the pending section)",
             )
         sections[-1].lines.append(line)
-    return PveConf(sections)
+    return PveConf(sections, final_newline=text == "" or text.endswith("\n"))
 
 
 def _decode_comment(text: str) -> str:
@@ -303,8 +328,12 @@ def _encode_comment(text: str) -> str:
 class PveConf:
     """A parsed config. Read anything; edit the main section only."""
 
-    def __init__(self, sections: list[Section]) -> None:
+    def __init__(self, sections: list[Section], *, final_newline: bool = True) -> None:
         self.sections = sections
+        # False when the parsed text did not end in a newline: render() then leaves the
+        # last line without one, whatever the edits (PVE's own writer always ends in a
+        # newline, but a hand-written file stays as it was written).
+        self.final_newline = final_newline
 
     # -- reading -----------------------------------------------------------------------
     @property
@@ -312,7 +341,12 @@ class PveConf:
         return self.sections[0]
 
     def render(self) -> str:
-        return "".join(ln.raw for sec in self.sections for ln in sec.lines)
+        text = "".join(ln.raw for sec in self.sections for ln in sec.lines)
+        if not self.final_newline:
+            for eol in ("\r\n", "\n"):
+                if text.endswith(eol):
+                    return text[: -len(eol)]
+        return text
 
     def snapshot_names(self) -> list[str]:
         return [s.name for s in self.sections[1:] if s.name and s.name != PENDING_SECTION]
@@ -347,19 +381,54 @@ class PveConf:
                 text += _decode_comment(ln.value) + "\n"
             elif ln.kind == "description":
                 text += _decode_comment(ln.value)
-        return text.removesuffix("\n") if text else None
+        return _without(text, "\n") if text else None
 
     def get_bool(self, key: str, default: bool = False) -> bool:
-        """A boolean option as PVE's ``check_type`` reads it (``1|on|yes|true`` /
-        ``0|off|no|false``, any case); ``default`` when unset or unreadable."""
-        value = self.get(key)
-        if value is None:
-            return default
-        if _BOOLEAN_TRUE.match(value):
-            return True
-        if _BOOLEAN_FALSE.match(value):
-            return False
-        return default
+        """A boolean option as PVE reads it: ``check_type`` takes ``1|on|yes|true`` /
+        ``0|off|no|false`` (any case); a line it cannot read is dropped with a warning,
+        so it does not replace an earlier readable line of the same key (pve-container
+        ``parse_pct_config``, qemu-server ``parse_vm_config``). ``default`` when no
+        readable line is left."""
+        result = default
+        for ln in self.main.lines:
+            if ln.kind != "key" or ln.key != key:
+                continue
+            if _BOOLEAN_TRUE.match(ln.value):
+                result = True
+            elif _BOOLEAN_FALSE.match(ln.value):
+                result = False
+        return result
+
+    def id_map(self) -> list[tuple[str, int, int, int]]:
+        """The container's id map as PVE applies it: (``u``/``g``, container id, host id,
+        count) for each main-section ``lxc.idmap`` line, in file order; without such a
+        line, :data:`DEFAULT_ID_MAP` for an unprivileged container and nothing (host ids)
+        for a privileged one (pve-container ``PVE::LXC::parse_id_maps``).
+
+        A line PVE cannot read (it refuses to start the container) raises PveConfError.
+        """
+        out: list[tuple[str, int, int, int]] = []
+        for key, value in self.lxc():
+            if key != "lxc.idmap":
+                continue
+            m = _IDMAP_RE.match(value)
+            if not m:
+                raise PveConfError(
+                    "lxc.idmap",
+                    f"failed to parse idmap: {value!r} (want 'u|g <container id> <host id> "
+                    "<count>', e.g. 'g 0 100000 65536'); PVE does not start the container",
+                )
+            out.append((m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))))
+        if not out and self.get_bool("unprivileged"):
+            return list(DEFAULT_ID_MAP)
+        return out
+
+    @property
+    def user_namespace(self) -> bool:
+        """Whether PVE starts the container in a user namespace (its root is not the
+        host's): ``unprivileged`` set, or any ``lxc.idmap`` line (pve-container
+        ``PVE::LXC::update_lxc_config``: ``$conf->{unprivileged} || $custom_idmap``)."""
+        return self.get_bool("unprivileged") or any(k == "lxc.idmap" for k, _ in self.lxc())
 
     def indexed(self, prefix: str) -> dict[int, str]:
         """``devN``/``mpN``/``hostpciN``/``netN`` entries of the main section by N."""

@@ -59,8 +59,16 @@ notes:
     pending section) names one of the card's functions by C(host=) (no function = all
     functions) or through a C(mapping=) entry for this node. A mapping with several
     paths marks every candidate as held (exclusive false) since PVE picks one at VM start.
-  - A card is free when no running VM holds it. Malformed C(hostpciN) values fail the
-    module with the file and line.
+  - VM configs are read as PVE reads them (qemu-server C(parse_vm_config) and the
+    C(hostpci) property-string format; module_utils C(gpu.parse_vm_config)), e.g.
+    C(01:00.0,), C(pcie=1,01:00.0) and C(01:00.0,,pcie=1) are valid, and only a
+    whole-line C([section]) header ends the current config.
+  - Stricter than PVE on purpose, in doubt a card counts as held. A line PVE does not
+    use although it looks like a hostpci entry (an upper-case id, an unknown option,
+    C(hostpci16)) and a template's entries still count, with a warning. A line naming a
+    device that cannot be read at all (C(host=zz)) fails the module with the file and
+    line.
+  - A card is free when no running VM holds it.
 """
 
 EXAMPLES = r"""

@@ -95,10 +95,12 @@ options:
     default: 10
 notes:
   - Supports check mode and diff mode (the whole conf before and after).
-  - A privileged container needs no id mapping. An unprivileged one works with C(devN)
-    (PVE makes the node inside with the given uid/gid); with raw bind mounts each host
-    node must be world read-write (the driver default 0666) or its gid mapped by
-    C(lxc.idmap), else the module fails naming the node.
+  - A privileged container needs no id mapping. An unprivileged one (C(unprivileged)
+    set, or any C(lxc.idmap) line) works with C(devN) (PVE makes the node inside with
+    the given uid/gid); with raw bind mounts each host node must be world read-write
+    (the driver default 0666) or its gid mapped by the container's id map (its
+    C(lxc.idmap) lines, else PVE's default C(u/g 0 100000 65536)), else the module fails
+    naming the node.
 """
 
 EXAMPLES = r"""
@@ -297,7 +299,8 @@ def configure(params: dict[str, Any], *, check_mode: bool) -> dict[str, Any]:
             if problems:
                 raise LxcGpuError(
                     "unprivileged",
-                    f"container {vmid} is unprivileged (unprivileged: 1) and raw bind mounts "
+                    f"container {vmid} runs in a user namespace (unprivileged, or lxc.idmap "
+                    "lines) and raw bind mounts "
                     f"keep host ownership: {'; '.join(problems)}. Use method dev (PVE >= 8.1), "
                     "map the ids, or make the container privileged",
                 )
