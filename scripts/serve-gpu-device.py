@@ -283,12 +283,14 @@ def tiny_model() -> Path:
 
 
 def render_units(dest: Path, *, engine: str, version: str, venv: str, model: str,
-                 draft: str, key_file: Path) -> dict[str, Any]:  # fmt: skip
+                 draft: str, key_file: Path,
+                 names: tuple[str, ...] = tuple(CONFIGS)) -> dict[str, Any]:  # fmt: skip
     """Per config: the unit, its EnvironmentFile and the service step's settings, as the
     inference_service role renders them (its preflight validates everything first)."""
     dest.mkdir(parents=True, exist_ok=True, mode=0o700)
     rendered: dict[str, Any] = {}
-    for name, cfg in CONFIGS.items():
+    for name in names:
+        cfg = CONFIGS[name]
         spec = json.loads(json.dumps(cfg["speculative"]).replace("/srv/models/tiny", draft))
         variables = {
             "render_dest": str(dest),
