@@ -276,13 +276,13 @@ def test_installed_flag_set_decides_what_is_accepted(repo_root: Path, tmp_path: 
     flags = dict(recorded["flags"])
     del flags["--max-num-seqs"]  # this build has no such flag
     (venv / ".specops-engine-flags.json").write_text(json.dumps({
-        "engine": "vllm", "version": "0.20.1", "source": "test build",
+        "engine": "vllm", "version": "0.21.0", "source": "test build",
         "speculative": recorded["speculative"], "flags": flags,
     }))  # fmt: skip
     common = {
         "inference_service_served_model_name": "m",
         "inference_service_engine": "vllm",
-        "inference_service_engine_version": "0.20.1",  # no recorded list for it
+        "inference_service_engine_version": "0.21.0",  # no recorded list for it
         "inference_service_venv": str(venv),
         "inference_service_model": "/srv/m",
         "inference_service_speculative": {"method": "ngram", "num_draft_tokens": 4},
@@ -295,7 +295,7 @@ def test_installed_flag_set_decides_what_is_accepted(repo_root: Path, tmp_path: 
     )  # fmt: skip
     assert bad.startswith("rc=2"), bad[-3000:]
     assert (
-        "inference_service_engine_args[0]: --max-num-seqs is not the installed vllm 0.20.1 flag"
+        "inference_service_engine_args[0]: --max-num-seqs is not the installed vllm 0.21.0 flag"
         in _words(bad)
     ), bad[-3000:]
 

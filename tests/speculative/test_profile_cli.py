@@ -115,22 +115,23 @@ def test_filters_fail_with_the_field() -> None:
 def test_render_against_an_installed_flag_set(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """vLLM 0.20.1 has no recorded list; its installed build's flag set renders it."""
+    """vLLM 0.21.0 (say, a PR build's version) has no recorded list; its installed build's
+    flag set renders it."""
     recorded = json.loads(
         (README.parent / "data" / "vllm-0.32.0-flags.json").read_text(encoding="utf-8")
     )
     flags = tmp_path / "flags.json"
-    flags.write_text(json.dumps({**recorded, "version": "0.20.1", "source": "a PR build"}))
+    flags.write_text(json.dumps({**recorded, "version": "0.21.0", "source": "a PR build"}))
     profile = tmp_path / "p.yml"
     profile.write_text(
         "method: dflash\ndraft_model: z-lab/Qwen3.6-27B-DFlash\nnum_draft_tokens: 16\n"
     )
-    argv = ["profile", "render", "--engine", "vllm", "--version", "0.20.1", "--profile",
+    argv = ["profile", "render", "--engine", "vllm", "--version", "0.21.0", "--profile",
             str(profile)]  # fmt: skip
     assert cli.main([*argv, "--flags", str(flags)]) == 0
     assert capsys.readouterr().out == (
         '--speculative-config \'{"method":"dflash","model":"z-lab/Qwen3.6-27B-DFlash",'
         '"num_speculative_tokens":15}\'\n'
     )
-    assert cli.main(argv) == 2  # without it: no recorded list for 0.20.1
-    assert "no extracted flag list for vllm '0.20.1'" in capsys.readouterr().err
+    assert cli.main(argv) == 2  # without it: no recorded list for 0.21.0
+    assert "no extracted flag list for vllm '0.21.0'" in capsys.readouterr().err

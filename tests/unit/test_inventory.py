@@ -61,16 +61,16 @@ def test_node_vmid_and_profile_problems_name_host_and_variable() -> None:
 
 
 def test_a_version_without_a_recorded_list_is_left_to_the_installed_flags() -> None:
-    """vLLM 0.20.1 (the seeds' PR builds) has no recorded flag list: the profile's shape
+    """vLLM 0.21.0 (a PR build's version, say) has no recorded flag list: the profile's shape
     is checked here, its flags on the node against what the built engine accepts."""
     groups = {**NODES, "serving": ["a", "b"]}
     dflash = {"method": "dflash", "draft_model": "z-lab/Qwen3.6-27B-DFlash", "num_draft_tokens": 16}
     hv = {
         "a": ct(vmid=101, inference_service_engine="vllm",
-                inference_service_engine_version="0.20.1",
+                inference_service_engine_version="0.21.0",
                 inference_service_speculative=dflash),
         "b": ct(vmid=102, inference_service_engine="vllm",
-                inference_service_engine_version="0.20.1",
+                inference_service_engine_version="0.21.0",
                 inference_service_speculative={**dflash, "num_stepz": 3}),
     }  # fmt: skip
     assert inventory_problems(groups, hv) == [
