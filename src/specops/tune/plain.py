@@ -18,8 +18,9 @@ these hold, each refusal naming why (:func:`why_not_plain`):
   (a local build suffix such as ``+cpu`` aside);
 - it is recent: created at most ``max_age_days`` ago (a driver, engine or kernel update
   moves the plain speed as much as a speculative setting does);
-- it shows no speculation: no cell reports an acceptance length and the server's
-  speculative config, when it was read back, is empty.
+- it shows no speculation: no cell accepted a drafted token (a server that exports
+  speculative counters but drafts nothing reports acceptance length 1.0) and the
+  server's speculative config, when it was read back, is empty.
 """
 
 from __future__ import annotations
@@ -102,11 +103,9 @@ def _refusals(
         yield f"{name} is {age:.1f} days old (max_age_days {max_age_days:g})"
     if recorded.server.speculative:
         yield f"{name} measured a speculative server ({recorded.server.speculative})"
-    accepted = [c for c in recorded.cells if c.acceptance.mean_acceptance_length is not None]
+    accepted = [c for c in recorded.cells if c.acceptance.accepted > 0]
     if accepted:
-        yield (
-            f"{name} reports an acceptance length in {len(accepted)} cell(s): the server speculated"
-        )
+        yield f"{name} accepted drafted tokens in {len(accepted)} cell(s): the server speculated"
 
 
 def why_not_plain(

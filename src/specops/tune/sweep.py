@@ -258,9 +258,13 @@ def run_sweep(
         else None
     )
     ev = SweepEvaluator(cfg, applier, ledger, out, bench=bench, ready=ready, log=log, gate=gate)
-    stand, refused = standing_plain(
-        list(cfg.plain.results), cfg.bench_plan(applier.base_url),
-        max_age_days=cfg.plain.max_age_days, engine_version=cfg.space.engine.version,
+    stand, refused = (
+        standing_plain(
+            list(cfg.plain.results), cfg.bench_plan(),  # the canary where the config says
+            max_age_days=cfg.plain.max_age_days, engine_version=cfg.space.engine.version,
+        )
+        if cfg.plain.results
+        else ([], [])
     )  # fmt: skip
     for why in refused:
         log(f"plain.results: not used: {why}")
