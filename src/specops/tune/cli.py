@@ -135,9 +135,12 @@ def _sweep_run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(
-            f"pick: {pick.candidate.key if pick else 'none'}; restarts {result.restarts_total};"
-            f" leaderboard {result.files['leaderboard_md']}; snippet {result.files['snippet']}"
+            f"pick: {pick.candidate.key if pick else 'nothing usable'};"
+            f" restarts {result.restarts_total}; leaderboard {result.files['leaderboard_md']};"
+            f" snippet {result.files['snippet']}"
         )
+        if result.outcome.plain_verdict:
+            print(f"against no speculation: {result.outcome.plain_verdict}")
     return 0 if pick is not None else 1
 
 

@@ -296,8 +296,8 @@ def run_sweep(
     result.files = write_outputs(cfg, outcome, ledger, out)
     pick = outcome.pick
     ev.progress(
-        f"pick {pick.candidate.key if pick else 'none'}; restarts {result.restarts_total};"
-        f" leaderboard {result.files['leaderboard_md']}",
+        f"pick {pick.candidate.key if pick else 'nothing usable'};"
+        f" restarts {result.restarts_total}; leaderboard {result.files['leaderboard_md']}",
         final=True,
     )
     return result
