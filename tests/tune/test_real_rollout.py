@@ -9,8 +9,9 @@ one read-only vLLM venv) serves both tests:
   flag list takes it, vLLM refuses it at start) fails on node 1, node 1 is restored
   and answers, node 2 keeps its InvocationID and start time (never restarted);
 - ``playbooks/sweep.yml`` (``specops sweep run`` through the inventory) on node 2: a
-  two-candidate grid, every restart a new InvocationID and MainPID, the canary left on
-  the pick; run again on the same results it measures and restarts nothing.
+  one-setting grid beside no speculation (which every sweep measures), every restart a
+  new InvocationID and MainPID, the canary left on the pick; run again on the same
+  results it measures and restarts nothing.
 
 Two nodes prove the one-at-a-time order and the untouched rest as three would, with
 one vLLM start fewer per change. P5 (the ascent against the full grid: a measurement
@@ -160,7 +161,9 @@ def test_rollout_good_change_rerun_and_bad_change(lab, tmp_path: Path, measureme
 SWEEP = {
     "served_model_name": "tiny-qwen",
     "base_profile": GOOD,
-    "space": {"num_draft_tokens": [4, 6]},
+    # one setting: with no speculation beside it (every sweep measures it) the sweep
+    # restarts as often as the two-setting grid this test ran before plain was measured
+    "space": {"num_draft_tokens": [6]},
     "mode": "grid",
     "plan": {"concurrency": [2], "context_lengths": [128], "output_len": 32,
              "requests_per_cell": 8, "warmup_per_cell": 1},
@@ -176,7 +179,7 @@ def sweep_events(out: Path) -> list[dict[str, Any]]:
 
 
 def test_sweep_playbook_on_a_canary_and_its_resume(lab, tmp_path: Path) -> None:
-    """playbooks/sweep.yml end to end on node 2: grid over num_draft_tokens 4 and 6."""
+    """playbooks/sweep.yml end to end on node 2: no speculation and num_draft_tokens 6."""
     inventory, nodes = lab
     canary = nodes[-1]
     config = tmp_path / "sweep.json"
@@ -191,22 +194,28 @@ def test_sweep_playbook_on_a_canary_and_its_resume(lab, tmp_path: Path) -> None:
     assert run.returncode == 0, run.stdout[-8000:]
     events = sweep_events(out)
     runs = [e for e in events if e["kind"] == "run"]
-    assert sorted(e["key"] for e in runs) == ["num_draft_tokens=4", "num_draft_tokens=6"]
+    assert [e["key"] for e in runs] == ["none", "num_draft_tokens=6"]  # plain first
     assert all(e["ok"] for e in runs), runs
-    # the canary ran num_draft_tokens 6 (the rollout's profile): measuring 4 restarts
-    # it; every restart the ledger records is a new process
+    # the canary ran num_draft_tokens 6 (the rollout's profile): measuring no
+    # speculation restarts it; every restart the ledger records is a new process
     restarts = [e["restart"] for e in runs if (e.get("restart") or {}).get("restarted")]
     assert restarts, runs
     for r in restarts:
         assert r["after"]["invocation_id"] != r["before"]["invocation_id"]
         assert r["after"]["main_pid"] != r["before"]["main_pid"]
     final = next(e for e in events if e["kind"] == "final")
-    pick = int(final["pick"].split("=")[1])
-    assert f"num_draft_tokens={pick}" in (out / "leaderboard.md").read_text()
-    assert f"num_draft_tokens: {pick}" in (out / "chosen-profile.yml").read_text()
+    # which one wins is the tiny CPU model's timing: checked against what was recorded
+    leaderboard = (out / "leaderboard.md").read_text()
+    assert f"**Pick: {final['pick']}" in leaderboard
+    assert "**No speculation:**" in leaderboard
     left = identity(canary.name)
     assert left["ActiveState"] == "active"
-    assert f'"num_speculative_tokens":{pick - 1}' in left["ExecStart"]
+    if final["pick"] == "none":
+        assert "method: none" in (out / "chosen-profile.yml").read_text()
+        assert "--speculative-config" not in left["ExecStart"]
+    else:
+        assert "num_draft_tokens: 6" in (out / "chosen-profile.yml").read_text()
+        assert '"num_speculative_tokens":5' in left["ExecStart"]
     assert left["InvocationID"] != before["InvocationID"]
     assert wait_ready(canary.base_url, "tiny-qwen", timeout=30).ready
 
