@@ -106,6 +106,12 @@ def register(subparsers: Any) -> None:
     rep.add_argument("--out", help="directory (default: next to the results)")
     rep.add_argument("--gpu-bandwidth-gbs", type=float)
     rep.add_argument("--model-bytes-per-token", type=float)
+    rep.add_argument(
+        "--plain",
+        metavar="RESULTS",
+        help="results.json of the same plan without speculation: adds the speed-up over it"
+        " per cell (speedup.csv and a table)",
+    )
     rep.set_defaults(func=_cmd_report)
 
     cmp_ = sub.add_parser("compare", help="compare candidate B with baseline A (gate)")
@@ -386,7 +392,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     results = load_results(args.results)
     out = Path(args.out) if args.out else Path(args.results).parent
-    print(write_report(results, out, args.gpu_bandwidth_gbs, args.model_bytes_per_token))
+    plain = load_results(args.plain) if args.plain else None
+    print(write_report(results, out, args.gpu_bandwidth_gbs, args.model_bytes_per_token, plain))
     return 0
 
 
