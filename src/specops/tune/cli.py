@@ -1,4 +1,4 @@
-"""``specops sweep run`` and ``specops rollout gate|baseline|smoke|report``.
+"""``specops sweep run`` and ``specops rollout gate|baseline|plain|smoke|report``.
 
 Thin: validation errors become one line naming the field (exit 2).
 """
@@ -20,7 +20,16 @@ from specops.errors import ValidationError
 from specops.tune.apply import AnsibleApplier, generates
 from specops.tune.config import load_config_file
 from specops.tune.output_gate import gate_config
-from specops.tune.rollout import load_records, measure_baseline, smoke_gate, smoke_step, summary
+from specops.tune.plain import DEFAULT_MAX_AGE_DAYS
+from specops.tune.rollout import (
+    load_records,
+    measure_baseline,
+    plain_gate,
+    plain_step,
+    smoke_gate,
+    smoke_step,
+    summary,
+)
 from specops.tune.sweep import run_sweep
 
 __all__ = ["register"]
@@ -68,6 +77,11 @@ def register(subparsers: Any) -> None:
     gate.add_argument("--candidate", type=Path, required=True)
     gate.add_argument("--throughput-drop", type=threshold_arg, default=0.10, help=_OFF)
     gate.add_argument("--max-pass-drop", type=int, default=0)
+    gate.add_argument(
+        "--plain-baseline", type=Path,
+        help="the node's results without speculation: the candidate must not be slower"
+        " beyond --throughput-drop (gate plain)",
+    )  # fmt: skip
     gate.set_defaults(func=_gate)
     for name, text in (
         ("baseline", "measure the node's baseline unless it has one (one process)"),
@@ -93,11 +107,37 @@ def register(subparsers: Any) -> None:
             step.add_argument("--throughput-drop", type=threshold_arg, default=0.10, help=_OFF)
             step.add_argument("--max-pass-drop", type=int, default=0)
             step.add_argument("--no-update-baseline", action="store_true")
+            step.add_argument(
+                "--plain-baseline", type=Path,
+                help="the node's plain baseline: also gate against no speculation (gate plain)",
+            )  # fmt: skip
         step.set_defaults(func=_step)
+    _register_plain(rsub)
     rep = rsub.add_parser("report", help="summarise a rollout's per-node records")
     rep.add_argument("report_dir", type=Path)
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=_report)
+
+
+def _register_plain(rsub: Any) -> None:
+    plain = rsub.add_parser(
+        "plain",
+        help="keep the node's plain baseline: a recorded one that stands, else measure the"
+        " node's server (which must run no speculation); --check-only measures nothing",
+    )
+    plain.add_argument("--base-url", required=True, help="the node's server, from the controller")
+    plain.add_argument("--plan-json", required=True, help="the smoke plan (bench plan fields)")
+    plain.add_argument("--work", type=Path, required=True, help="directory for the results")
+    plain.add_argument("--plain-baseline", type=Path, required=True, help="the node's file")
+    plain.add_argument("--max-age-days", type=float, default=DEFAULT_MAX_AGE_DAYS)
+    plain.add_argument(
+        "--engine-version", help="the node's engine version (a recorded one must match)"
+    )
+    plain.add_argument(
+        "--check-only", action="store_true",
+        help="exit 1 (and say why) when no recorded one stands, instead of measuring",
+    )  # fmt: skip
+    plain.set_defaults(func=_plain)
 
 
 def _sweep_run(args: argparse.Namespace) -> int:
@@ -160,22 +200,45 @@ def _sweep_plan(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
+    candidate = load_results(args.candidate)
     result = smoke_gate(
-        load_results(args.baseline), load_results(args.candidate),
+        load_results(args.baseline), candidate,
         throughput_drop=args.throughput_drop, max_pass_drop=args.max_pass_drop,
     )  # fmt: skip
+    if result.ok and args.plain_baseline is not None:
+        result = plain_gate(
+            load_results(args.plain_baseline), candidate, throughput_drop=args.throughput_drop
+        )
     json.dump(result.to_dict(), sys.stdout)
     sys.stdout.write("\n")
     return 0 if result.ok else 1
 
 
-def _step(args: argparse.Namespace) -> int:
+def _plan_json(text: str) -> dict[str, Any]:
     try:
-        plan = json.loads(args.plan_json)
+        plan = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValidationError("--plan-json", f"not JSON: {exc}") from None
     if not isinstance(plan, dict):
         raise ValidationError("--plan-json", "must be a JSON object of bench plan fields")
+    return plan
+
+
+def _plain(args: argparse.Namespace) -> int:
+    if args.max_age_days <= 0:
+        raise ValidationError("--max-age-days", f"must be > 0 (got {args.max_age_days})")
+    out = plain_step(
+        _plan_json(args.plan_json), args.base_url, args.work, args.plain_baseline,
+        max_age_days=args.max_age_days, engine_version=args.engine_version or None,
+        measure_missing=not args.check_only,
+    )  # fmt: skip
+    json.dump(out, sys.stdout)
+    sys.stdout.write("\n")
+    return 0 if out["stands"] else 1
+
+
+def _step(args: argparse.Namespace) -> int:
+    plan = _plan_json(args.plan_json)
     try:
         gate = gate_config(json.loads(args.output_gate_json), "--output-gate-json")
     except json.JSONDecodeError as exc:
@@ -190,7 +253,7 @@ def _step(args: argparse.Namespace) -> int:
             plan, args.base_url, args.work, args.baseline,
             throughput_drop=args.throughput_drop, max_pass_drop=args.max_pass_drop,
             humaneval_limit=args.humaneval_limit, update_baseline=not args.no_update_baseline,
-            gate=gate,
+            gate=gate, plain=args.plain_baseline,
         )  # fmt: skip
         ok = bool(out["ok"])
     json.dump(out, sys.stdout)
