@@ -93,8 +93,8 @@ def _refusals(
         yield f"{name} measured another plan (changed: {', '.join(changed)})"
     if plan.model and recorded.server.model != plan.model:
         yield f"{name} measured model {recorded.server.model!r}, not {plan.model!r}"
-    if engine_version and recorded.server.engine_version not in (None, engine_version):
-        yield (f"{name} measured engine {recorded.server.engine_version}, not {engine_version}")
+    if not _same_version(recorded.server.engine_version, engine_version):
+        yield f"{name} measured engine {recorded.server.engine_version}, not {engine_version}"
     created = _created(recorded)
     if created is None:
         yield f"{name} has no readable created_at ({recorded.created_at!r})"

@@ -1,0 +1,166 @@
+"""The rollout's gate against the node's plain baseline, on recorded results.
+
+The recorded case is the H200 (vLLM 0.20.1, 1B model, 2026-12-02): ngram k=4 and a
+draft model k=3 served 2.1-3.5x fewer tok/s than no speculation over the same cells.
+A rollout of either onto such a node must be refused even when it is no slower than
+the node's previous (speculative) profile.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from plugins.h200 import PLAN, measure, recorded
+
+from specops.bench.plan import plan_from_mapping
+from specops.bench.results import Results, load_results
+from specops.cli import main
+from specops.errors import ValidationError
+from specops.tune.plain import why_not_plain
+from specops.tune.rollout import (
+    measure_baseline,
+    plain_gate,
+    plain_plan,
+    plain_step,
+    smoke_gate,
+    smoke_step,
+)
+
+
+@pytest.fixture
+def template(synthetic) -> Results:
+    return measure(synthetic)
+
+
+@pytest.mark.parametrize(("config", "ratio"), [("ngram", "x0.47"), ("draft_model", "x0.28")])
+def test_the_h200_speculation_is_refused_against_plain(
+    template: Results, config: str, ratio: str
+) -> None:
+    plain, spec = recorded(template, "none"), recorded(template, config)
+    # against the previous profile (the same speculative config) the smoke gate passes ...
+    assert smoke_gate(recorded(template, config), spec, throughput_drop=0.1).ok
+    # ... against no speculation it does not
+    verdict = plain_gate(plain, spec, throughput_drop=0.1)
+    assert not verdict.ok
+    assert verdict.gate == "plain"
+    assert verdict.message.startswith("slower than no speculation beyond 10%: ")
+    assert f"2580.3 tok/s without speculation ({ratio}; per cell" in verdict.message
+    assert "c1-ctx512 x0." in verdict.message
+    assert [f["note"] for f in verdict.findings] == ["slower than no speculation"] * 3
+    # off: measured and reported, not gated
+    off = plain_gate(plain, spec, throughput_drop=None)
+    assert off.ok
+    assert off.message.startswith("against no speculation (not gated): ")
+
+
+def test_a_faster_profile_passes_and_one_within_the_band_too(template: Results) -> None:
+    plain = recorded(template, "none")
+    ngram = recorded(template, "ngram")
+    loss = sum(c.stats.output_tok_s or 0 for c in ngram.cells) / sum(
+        c.stats.output_tok_s or 0 for c in plain.cells
+    )
+    faster = plain_gate(plain, recorded(template, "ngram", scale=1.3 / loss), throughput_drop=0.1)
+    assert faster.ok, faster.message
+    assert "(x1.30;" in faster.message
+    within = plain_gate(plain, recorded(template, "ngram", scale=0.95 / loss), throughput_drop=0.1)
+    assert within.ok, within.message  # 5 % slower: within the gate's 10 % noise band
+    beyond = plain_gate(plain, recorded(template, "ngram", scale=0.85 / loss), throughput_drop=0.1)
+    assert not beyond.ok
+    with pytest.raises(ValidationError, match="throughput_drop"):
+        plain_gate(plain, ngram, throughput_drop=1.0)
+
+
+def test_rollout_gate_cli_with_a_plain_baseline(template: Results, tmp_path: Path, capsys) -> None:
+    spec = recorded(template, "ngram").save(tmp_path / "ngram.json")
+    plain = recorded(template, "none").save(tmp_path / "plain.json")
+    argv = ["rollout", "gate", "--baseline", str(spec), "--candidate", str(spec)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main([*argv, "--plain-baseline", str(plain)]) == 1
+    assert json.loads(capsys.readouterr().out)["gate"] == "plain"
+
+
+def test_a_recorded_plain_baseline_stands_only_when_it_matches(template: Results) -> None:
+    plain = recorded(template, "none")
+    plan = plan_from_mapping(plain_plan(PLAN, plain.plan["base_url"]))
+    assert why_not_plain(plain, plan) is None
+    cases = {
+        "measured another plan (changed: output_len)": plan_from_mapping(
+            plain_plan({**PLAN, "output_len": 9}, plain.plan["base_url"])
+        ),
+    }
+    for text, other in cases.items():
+        assert text in (why_not_plain(plain, other) or "")
+    assert "accepted drafted tokens in 3 cell(s)" in (
+        why_not_plain(recorded(template, "ngram"), plan) or ""
+    )
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=8)
+    assert "days old (max_age_days 7)" in (why_not_plain(plain, plan, now=later) or "")
+    assert why_not_plain(plain, plan, now=later, max_age_days=30) is None
+    assert why_not_plain(plain, plan, engine_version="0.20.1") is not None  # synthetic-1
+    plain.server.engine_version = "0.20.1+cu130"
+    assert why_not_plain(plain, plan, engine_version="0.20.1") is None
+    plain.interrupted = True
+    assert "did not finish" in (why_not_plain(plain, plan) or "")
+
+
+def test_plain_step_keeps_a_standing_baseline_and_measures_a_missing_one(
+    synthetic, tmp_path: Path
+) -> None:
+    server = synthetic(chunk_delay_s=0.001, tokens_per_chunk=1)  # one token a step: no drafts
+    plan = {**PLAN, "concurrency": [1], "humaneval": {"limit": 3}}
+    path = tmp_path / "plain" / "node.json"
+    check = plain_step(plan, server.url, tmp_path / "w", path, measure_missing=False)
+    assert (check["stands"], check["measured"]) == (False, False)
+    assert check["reason"] == f"{path} does not exist"
+    first = plain_step(plan, server.url, tmp_path / "w", path)
+    assert (first["stands"], first["measured"]) == (True, True)
+    kept = json.loads(path.read_text())
+    assert "humaneval" not in kept["plan"] or not kept["plan"]["humaneval"]["enabled"]
+    again = plain_step(plan, server.url, tmp_path / "w", path)
+    assert (again["stands"], again["measured"]) == (True, False)  # nothing re-measured
+    # another plan: the recorded one no longer stands and is replaced
+    other = plain_step({**plan, "output_len": 6}, server.url, tmp_path / "w", path)
+    assert other["measured"]
+    assert "changed: output_len" in other["replaced"]
+    # a server that speculates is not a plain baseline
+    spec = synthetic(chunk_delay_s=0.001, tokens_per_chunk=3)
+    with pytest.raises(ValidationError, match=r"^plain: .* accepted drafted tokens"):
+        plain_step(plan, spec.url, tmp_path / "w", tmp_path / "plain" / "spec.json")
+    assert not (tmp_path / "plain" / "spec.json").exists()
+
+
+def _scaled_copy(path: Path, factor: float, out: Path) -> Path:
+    results = load_results(path)
+    for cell in results.cells:
+        cell.stats = replace(cell.stats, output_tok_s=(cell.stats.output_tok_s or 0.0) * factor)
+    return results.save(out)
+
+
+def test_smoke_step_gates_against_the_plain_baseline(synthetic, tmp_path: Path) -> None:
+    """The controller's smoke step: the new profile passes its previous-profile gate
+    (same server), then meets the node's plain baseline (recorded, scaled so that the
+    verdict does not depend on this machine's speed)."""
+    node = synthetic(chunk_delay_s=0.001)
+    plain_server = synthetic(chunk_delay_s=0.001, tokens_per_chunk=1)
+    plan = {**PLAN, "concurrency": [1, 4]}
+    baseline = tmp_path / "baselines" / "n1.json"
+    measure_baseline(plan, node.url, tmp_path / "w", baseline)
+    measured = plain_step(plan, plain_server.url, tmp_path / "w", tmp_path / "p.json")["results"]
+    fast_plain = _scaled_copy(Path(measured), 100.0, tmp_path / "plain-fast.json")
+    slow_plain = _scaled_copy(Path(measured), 0.01, tmp_path / "plain-slow.json")
+    common = {"throughput_drop": 0.9, "max_pass_drop": 0, "update_baseline": False}
+    refused = smoke_step(plan, node.url, tmp_path / "w", baseline, plain=fast_plain, **common)
+    assert (refused["ok"], refused["gate"]) == (False, "plain")
+    assert refused["message"].startswith("slower than no speculation beyond 90%")
+    assert refused["plain"]["gate"] == "plain"
+    passed = smoke_step(plan, node.url, tmp_path / "w", baseline, plain=slow_plain, **common)
+    assert passed["ok"], passed["message"]
+    assert "against no speculation: " in passed["message"]
+    alone = smoke_step(plan, node.url, tmp_path / "w", baseline, **common)
+    assert alone["ok"]
+    assert alone["plain"] is None
