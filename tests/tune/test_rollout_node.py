@@ -91,6 +91,10 @@ def test_plain_baseline_phase_is_its_own_gate() -> None:
     assert rollout_failure(never_ready, plain=None, plain_needed=True)["gate"] == "plain-baseline"
     rec = _record(outcome="changed", message="m", change=CHANGE, smoke=SMOKE_OK, plain=ok)
     assert (rec["plain_s"], rec["against_plain"]) == (9.0, None)
+    # switched to no speculation for it: the switch's stop, start and gate count too
+    rec = _record(outcome="changed", message="m", change=CHANGE, smoke=SMOKE_OK, plain=ok,
+                  plain_change=CHANGE)  # fmt: skip
+    assert rec["plain_s"] == 9.0 + 1.5 + 12.0 + 0.75 + 2.0
 
 
 def test_smoke_gate_keeps_the_gates_own_message() -> None:
@@ -190,7 +194,7 @@ def test_record_of_a_changed_node() -> None:
         "ready_s": 0.75,
         "output_gate_s": 2.0,
         "baseline_s": 20.0,
-        "plain_s": 0,
+        "plain_s": 0.0,
         "plain_baseline": None,
         "against_plain": None,
         "smoke_s": 6.25,

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -164,3 +167,51 @@ def test_smoke_step_gates_against_the_plain_baseline(synthetic, tmp_path: Path) 
     alone = smoke_step(plan, node.url, tmp_path / "w", baseline, **common)
     assert alone["ok"]
     assert alone["plain"] is None
+
+
+NGRAM = {"method": "ngram", "num_draft_tokens": 6}
+SKIPPED = {"skipped": True, "changed": False}
+CASES = [
+    # name, mode, new profile, running profile, the preflight's check -> gate, now, switch
+    ("plain-new", "auto", {"method": "none"}, NGRAM, SKIPPED, (False, False, False)),
+    ("off", "off", NGRAM, NGRAM, SKIPPED, (False, False, False)),
+    ("stands", "auto", NGRAM, NGRAM, {"rc": 0, "stdout": '{"stands": true}'},
+     (True, False, False)),
+    ("missing-on-ngram", "auto", NGRAM, NGRAM, {"rc": 1, "stdout": '{"stands": false}'},
+     (True, False, True)),
+    ("missing-on-plain", "auto", NGRAM, {"method": "none"},
+     {"rc": 1, "stdout": '{"stands": false}'}, (True, True, False)),
+    ("missing-older-unit", "recorded", NGRAM, None, {"rc": 1, "stdout": '{"stands": false}'},
+     (True, False, True)),
+]  # fmt: skip
+
+
+def test_the_roles_plain_baseline_decisions_under_ansible(tmp_path: Path) -> None:
+    """roles/speculative_rollout/vars/main.yml as the role evaluates it: a recorded one
+    that stands is used; else measured on the current server when it runs no
+    speculation, else after switching the node (the change block); never for a plain
+    profile or with 'off'. (With 'recorded' the preflight stops before either.)"""
+    repo = Path(__file__).resolve().parents[2]
+    cases = [{"name": n, "mode": m, "new": new, "running": run, "check": check}
+             for n, m, new, run, check, _ in CASES]  # fmt: skip
+    (tmp_path / "cases.json").write_text(json.dumps({"cases": cases}))
+    out = tmp_path / "out.json"
+    env = {**os.environ, "ANSIBLE_CONFIG": str(repo / "ansible.cfg"),
+           "PYTHONPATH": str(repo / "src")}  # fmt: skip
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c",
+         "local", "-e", f"out={out}", "-e", f"@{tmp_path / 'cases.json'}",
+         "-e", f"ansible_python_interpreter={sys.executable}",
+         str(repo / "tests/fixtures/tune/rollout-plain-vars.yml")],
+        cwd=repo, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    got = json.loads(out.read_text())
+    for name, *_, want in CASES:
+        assert (got[name]["gate"], got[name]["now"], got[name]["switch"]) == want, name
+    args = got["stands"]["args"]
+    assert args[args.index("--plain-baseline") + 1].endswith(
+        "/results/rollout/plain/localhost.json"
+    )
+    assert args[args.index("--max-age-days") + 1] == "7"
+    assert json.loads(args[args.index("--plan-json") + 1])["concurrency"] == [1]

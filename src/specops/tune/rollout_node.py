@@ -222,6 +222,7 @@ def node_record(
     baseline: Mapping[str, Any] | None = None,
     smoke: Mapping[str, Any] | None = None,
     plain: Mapping[str, Any] | None = None,
+    plain_change: Mapping[str, Any] | None = None,
     now: float | None = None,
 ) -> dict[str, Any]:
     """The node's record (keys as :func:`specops.tune.rollout.load_records` reads them).
@@ -233,9 +234,11 @@ def node_record(
     the failure's change result and the identity after the rescue count);
     ``baseline``, ``plain`` (the node's plain baseline: checked or measured) and
     ``smoke``: the registered controller steps (their JSON verdicts on stdout). A step
-    that never ran is None. ``plain_s`` is the plain baseline's measurement in this
-    rollout (0 when a recorded one stood); ``against_plain`` the smoke step's comparison
-    with it (None: not compared).
+    that never ran is None. ``plain_change``: the ``service_unit`` result that put the
+    node on no speculation for that measurement (None: not switched). ``plain_s`` is
+    what the plain baseline cost in this rollout: the switch (stop, start to healthy,
+    first generation, output gate) and the benchmark (0 when a recorded one stood);
+    ``against_plain`` the smoke step's comparison with it (None: not compared).
     """
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome: must be one of {', '.join(OUTCOMES)} (got {outcome!r})")
@@ -247,6 +250,11 @@ def node_record(
     base = _json_out(baseline)
     smoke_ = _json_out(smoke)
     plain_ = _json_out(plain)
+    switch = _mapping(plain_change)
+    switch_s = sum(
+        float(switch.get(k) or 0)
+        for k in ("stop_seconds", "start_to_healthy_seconds", "ready_seconds")
+    ) + float(_mapping(switch.get("output_gate")).get("seconds") or 0)
     elapsed = (time.time() if now is None else now) - float(t0)
     return {
         "node": node,
@@ -263,7 +271,7 @@ def node_record(
         "ready_s": change_.get("ready_seconds"),
         "output_gate_s": _mapping(change_.get("output_gate")).get("seconds"),
         "baseline_s": base.get("seconds", 0),
-        "plain_s": plain_.get("seconds", 0),
+        "plain_s": round(float(plain_.get("seconds", 0)) + switch_s, 2),
         "plain_baseline": plain_.get("plain"),
         "against_plain": smoke_.get("plain"),
         "smoke_s": smoke_.get("seconds", 0),
