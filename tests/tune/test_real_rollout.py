@@ -3,9 +3,12 @@
 One session of nodes (``specops.lab.tune_nodes``: docker systemd containers sharing the lab's
 one read-only vLLM venv) serves both tests:
 
-- the rollout: a good change (ngram num_speculative_tokens 3 -> 5, the profile's
-  num_draft_tokens 4 -> 6) lands on both, each gated, one node after the other;
-  re-running it restarts nothing; a bad change (``--max-num-seqs 0``: the translator's
+- the rollout: a good change (no speculation -> ngram num_speculative_tokens 5, the
+  profile's num_draft_tokens 6) lands on both, each gated, one node after the other;
+  the nodes start on no speculation, so each one's plain baseline is measured on its
+  current server (no extra restart) and its smoke benchmark compared with it (reported,
+  not gated here: the gate's decisions are tested on recorded results in
+  test_rollout_plain.py); re-running it restarts nothing; a bad change (``--max-num-seqs 0``: the translator's
   flag list takes it, vLLM refuses it at start) fails on node 1, node 1 is restored
   and answers, node 2 keeps its InvocationID and start time (never restarted);
 - ``playbooks/sweep.yml`` (``specops sweep run`` through the inventory) on node 2: a
@@ -40,7 +43,10 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.docker, pytest.mar
 REPO = Path(__file__).resolve().parents[2]
 UNIT = "specops-tiny-qwen.service"
 NODES = 2
-OLD = {"method": "ngram", "num_draft_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+# The nodes start without speculation: the rollout measures their plain baseline on the
+# server they run (a node on a speculative profile would be switched to none for it:
+# one more vLLM start per node, which CI time does not afford).
+OLD = {"method": "none"}
 GOOD = {"method": "ngram", "num_draft_tokens": 6, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
 BAD = {**GOOD, "num_draft_tokens": 5, "extra_args": ["--max-num-seqs", "0"]}
 # HumanEval is on by default in the rollout gate (10 problems); the tiny model never
@@ -98,6 +104,7 @@ def rollout_vars(tmp: Path, profile: dict[str, Any]) -> str:
         "speculative_rollout_throughput_drop": None,
         "speculative_rollout_baseline_dir": str(tmp / "baselines"),
         "speculative_rollout_report_dir": str(tmp / "nodes"),
+        "speculative_rollout_plain_baseline_dir": str(tmp / "plain"),
     }
     path = tmp / f"vars-{len(list(tmp.glob('vars-*')))}.json"
     path.write_text(json.dumps(data))
@@ -126,6 +133,10 @@ def test_rollout_good_change_rerun_and_bad_change(lab, tmp_path: Path, measureme
     after_good = {n: identity(n) for n in names}
     for n in names:
         assert recs[n]["outcome"] == "changed", recs[n]
+        # measured on the plain server it ran, without a restart of its own, and compared
+        assert recs[n]["plain_baseline"] == str(tmp_path / "plain" / f"{n}.json")
+        assert recs[n]["against_plain"] is not None, recs[n]
+        assert "against no speculation (not gated)" in recs[n]["message"]
         assert after_good[n]["InvocationID"] != start[n]["InvocationID"]
         assert '"num_speculative_tokens":5' in after_good[n]["ExecStart"]
         assert wait_ready(nodes[names.index(n)].base_url, "tiny-qwen", timeout=30).ready
