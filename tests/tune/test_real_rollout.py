@@ -8,8 +8,9 @@ one read-only vLLM venv) serves both tests:
   the nodes start on no speculation, so each one's plain baseline is measured on its
   current server (no extra restart) and its smoke benchmark compared with it (reported,
   not gated here: the gate's decisions are tested on recorded results in
-  test_rollout_plain.py); re-running it restarts nothing; a bad change (``--max-num-seqs 0``: the translator's
-  flag list takes it, vLLM refuses it at start) fails on node 1, node 1 is restored
+  test_rollout_plain.py); re-running it restarts nothing; a bad change
+  (``--max-num-seqs 0``: the translator's flag list takes it, vLLM refuses it at
+  start) fails on node 1, node 1 is restored
   and answers, node 2 keeps its InvocationID and start time (never restarted);
 - ``playbooks/sweep.yml`` (``specops sweep run`` through the inventory) on node 2: a
   one-setting grid beside no speculation (which every sweep measures), every restart a
