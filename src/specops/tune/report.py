@@ -124,7 +124,7 @@ def leaderboard_md(cfg: SweepConfig, outcome: Outcome, ledger: Ledger, out: Path
         cfg=cfg,
         z=cfg.scoring.z,
         spread=outcome.spread,
-        visited=len(outcome.standings),
+        visited=sum(1 for st in outcome.standings.values() if not st.candidate.plain),
         restarts=_restarts(ledger),
         pick=_summary(outcome, outcome.pick),
         runner_up=_summary(outcome, outcome.runner_up),
