@@ -25,6 +25,7 @@ from specops.cli import main
 from specops.errors import ValidationError
 from specops.tune.plain import why_not_plain
 from specops.tune.rollout import (
+    PlainBaseline,
     measure_baseline,
     plain_gate,
     plain_plan,
@@ -171,29 +172,40 @@ def test_smoke_step_gates_against_the_plain_baseline(synthetic, tmp_path: Path) 
 
 NGRAM = {"method": "ngram", "num_draft_tokens": 6}
 SKIPPED = {"skipped": True, "changed": False}
+
+
+def _said(**plain: object) -> dict[str, object]:
+    """A registered controller step with its JSON answer on stdout."""
+    return {"rc": 0, "stdout": json.dumps(plain)}
+
+
 CASES = [
-    # name, mode, new profile, running profile, the preflight's check -> gate, now, switch
-    ("plain-new", "auto", {"method": "none"}, NGRAM, SKIPPED, (False, False, False)),
-    ("off", "off", NGRAM, NGRAM, SKIPPED, (False, False, False)),
-    ("stands", "auto", NGRAM, NGRAM, {"rc": 0, "stdout": '{"stands": true}'},
-     (True, False, False)),
-    ("missing-on-ngram", "auto", NGRAM, NGRAM, {"rc": 1, "stdout": '{"stands": false}'},
-     (True, False, True)),
-    ("missing-on-plain", "auto", NGRAM, {"method": "none"},
-     {"rc": 1, "stdout": '{"stands": false}'}, (True, True, False)),
-    ("missing-older-unit", "recorded", NGRAM, None, {"rc": 1, "stdout": '{"stands": false}'},
-     (True, False, True)),
+    # name, mode, new profile, running profile, the preflight's check, the baseline
+    # step -> gate, auto (the baseline step keeps it), switch, --plain-running
+    ("plain-new", "auto", {"method": "none"}, NGRAM, SKIPPED, SKIPPED,
+     (False, False, False, False)),
+    ("off", "off", NGRAM, NGRAM, SKIPPED, SKIPPED, (False, False, False, False)),
+    ("stands", "auto", NGRAM, NGRAM, SKIPPED, _said(measured=False, plain={"stands": True}),
+     (True, True, False, False)),
+    ("missing-on-ngram", "auto", NGRAM, NGRAM, SKIPPED,
+     _said(measured=True, plain={"stands": False}), (True, True, True, False)),
+    ("kept-on-plain", "auto", NGRAM, {"method": "none"}, SKIPPED,
+     _said(measured=True, plain={"stands": True, "measured": True}), (True, True, False, True)),
+    ("older-unit", "auto", NGRAM, None, SKIPPED, _said(measured=False, plain={"stands": False}),
+     (True, True, True, False)),
+    ("recorded", "recorded", NGRAM, NGRAM, _said(stands=True), SKIPPED,
+     (True, False, False, False)),
 ]  # fmt: skip
 
 
 def test_the_roles_plain_baseline_decisions_under_ansible(tmp_path: Path) -> None:
-    """roles/speculative_rollout/vars/main.yml as the role evaluates it: a recorded one
-    that stands is used; else measured on the current server when it runs no
-    speculation, else after switching the node (the change block); never for a plain
-    profile or with 'off'. (With 'recorded' the preflight stops before either.)"""
+    """roles/speculative_rollout/vars/main.yml as the role evaluates it: with auto the
+    baseline step keeps the plain baseline (told when the node runs no speculation now);
+    none that stands after it: the change block switches the node; 'recorded' reads the
+    preflight's check; never for a plain profile or with 'off'."""
     repo = Path(__file__).resolve().parents[2]
-    cases = [{"name": n, "mode": m, "new": new, "running": run, "check": check}
-             for n, m, new, run, check, _ in CASES]  # fmt: skip
+    cases = [{"name": n, "mode": m, "new": new, "running": run, "check": check, "baseline": b}
+             for n, m, new, run, check, b, _ in CASES]  # fmt: skip
     (tmp_path / "cases.json").write_text(json.dumps({"cases": cases}))
     out = tmp_path / "out.json"
     env = {**os.environ, "ANSIBLE_CONFIG": str(repo / "ansible.cfg"),
@@ -208,10 +220,52 @@ def test_the_roles_plain_baseline_decisions_under_ansible(tmp_path: Path) -> Non
     assert run.returncode == 0, run.stdout + run.stderr
     got = json.loads(out.read_text())
     for name, *_, want in CASES:
-        assert (got[name]["gate"], got[name]["now"], got[name]["switch"]) == want, name
+        d = got[name]
+        running = "--plain-running" in d["baseline_args"]
+        assert (d["gate"], d["auto"], d["switch"], running) == want, name
+    assert got["stands"]["baseline_args"][:2] == got["stands"]["args"][-6:-4]  # the same file
     args = got["stands"]["args"]
     assert args[args.index("--plain-baseline") + 1].endswith(
         "/results/rollout/plain/localhost.json"
     )
     assert args[args.index("--max-age-days") + 1] == "7"
     assert json.loads(args[args.index("--plan-json") + 1])["concurrency"] == [1]
+
+
+def test_the_baseline_step_keeps_the_plain_baseline_in_the_same_process(
+    synthetic, tmp_path: Path
+) -> None:
+    plain_server = synthetic(chunk_delay_s=0.001, tokens_per_chunk=1)
+    spec_server = synthetic(chunk_delay_s=0.001)
+    plan = {**PLAN, "concurrency": [1], "humaneval": {"limit": 2}}
+    # a node on no speculation without a baseline: the baseline just measured stands
+    # for the plain one (the same plan, HumanEval aside): one benchmark, not two
+    base, plain = tmp_path / "b" / "n1.json", tmp_path / "p" / "n1.json"
+    out = measure_baseline(plan, plain_server.url, tmp_path / "w", base,
+                           plain=PlainBaseline(plain, running_plain=True))  # fmt: skip
+    assert out["measured"]
+    assert (out["plain"]["stands"], out["plain"]["measured"]) == (True, True)
+    assert out["plain"]["results"] == out["results"]
+    assert plain.read_bytes() == base.read_bytes()
+    # again: both recorded, nothing measured
+    again = measure_baseline(plan, plain_server.url, tmp_path / "w", base,
+                             plain=PlainBaseline(plain, running_plain=True))  # fmt: skip
+    assert (again["measured"], again["plain"]["measured"], again["plain"]["stands"]) == (
+        False, False, True,
+    )  # fmt: skip
+    # a node that speculates now, no plain baseline recorded: not measured here (the
+    # role switches the node to no speculation for it)
+    other = tmp_path / "p" / "n2.json"
+    spec = measure_baseline(plan, spec_server.url, tmp_path / "w", tmp_path / "b" / "n2.json",
+                            plain=PlainBaseline(other))  # fmt: skip
+    assert spec["measured"]
+    assert (spec["plain"]["stands"], spec["plain"]["measured"]) == (False, False)
+    assert spec["plain"]["reason"] == f"{other} does not exist"
+    assert not other.exists()
+    # told it runs no speculation while it does: the baseline is not a plain one, and
+    # the measurement made for it is refused
+    wrong = PlainBaseline(tmp_path / "p" / "n3.json", running_plain=True)
+    with pytest.raises(ValidationError, match="accepted drafted tokens"):
+        measure_baseline(plan, spec_server.url, tmp_path / "w", tmp_path / "b" / "n3.json",
+                         plain=wrong)  # fmt: skip
+    assert not (tmp_path / "p" / "n3.json").exists()

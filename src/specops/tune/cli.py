@@ -22,6 +22,7 @@ from specops.tune.config import load_config_file
 from specops.tune.output_gate import gate_config
 from specops.tune.plain import DEFAULT_MAX_AGE_DAYS
 from specops.tune.rollout import (
+    PlainBaseline,
     load_records,
     measure_baseline,
     plain_gate,
@@ -111,12 +112,30 @@ def register(subparsers: Any) -> None:
                 "--plain-baseline", type=Path,
                 help="the node's plain baseline: also gate against no speculation (gate plain)",
             )  # fmt: skip
+        else:
+            _plain_beside_args(step)
         step.set_defaults(func=_step)
     _register_plain(rsub)
     rep = rsub.add_parser("report", help="summarise a rollout's per-node records")
     rep.add_argument("report_dir", type=Path)
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=_report)
+
+
+def _plain_beside_args(step: Any) -> None:
+    step.add_argument(
+        "--plain-baseline", type=Path,
+        help="also keep the node's plain baseline in this file (a recorded one that stands;"
+        " with --plain-running, else measured on the server)",
+    )  # fmt: skip
+    step.add_argument("--plain-max-age-days", type=float, default=DEFAULT_MAX_AGE_DAYS)
+    step.add_argument(
+        "--engine-version", help="the node's engine version (a recorded one must match)"
+    )
+    step.add_argument(
+        "--plain-running", action="store_true",
+        help="the node's server runs no speculation now (it may stand for the plain baseline)",
+    )  # fmt: skip
 
 
 def _register_plain(rsub: Any) -> None:
@@ -244,9 +263,22 @@ def _step(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         raise ValidationError("--output-gate-json", f"not JSON: {exc}") from None
     if args.rollout_command == "baseline":
+        if args.plain_max_age_days <= 0:
+            raise ValidationError(
+                "--plain-max-age-days", f"must be > 0 (got {args.plain_max_age_days})"
+            )
+        plain = (
+            PlainBaseline(
+                args.plain_baseline, args.plain_max_age_days, args.engine_version or None,
+                args.plain_running,
+            )
+            if args.plain_baseline is not None
+            else None
+        )  # fmt: skip
         out = measure_baseline(
-            plan, args.base_url, args.work, args.baseline, args.humaneval_limit, gate=gate
-        )
+            plan, args.base_url, args.work, args.baseline, args.humaneval_limit, gate=gate,
+            plain=plain,
+        )  # fmt: skip
         ok = True
     else:
         out = smoke_step(

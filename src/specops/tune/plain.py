@@ -13,7 +13,8 @@ these hold, each refusal naming why (:func:`why_not_plain`):
 
 - it finished (not interrupted) with every cell ``ok``;
 - it measured the plan given now (the same fields, as the runner completed them against
-  the recorded server; the ``roofline`` inputs, which only the report reads, aside);
+  the recorded server; aside the ``roofline`` inputs, which only the report reads, and
+  ``humaneval``, whose pass runs after the cells and changes none of their numbers);
 - it measured the same served model and, when both are known, the same engine version
   (a local build suffix such as ``+cpu`` aside);
 - it is recent: created at most ``max_age_days`` ago (a driver, engine or kernel update
@@ -46,8 +47,9 @@ __all__ = [
 PLAIN_KEY: Final = "none"
 PLAIN_PROFILE: Final[Mapping[str, Any]] = {"method": "none"}
 DEFAULT_MAX_AGE_DAYS: Final = 7.0
-# Plan fields that change what a report shows, not what is measured.
-_REPORT_ONLY: Final = frozenset({"roofline"})
+# Plan fields that change nothing the cells measure: the report's roofline inputs, and
+# the HumanEval pass (run after the cells).
+_REPORT_ONLY: Final = frozenset({"roofline", "humaneval"})
 
 
 def is_plain(profile: Mapping[str, Any] | None) -> bool:

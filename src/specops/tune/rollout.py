@@ -48,6 +48,7 @@ from specops.tune.plain import DEFAULT_MAX_AGE_DAYS, why_not_plain
 
 __all__ = [
     "GateResult",
+    "PlainBaseline",
     "load_records",
     "measure",
     "measure_baseline",
@@ -242,15 +243,60 @@ def _keep(results: Path, baseline: Path) -> None:
     os.replace(tmp, baseline)
 
 
+@dataclass(frozen=True)
+class PlainBaseline:
+    """The node's plain baseline as :func:`measure_baseline` keeps it beside the other."""
+
+    path: Path
+    max_age_days: float = DEFAULT_MAX_AGE_DAYS
+    engine_version: str | None = None
+    running_plain: bool = False  # the node's server runs no speculation now
+
+
 def measure_baseline(
     plan: Mapping[str, Any], base_url: str, work: Path, baseline: Path, humaneval_limit: int = 0,
-    *, gate: output_gate.GateConfig | None = None,
+    *, gate: output_gate.GateConfig | None = None, plain: PlainBaseline | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Measure the node's current server into ``baseline`` unless it has one already.
 
     With ``gate`` (the output gate's settings; None: off), the node's current greedy
-    output becomes its output-gate reference when it has none.
+    output becomes its output-gate reference when it has none. With ``plain``, the
+    node's plain baseline in the same process (``"plain"`` in the answer,
+    :func:`plain_step`'s): a recorded one that stands is kept; else, when the server
+    runs no speculation now, the baseline just measured stands for it (HumanEval
+    aside, the same plan) or the server is measured for it; else it does not stand
+    (the role switches the node to no speculation for it).
     """
+    out = _measure_baseline(plan, base_url, work, baseline, humaneval_limit, gate=gate)
+    if plain is not None:
+        out["plain"] = _plain_beside(plan, base_url, work, out, plain)
+    return out
+
+
+def _plain_beside(
+    plan: Mapping[str, Any], base_url: str, work: Path, baseline: Mapping[str, Any],
+    plain: PlainBaseline,
+) -> dict[str, Any]:  # fmt: skip
+    kwargs: dict[str, Any] = {"max_age_days": plain.max_age_days,
+                              "engine_version": plain.engine_version}  # fmt: skip
+    check = plain_step(plan, base_url, work, plain.path, measure_missing=False, **kwargs)
+    if check["stands"] or not plain.running_plain:
+        return check
+    if baseline.get("measured"):
+        measured = Path(str(baseline["results"]))
+        bench_plan = plan_from_mapping(plain_plan(plan, base_url))
+        if why_not_plain(load_results(measured), bench_plan, **kwargs) is None:
+            _keep(measured, plain.path)
+            return {"stands": True, "measured": True, "plain": str(plain.path),
+                    "results": str(measured), "replaced": check["reason"],
+                    "seconds": 0.0}  # fmt: skip
+    return plain_step(plan, base_url, work, plain.path, **kwargs)
+
+
+def _measure_baseline(
+    plan: Mapping[str, Any], base_url: str, work: Path, baseline: Path, humaneval_limit: int,
+    *, gate: output_gate.GateConfig | None,
+) -> dict[str, Any]:  # fmt: skip
     reference = output_gate.reference_beside(baseline)
     if gate is not None and not reference.exists():
         output_gate.record(

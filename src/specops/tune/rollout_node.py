@@ -232,9 +232,10 @@ def node_record(
     result (engine times, identity after); ``failure`` and ``restore``: what
     :func:`failure` and :func:`restore` returned, in a rescue (then the failed gate,
     the failure's change result and the identity after the rescue count);
-    ``baseline``, ``plain`` (the node's plain baseline: checked or measured) and
-    ``smoke``: the registered controller steps (their JSON verdicts on stdout). A step
-    that never ran is None. ``plain_change``: the ``service_unit`` result that put the
+    ``baseline``, ``plain`` (the node's plain baseline: checked or measured, when not by
+    the baseline step, whose answer then carries it as ``plain``) and ``smoke``: the
+    registered controller steps (their JSON verdicts on stdout). A step that never ran
+    is None. ``plain_change``: the ``service_unit`` result that put the
     node on no speculation for that measurement (None: not switched). ``plain_s`` is
     what the plain baseline cost in this rollout: the switch (stop, start to healthy,
     first generation, output gate) and the benchmark (0 when a recorded one stood);
@@ -249,7 +250,8 @@ def node_record(
     final = _mapping(restore.get("restored")) if restore is not None else change_
     base = _json_out(baseline)
     smoke_ = _json_out(smoke)
-    plain_ = _json_out(plain)
+    # measured or checked in the baseline step's process (auto), else its own step
+    plain_ = _json_out(plain) or _mapping(base.get("plain"))
     switch = _mapping(plain_change)
     switch_s = sum(
         float(switch.get(k) or 0)
