@@ -70,6 +70,33 @@ def test_output_gate_is_named_from_the_failed_step() -> None:
         )
 
 
+def test_plain_baseline_phase_is_its_own_gate() -> None:
+    """The node's plain baseline measured in the rollout: a plain server that never got
+    ready was undone by service_unit; a failed measurement leaves the node on no
+    speculation, so the previous unit has to be put back."""
+    never_ready = {"msg": "not ready after 900 s", "restored": True}
+    f = rn.failure(never_ready, change=None, smoke=None, plain=None, plain_needed=True)
+    assert (f.gate, f.message, f.restore_needed) == ("plain-baseline", never_ready["msg"], False)
+    measured = {"failed": True, "rc": 2, "msg": "non-zero return code",
+                "stdout": json.dumps({"message": "the server speculated"})}  # fmt: skip
+    f = rn.failure(measured, change=None, smoke=None, plain=measured, plain_needed=True)
+    assert (f.gate, f.message, f.restore_needed) == (
+        "plain-baseline", "the server speculated", True,
+    )  # fmt: skip
+    # the plain phase passed (or was not needed): the new profile's start is named
+    ok = {"rc": 0, "stdout": json.dumps({"stands": True, "measured": True, "seconds": 9.0})}
+    for plain, needed in ((ok, True), (None, False)):
+        f = rn.failure(never_ready, change=None, smoke=None, plain=plain, plain_needed=needed)
+        assert f.gate == "restart-readiness"
+    assert rollout_failure(never_ready, plain=None, plain_needed=True)["gate"] == "plain-baseline"
+    rec = _record(outcome="changed", message="m", change=CHANGE, smoke=SMOKE_OK, plain=ok)
+    assert (rec["plain_s"], rec["against_plain"]) == (9.0, None)
+    # switched to no speculation for it: the switch's stop, start and gate count too
+    rec = _record(outcome="changed", message="m", change=CHANGE, smoke=SMOKE_OK, plain=ok,
+                  plain_change=CHANGE)  # fmt: skip
+    assert rec["plain_s"] == 9.0 + 1.5 + 12.0 + 0.75 + 2.0
+
+
 def test_smoke_gate_keeps_the_gates_own_message() -> None:
     f = rn.failure(SMOKE_FAILED, change=CHANGE, smoke=SMOKE_FAILED)
     assert (f.gate, f.message, f.restore_needed) == (
@@ -167,6 +194,9 @@ def test_record_of_a_changed_node() -> None:
         "ready_s": 0.75,
         "output_gate_s": 2.0,
         "baseline_s": 20.0,
+        "plain_s": 0.0,
+        "plain_baseline": None,
+        "against_plain": None,
         "smoke_s": 6.25,
         "smoke_results": "r.json",
         "service_before": {"InvocationID": "old"},

@@ -11,10 +11,12 @@ test_real_rollout.py.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ import httpx
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils.service_unit import Identity
 
+from specops.bench.runner import run_plan
 from specops.bench.synthetic import SyntheticConfig, SyntheticServer
 from specops.errors import ValidationError
 from specops.tune.apply import ApplyError, ApplyOutcome
@@ -35,7 +38,8 @@ _pids = itertools.count(1000)
 
 
 class SyntheticApplier:
-    """Restarts a synthetic server per profile; num_draft_tokens 9 'fails to start'."""
+    """Restarts a synthetic server per profile; num_draft_tokens 9 'fails to start';
+    no speculation (method none) streams one token per chunk."""
 
     served_model_name = "synthetic"
 
@@ -59,7 +63,7 @@ class SyntheticApplier:
         if self.server is not None:
             self.server.stop()
             self.server = None
-        n = int(profile["num_draft_tokens"])
+        n = int(profile.get("num_draft_tokens", 1))
         self.restarts += 1
         if n == 9:
             self.identity = None
@@ -138,10 +142,17 @@ def test_sweep_runs_writes_outputs_and_leaves_the_winner(applier, tmp_path: Path
     assert "runner-up" in md
     # progress: numbered lines (the playbook waits for line n), candidate k of at most N
     progress = (tmp_path / "progress.log").read_text().splitlines()
-    assert progress[0].startswith("1 candidate 1 of at most 8 (num_draft_tokens=4) run 1 |")
+    # no speculation first (min_repeats runs), then the walk from the base profile
+    assert progress[0].startswith("1 no speculation (none) run 1 | restarts 1 |")
+    assert progress[1].startswith("2 no speculation (none) run 2 | restarts 1 |")
+    assert progress[2].startswith("3 candidate 1 of at most 8 (num_draft_tokens=4) run 1 |")
     assert [int(line.split()[0]) for line in progress[:-1]] == list(range(1, len(progress)))
     assert progress[-1].startswith(f"done pick {pick.candidate.key};")
-    assert "ETA ~" in progress[1]
+    assert "ETA ~" in progress[3]
+    assert "none" in result.outcome.standings
+    assert result.outcome.plain_verdict is not None
+    assert result.outcome.plain_verdict in md
+    assert "| x plain |" in md
     assert (tmp_path / "objective.png").read_bytes()[:4] == b"\x89PNG"
     snippet = (tmp_path / "chosen-profile.yml").read_text()
     assert "inference_service_speculative:" in snippet
@@ -161,7 +172,7 @@ def test_grid_records_failed_starts_and_restore(applier, tmp_path: Path) -> None
     assert len(st.runs) == 1  # not benchmarked again after a failed start
     assert applier.profile is not None
     assert applier.profile["num_draft_tokens"] == 4
-    assert result.restarts_total == 8
+    assert result.restarts_total == 8 + 1  # no speculation is measured beside the grid
 
 
 def test_interrupted_sweep_resumes_without_measuring_again(applier, tmp_path: Path) -> None:
@@ -181,7 +192,7 @@ def test_interrupted_sweep_resumes_without_measuring_again(applier, tmp_path: Pa
         sweep(cfg, applier, tmp_path, log=stop_after_five)
     lines_before = (tmp_path / "sweep.jsonl").read_text().splitlines()
     recorded = [json.loads(x) for x in lines_before[1:] if '"kind": "run"' in x]
-    assert len(recorded) == 5
+    assert len(recorded) == 2 + 5  # no speculation's two runs, then five of the grid
     applies_before = applier.applies
     result = sweep(cfg, applier, tmp_path)
     # the 5 recorded runs are replayed: only the rest are measured
@@ -193,7 +204,8 @@ def test_interrupted_sweep_resumes_without_measuring_again(applier, tmp_path: Pa
     assert {(r["key"], r["repeat"]) for r in new_runs}.isdisjoint(
         {(r["key"], r["repeat"]) for r in recorded}
     )
-    assert len(recorded) + len(new_runs) == 7 * 2 + 1  # 7 candidates x 2 runs + the failed start
+    # no speculation x 2 runs + 7 candidates x 2 runs + the failed start
+    assert len(recorded) + len(new_runs) == 2 + 7 * 2 + 1
     assert applier.applies - applies_before <= 6 + 1  # remaining candidates (+ final apply)
     assert result.outcome.pick is not None
 
@@ -221,3 +233,80 @@ def test_bad_config_names_the_field() -> None:
         load_config(config(objective={"bogus": 1}))
     with pytest.raises(ValidationError, match=r"^mode: must be ascent or grid"):
         load_config(config(mode="random"))
+
+
+def recorded_plain(tmp_path: Path, base_url: str, cfg_over: dict[str, Any]) -> Path:
+    """A recorded plain run of the sweep's plan (measured on a synthetic server at the
+    canary's URL), its throughput scaled x100: the deterministic case where no
+    speculation wins by far, read from a results file as a sweep reads it."""
+    cfg = load_config(config(base_url=base_url, **cfg_over))
+    results = asyncio.run(run_plan(cfg.bench_plan()))
+    for cell in results.cells:
+        cell.stats = replace(cell.stats, output_tok_s=(cell.stats.output_tok_s or 0.0) * 100)
+    # the synthetic server names itself synthetic-1; the canary's engine is the config's
+    assert results.server.engine_version == "synthetic-1"
+    results.server.engine_version = cfg.space.engine.version
+    return results.save(tmp_path / "plain" / "results.json")
+
+
+def test_recorded_plain_results_stand_for_no_speculation_without_a_restart(
+    applier, tmp_path: Path
+) -> None:
+    over = {"space": {"num_draft_tokens": [4, 5]}, "mode": "grid",
+            "objective": {"min_repeats": 1, "max_repeats": 1, "tolerance": 0.0}}  # fmt: skip
+    plain_server = SyntheticServer(SyntheticConfig(tokens_per_chunk=1, chunk_delay_s=0.002))
+    plain_server.start()
+    try:
+        url = f"http://127.0.0.1:{plain_server.port}"
+        path = recorded_plain(tmp_path, url, over)
+    finally:
+        plain_server.stop()
+    logs: list[str] = []
+    cfg = load_config(config(base_url=url, plain={"results": [str(path)]}, **over))
+    result = sweep(cfg, applier, tmp_path / "out", log=logs.append)
+    assert not [m for m in logs if m.startswith("plain.results")], logs
+    assert applier.restarts == 2 + 1  # the two candidates, then back to no speculation
+    assert applier.profile == {"method": "none"}  # the canary is left on the pick
+    plain = result.outcome.plain
+    assert plain is not None
+    assert len(plain.runs) == 1
+    events = [json.loads(x) for x in (tmp_path / "out" / "sweep.jsonl").read_text().splitlines()]
+    none_runs = [e for e in events if e.get("key") == "none"]
+    assert [(e["recorded"], e["results"], e["restart"]) for e in none_runs] == [
+        (True, str(path), None)
+    ]
+    assert result.outcome.pick is plain
+    assert result.summary()["pick"]["candidate"] == "none"
+    verdict = result.summary()["plain_verdict"]
+    assert verdict.startswith("pick none: no speculation has the best median")
+    assert f"**No speculation:** {verdict}." in (tmp_path / "out" / "leaderboard.md").read_text()
+    snippet = (tmp_path / "out" / "chosen-profile.yml").read_text()
+    assert "inference_service_speculative:\n  method: none" in snippet
+    assert f"# Against no speculation: {verdict}." in snippet
+    progress = (tmp_path / "out" / "progress.log").read_text().splitlines()
+    assert progress[0].startswith("1 no speculation (none) run 1 | restarts 0 |")
+    assert progress[-1].startswith("done pick none;")
+
+    # too old for the sweep's max_age_days: not used (and said so), plain is measured
+    logs.clear()
+    applier.restarts = 0
+    cfg = load_config(
+        config(base_url=url, plain={"results": [str(path)], "max_age_days": 1e-9}, **over)
+    )
+    result = sweep(cfg, applier, tmp_path / "out2", log=logs.append)
+    assert any(m.startswith(f"plain.results: not used: {path}: ") and "days old" in m for m in logs)
+    assert result.outcome.plain is not None
+    events = [json.loads(x) for x in (tmp_path / "out2" / "sweep.jsonl").read_text().splitlines()]
+    assert [e.get("recorded") for e in events if e.get("key") == "none"] == [None]
+
+
+def test_plain_config_names_the_field() -> None:
+    with pytest.raises(ValidationError, match=r"^plain\.bogus: unknown key"):
+        load_config(config(plain={"bogus": 1}))
+    with pytest.raises(ValidationError, match=r"^plain\.results: must be a list"):
+        load_config(config(plain={"results": [3]}))
+    with pytest.raises(ValidationError, match=r"^plain\.max_age_days: must be days > 0"):
+        load_config(config(plain={"max_age_days": 0}))
+    cfg = load_config(config(plain={"results": "r.json"}))
+    assert cfg.plain.results == ("r.json",)
+    assert cfg.progress_bound() == 8 * 3 + 2 + 1  # 8 candidates x max_repeats, plain x 2

@@ -94,11 +94,12 @@ def test_sweep_plan_sizes_the_following_loop(tmp_path: Path, capsys) -> None:
         )
     )  # fmt: skip
     assert main(["sweep", "plan", str(cfg)]) == 0
+    # 3 candidates x max_repeats, no speculation x min_repeats, the done line
     assert json.loads(capsys.readouterr().out) == {
-        "mode": "ascent", "candidates": 3, "space": 8, "max_progress_lines": 16,
+        "mode": "ascent", "candidates": 3, "space": 8, "max_progress_lines": 3 * 5 + 3 + 1,
     }  # fmt: skip
     assert main(["sweep", "plan", str(cfg), "--mode", "grid"]) == 0
-    assert json.loads(capsys.readouterr().out)["max_progress_lines"] == 8 * 5 + 1
+    assert json.loads(capsys.readouterr().out)["max_progress_lines"] == 8 * 5 + 3 + 1
 
 
 def test_sweep_plan_of_a_config_without_base_url(tmp_path: Path, capsys) -> None:

@@ -251,6 +251,22 @@ ROWS: dict[str, Bad] = {
         "path", f"rollout baseline {STEP.replace('out/base.json', 'a-dir')}", "--baseline",
         "give a file path",
     ),
+    "rollout-plain-max-age": Bad(
+        "usage", f"rollout plain {BASE} --plan-json {{}} --work {{t}}/out/work"
+        " --plain-baseline {t}/out/plain.json --max-age-days 0", "--max-age-days", "> 0",
+    ),
+    "rollout-plain-work-file": Bad(
+        "path", f"rollout plain {BASE} --plan-json {{}} --work {{t}}/a-file"
+        " --plain-baseline {t}/out/plain.json", "--work", "give a directory",
+    ),
+    "rollout-plain-baseline-dir": Bad(
+        "path", f"rollout plain {BASE} --plan-json {{}} --work {{t}}/out/work"
+        " --plain-baseline {t}/a-dir", "--plain-baseline", "give a file path",
+    ),
+    "rollout-gate-plain-missing": Bad(
+        "path", "rollout gate --baseline {t}/a-file --candidate {t}/a-file"
+        " --plain-baseline {t}/none.json", "--plain-baseline", "",
+    ),
     "rollout-baseline-unreachable": Bad(
         "server", f"rollout baseline {STEP}", "--base-url", "cannot reach",
     ),

@@ -108,6 +108,12 @@ def register(subparsers: Any) -> None:
     rep.add_argument("--out", help="directory (default: next to the results)")
     rep.add_argument("--gpu-bandwidth-gbs", type=float)
     rep.add_argument("--model-bytes-per-token", type=float)
+    rep.add_argument(
+        "--plain",
+        metavar="RESULTS",
+        help="results.json of the same plan without speculation: adds the speed-up over it"
+        " per cell (speedup.csv and a table)",
+    )
     rep.set_defaults(func=_cmd_report)
 
     cmp_ = sub.add_parser("compare", help="compare candidate B with baseline A (gate)")
@@ -407,7 +413,8 @@ def _check_paths(args: argparse.Namespace) -> None:
 def _cmd_report(args: argparse.Namespace) -> int:
     out = output_dir(args.out, "--out") if args.out else Path(args.results).parent
     results = load_results(input_file(args.results, "results"))
-    print(write_report(results, out, args.gpu_bandwidth_gbs, args.model_bytes_per_token))
+    plain = load_results(input_file(args.plain, "--plain")) if args.plain else None
+    print(write_report(results, out, args.gpu_bandwidth_gbs, args.model_bytes_per_token, plain))
     return 0
 
 

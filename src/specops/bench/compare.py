@@ -7,16 +7,32 @@ than the baseline by more than ``max_pass_drop``. A threshold of ``None`` ("off"
 command line) keeps the metric's finding, measured and reported, but never a regression:
 for a comparison whose timings say nothing (a busy test machine), failures and
 correctness still gate.
+
+:func:`speedup_rows` puts a speculative run beside a run of the same plan on the same
+server without speculation (its *plain baseline*): per cell, keyed by (concurrency,
+context length) and never by position, the output tok/s and TPOT p50 of both and their
+ratios (:data:`SPEEDUP_COLUMNS`). A cell the plain run lacks, or a metric either run
+does not have (older results, a failed cell), has ``None`` there and a note; nothing
+is re-measured.
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import Any
 
-from specops.bench.results import Cell, Results
+from specops.bench.results import Cell, Column, Results
 
-__all__ = ["Finding", "Thresholds", "compare", "count_arg", "threshold_arg"]
+__all__ = [
+    "SPEEDUP_COLUMNS",
+    "Finding",
+    "Thresholds",
+    "compare",
+    "count_arg",
+    "speedup_rows",
+    "threshold_arg",
+]
 
 
 @dataclass(frozen=True)
@@ -142,3 +158,48 @@ def compare(baseline: Results, candidate: Results, t: Thresholds | None = None) 
             Finding("humaneval", "passed", float(a["passed"]), None, None, True, "not run")
         )
     return findings
+
+
+SPEEDUP_COLUMNS: tuple[Column, ...] = (
+    Column("concurrency", "C", 0),
+    Column("context_tokens", "context", 0),
+    Column("output_tok_s", "out tok/s", 1),
+    Column("plain_output_tok_s", "plain out tok/s", 1, "the same cell without speculation"),
+    Column("speedup", "x plain", 2, "out tok/s over plain's: below 1.00 speculation loses"),
+    Column("tpot_ms_p50", "TPOT p50", 2),
+    Column("plain_tpot_ms_p50", "plain TPOT p50", 2),
+    Column("tpot_speedup", "TPOT x plain", 2, "plain's TPOT p50 over this one's"),
+    Column("mean_acceptance_length", "accept len", 3),
+    Column("note", "note"),
+)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def speedup_rows(plain: Results, results: Results) -> list[dict[str, Any]]:
+    """One keyed row (:data:`SPEEDUP_COLUMNS`) per cell of ``results``, beside the cell
+    of the same concurrency and context length in ``plain``."""
+    by_key = {(c.concurrency, c.context_tokens): c for c in plain.cells}
+    rows = []
+    for cell in results.cells:
+        base = by_key.get((cell.concurrency, cell.context_tokens))
+        out, tpot = cell.stats.output_tok_s, cell.stats.tpot_ms.p50
+        p_out = base.stats.output_tok_s if base is not None else None
+        p_tpot = base.stats.tpot_ms.p50 if base is not None else None
+        note = ""
+        if base is None:
+            note = "not in the plain baseline"
+        elif base.status != "ok" or cell.status != "ok":
+            note = f"cell status {cell.status}, plain {base.status}"
+        speedup = _ratio(out, p_out)
+        if speedup is not None and speedup < 1 and not note:
+            note = "slower than no speculation"
+        rows.append({
+            "concurrency": cell.concurrency, "context_tokens": cell.context_tokens,
+            "output_tok_s": out, "plain_output_tok_s": p_out, "speedup": speedup,
+            "tpot_ms_p50": tpot, "plain_tpot_ms_p50": p_tpot, "tpot_speedup": _ratio(p_tpot, tpot),
+            "mean_acceptance_length": cell.acceptance.mean_acceptance_length, "note": note,
+        })  # fmt: skip
+    return rows

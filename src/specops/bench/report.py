@@ -4,6 +4,9 @@
 and never talks to a server: every number shown is a field of the results or a
 function of them (the roofline). The text is ``templates/bench/report.md.j2``; this
 module hands it keyed rows (:data:`REPORT_COLUMNS`, :func:`~specops.bench.results.cell_row`).
+Given the results of a plain baseline (the same plan on the same server without
+speculation, ``specops bench report --plain``), the report adds the speed-up over it per
+cell (:func:`~specops.bench.compare.speedup_rows`) and ``speedup.csv``.
 """
 
 from __future__ import annotations
@@ -11,7 +14,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specops.bench.results import CELL_COLUMNS, Column, Results, cell_row, cells_csv, requests_csv
+from specops.bench.compare import SPEEDUP_COLUMNS, speedup_rows
+from specops.bench.results import (
+    CELL_COLUMNS,
+    Column,
+    Results,
+    cell_row,
+    cells_csv,
+    columns_csv,
+    requests_csv,
+)
 from specops.bench.roofline import Hardware, resolve, roofline_rows
 from specops.plots import pyplot
 from specops.templating import fmt, render
@@ -71,8 +83,10 @@ def report_context(
     plots: list[str],
     bandwidth_gb_s: float | None = None,
     bytes_per_token: float | None = None,
+    plain: Results | None = None,
 ) -> dict[str, Any]:
-    """Everything the report template shows, as numbers and keyed rows."""
+    """Everything the report template shows, as numbers and keyed rows (``plain``: the
+    plain baseline's results, for the speed-up table)."""
     rows = [cell_row(c) for c in results.cells]
     failures: list[dict[str, Any]] = []
     for c in results.cells:
@@ -111,6 +125,9 @@ def report_context(
         ),
         "correctness": results.correctness,
         "plots": plots,
+        "plain": plain,
+        "speedup_columns": SPEEDUP_COLUMNS,
+        "speedup": speedup_rows(plain, results) if plain is not None else [],
     }
 
 
@@ -119,9 +136,11 @@ def render_markdown(
     plots: list[str],
     bandwidth_gb_s: float | None = None,
     bytes_per_token: float | None = None,
+    plain: Results | None = None,
 ) -> str:
     return render(
-        "bench/report.md.j2", **report_context(results, plots, bandwidth_gb_s, bytes_per_token)
+        "bench/report.md.j2",
+        **report_context(results, plots, bandwidth_gb_s, bytes_per_token, plain),
     )
 
 
@@ -210,14 +229,20 @@ def write_report(
     out_dir: Path,
     bandwidth_gb_s: float | None = None,
     bytes_per_token: float | None = None,
+    plain: Results | None = None,
 ) -> Path:
     """Write report.md, cells.csv, requests.csv and the PNG plots; return report.md.
 
     The roofline comes from the plan's ``roofline`` inputs unless both numbers are given.
+    With ``plain`` (the plain baseline's results) also speedup.csv and its table.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "cells.csv").write_text(cells_csv(results), encoding="utf-8")
     (out_dir / "requests.csv").write_text(requests_csv(results), encoding="utf-8")
+    if plain is not None:
+        (out_dir / "speedup.csv").write_text(
+            columns_csv(SPEEDUP_COLUMNS, speedup_rows(plain, results)), encoding="utf-8"
+        )
     plots: list[str] = []
     if results.cells:
         _plot_throughput(results, out_dir / "throughput.png")
@@ -228,6 +253,6 @@ def write_report(
             plots.append("acceptance.png")
     report = out_dir / "report.md"
     report.write_text(
-        render_markdown(results, plots, bandwidth_gb_s, bytes_per_token), encoding="utf-8"
+        render_markdown(results, plots, bandwidth_gb_s, bytes_per_token, plain), encoding="utf-8"
     )
     return report

@@ -48,6 +48,7 @@ __all__ = [
     "ServerIdentity",
     "cell_row",
     "cells_csv",
+    "columns_csv",
     "load_results",
     "request_row",
     "requests_csv",
@@ -384,6 +385,11 @@ def request_row(cell: Cell, r: RequestRecord) -> dict[str, Any]:
         "finish_reason": r.finish_reason,
         "error": r.error,
     }
+
+
+def columns_csv(columns: tuple[Column, ...], rows: list[dict[str, Any]]) -> str:
+    """A CSV of keyed rows: the header is the columns' keys, in their order."""
+    return _csv(columns, rows)
 
 
 def _csv(columns: tuple[Column, ...], rows: list[dict[str, Any]]) -> str:

@@ -1,6 +1,8 @@
 """Sweep and rollout of speculative-decoding settings.
 
 - :mod:`~specops.tune.space`: the search space and its candidates (profiles).
+- :mod:`~specops.tune.plain`: no speculation, the candidate beside every sweep and the
+  rollout's second baseline; when a recorded plain run stands.
 - :mod:`~specops.tune.score`: scores with intervals (pooled run-to-run spread) and the
   noise-aware comparison.
 - :mod:`~specops.tune.search`: coordinate ascent and the full grid (pure: an evaluator

@@ -1,4 +1,4 @@
-"""``specops sweep run|plan`` and ``specops rollout gate|baseline|smoke|report``.
+"""``specops sweep run|plan`` and ``specops rollout gate|baseline|plain|smoke|report``.
 
 Thin: validation errors become one line naming the field (exit 2, :mod:`specops.cli`).
 Every input is checked before anything is written or restarted: the config, the
@@ -33,7 +33,17 @@ from specops.errors import (
 from specops.tune.apply import REPO, AnsibleApplier, generates
 from specops.tune.config import SweepConfig, load_config_file
 from specops.tune.output_gate import api_key_of, gate_config, reference_beside, served_model
-from specops.tune.rollout import load_records, measure_baseline, smoke_gate, smoke_step, summary
+from specops.tune.plain import DEFAULT_MAX_AGE_DAYS
+from specops.tune.rollout import (
+    PlainBaseline,
+    load_records,
+    measure_baseline,
+    plain_gate,
+    plain_step,
+    smoke_gate,
+    smoke_step,
+    summary,
+)
 from specops.tune.sweep import run_sweep
 
 __all__ = ["register"]
@@ -82,6 +92,11 @@ def register(subparsers: Any) -> None:
     gate.add_argument("--candidate", type=Path, required=True)
     gate.add_argument("--throughput-drop", type=threshold_arg, default=0.10, help=_OFF)
     gate.add_argument("--max-pass-drop", type=count_arg, default=0)
+    gate.add_argument(
+        "--plain-baseline", type=Path,
+        help="the node's results without speculation: the candidate must not be slower"
+        " beyond --throughput-drop (gate plain)",
+    )  # fmt: skip
     gate.set_defaults(func=_gate)
     for name, text in (
         ("baseline", "measure the node's baseline unless it has one (one process)"),
@@ -107,7 +122,14 @@ def register(subparsers: Any) -> None:
             step.add_argument("--throughput-drop", type=threshold_arg, default=0.10, help=_OFF)
             step.add_argument("--max-pass-drop", type=count_arg, default=0)
             step.add_argument("--no-update-baseline", action="store_true")
+            step.add_argument(
+                "--plain-baseline", type=Path,
+                help="the node's plain baseline: also gate against no speculation (gate plain)",
+            )  # fmt: skip
+        else:
+            _plain_beside_args(step)
         step.set_defaults(func=_step)
+    _register_plain(rsub)
     rep = rsub.add_parser("report", help="summarise a rollout's per-node records")
     rep.add_argument("report_dir", type=Path)
     rep.add_argument("--json", action="store_true")
@@ -162,6 +184,43 @@ def _check(cfg: SweepConfig) -> None:
         )
 
 
+def _plain_beside_args(step: Any) -> None:
+    step.add_argument(
+        "--plain-baseline", type=Path,
+        help="also keep the node's plain baseline in this file (a recorded one that stands;"
+        " with --plain-running, else measured on the server)",
+    )  # fmt: skip
+    step.add_argument("--plain-max-age-days", type=float, default=DEFAULT_MAX_AGE_DAYS)
+    step.add_argument(
+        "--engine-version", help="the node's engine version (a recorded one must match)"
+    )
+    step.add_argument(
+        "--plain-running", action="store_true",
+        help="the node's server runs no speculation now (it may stand for the plain baseline)",
+    )  # fmt: skip
+
+
+def _register_plain(rsub: Any) -> None:
+    plain = rsub.add_parser(
+        "plain",
+        help="keep the node's plain baseline: a recorded one that stands, else measure the"
+        " node's server (which must run no speculation); --check-only measures nothing",
+    )
+    plain.add_argument("--base-url", required=True, help="the node's server, from the controller")
+    plain.add_argument("--plan-json", required=True, help="the smoke plan (bench plan fields)")
+    plain.add_argument("--work", type=Path, required=True, help="directory for the results")
+    plain.add_argument("--plain-baseline", type=Path, required=True, help="the node's file")
+    plain.add_argument("--max-age-days", type=float, default=DEFAULT_MAX_AGE_DAYS)
+    plain.add_argument(
+        "--engine-version", help="the node's engine version (a recorded one must match)"
+    )
+    plain.add_argument(
+        "--check-only", action="store_true",
+        help="exit 1 (and say why) when no recorded one stands, instead of measuring",
+    )  # fmt: skip
+    plain.set_defaults(func=_plain)
+
+
 def _sweep_run(args: argparse.Namespace) -> int:
     output_dir(args.out, "--out")
     cfg = load_config_file(
@@ -199,9 +258,12 @@ def _sweep_run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(
-            f"pick: {pick.candidate.key if pick else 'none'}; restarts {result.restarts_total};"
-            f" leaderboard {result.files['leaderboard_md']}; snippet {result.files['snippet']}"
+            f"pick: {pick.candidate.key if pick else 'nothing usable'};"
+            f" restarts {result.restarts_total}; leaderboard {result.files['leaderboard_md']};"
+            f" snippet {result.files['snippet']}"
         )
+        if result.outcome.plain_verdict:
+            print(f"against no speculation: {result.outcome.plain_verdict}")
     return 0 if pick is not None else 1
 
 
@@ -226,24 +288,53 @@ def _sweep_plan(args: argparse.Namespace) -> int:
 
 def _gate(args: argparse.Namespace) -> int:
     baseline = input_file(args.baseline, "--baseline")
-    candidate = input_file(args.candidate, "--candidate")
+    candidate_file = input_file(args.candidate, "--candidate")
+    plain_file = (
+        input_file(args.plain_baseline, "--plain-baseline") if args.plain_baseline else None
+    )
+    candidate = load_results(candidate_file)
     result = smoke_gate(
-        load_results(baseline),
-        load_results(candidate),
+        load_results(baseline), candidate,
         throughput_drop=args.throughput_drop, max_pass_drop=args.max_pass_drop,
     )  # fmt: skip
+    if result.ok and plain_file is not None:
+        result = plain_gate(
+            load_results(plain_file), candidate, throughput_drop=args.throughput_drop
+        )
     json.dump(result.to_dict(), sys.stdout)
     sys.stdout.write("\n")
     return 0 if result.ok else 1
 
 
-def _step(args: argparse.Namespace) -> int:
+def _plan_json(text: str) -> dict[str, Any]:
     try:
-        plan = json.loads(args.plan_json)
+        plan = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValidationError("--plan-json", f"not JSON: {exc}") from None
     if not isinstance(plan, dict):
         raise ValidationError("--plan-json", "must be a JSON object of bench plan fields")
+    return plan
+
+
+def _plain(args: argparse.Namespace) -> int:
+    if args.max_age_days <= 0:
+        raise ValidationError("--max-age-days", f"must be > 0 (got {args.max_age_days})")
+    plan = _plan_json(args.plan_json)
+    plan_from_mapping({**plan, "base_url": args.base_url})  # a bad plan names its field
+    output_dir(args.work, "--work")
+    output_file(args.plain_baseline, "--plain-baseline")
+    out = plain_step(
+        plan, args.base_url, args.work, args.plain_baseline,
+        max_age_days=args.max_age_days, engine_version=args.engine_version or None,
+        measure_missing=not args.check_only,
+    )  # fmt: skip
+    json.dump(out, sys.stdout)
+    sys.stdout.write("\n")
+    return 0 if out["stands"] else 1
+
+
+def _step(args: argparse.Namespace) -> int:
+    plan = _plan_json(args.plan_json)
     try:
         gate = gate_config(json.loads(args.output_gate_json), "--output-gate-json")
     except json.JSONDecodeError as exc:
@@ -258,16 +349,29 @@ def _step(args: argparse.Namespace) -> int:
         except RuntimeError as exc:
             raise ValidationError("--base-url", f"cannot reach the server: {exc}") from None
     if args.rollout_command == "baseline":
+        if args.plain_max_age_days <= 0:
+            raise ValidationError(
+                "--plain-max-age-days", f"must be > 0 (got {args.plain_max_age_days})"
+            )
+        plain = (
+            PlainBaseline(
+                args.plain_baseline, args.plain_max_age_days, args.engine_version or None,
+                args.plain_running,
+            )
+            if args.plain_baseline is not None
+            else None
+        )  # fmt: skip
         out = measure_baseline(
-            plan, args.base_url, args.work, args.baseline, args.humaneval_limit, gate=gate
-        )
+            plan, args.base_url, args.work, args.baseline, args.humaneval_limit, gate=gate,
+            plain=plain,
+        )  # fmt: skip
         ok = True
     else:
         out = smoke_step(
             plan, args.base_url, args.work, args.baseline,
             throughput_drop=args.throughput_drop, max_pass_drop=args.max_pass_drop,
             humaneval_limit=args.humaneval_limit, update_baseline=not args.no_update_baseline,
-            gate=gate,
+            gate=gate, plain=args.plain_baseline,
         )  # fmt: skip
         ok = bool(out["ok"])
     json.dump(out, sys.stdout)

@@ -20,10 +20,11 @@ from specops.errors import ValidationError, syntax_problem
 from specops.speculative import Engine
 from specops.tune.objective import CorrectnessGate
 from specops.tune.output_gate import GateConfig, gate_config
+from specops.tune.plain import DEFAULT_MAX_AGE_DAYS
 from specops.tune.score import Scoring
 from specops.tune.space import SearchSpace
 
-__all__ = ["SweepConfig", "load_config", "load_config_file"]
+__all__ = ["PlainSource", "SweepConfig", "load_config", "load_config_file"]
 
 _KEYS = {
     "canary", "inventory", "base_url", "served_model_name", "engine", "base_profile",
@@ -31,7 +32,49 @@ _KEYS = {
     "apply_timeout_s",
     "output_gate",
     "max_candidates",
+    "plain",
 }  # fmt: skip
+_PLAIN_KEYS = ("results", "max_age_days")
+
+
+@dataclass(frozen=True)
+class PlainSource:
+    """Where the sweep's no-speculation runs come from (the config's ``plain`` section).
+
+    ``results``: recorded ``specops bench`` results of the canary without speculation
+    (each one run); those that stand (:func:`specops.tune.plain.why_not_plain`: the
+    same plan, model and engine, at most ``max_age_days`` old, no speculation in them)
+    are its runs and nothing restarts for it. None stand (or none given): the sweep
+    measures method ``none`` on the canary, ``min_repeats`` runs.
+    """
+
+    results: tuple[str, ...] = ()
+    max_age_days: float = DEFAULT_MAX_AGE_DAYS
+
+    @classmethod
+    def from_mapping(cls, data: object) -> PlainSource:
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise ValidationError(
+                "plain", f"must be a mapping of {', '.join(_PLAIN_KEYS)} (got {data!r})"
+            )
+        for key in data:
+            if key not in _PLAIN_KEYS:
+                raise ValidationError(
+                    f"plain.{key}", f"unknown key; valid: {', '.join(_PLAIN_KEYS)}"
+                )
+        raw = data.get("results") or []
+        if isinstance(raw, str):
+            raw = [raw]
+        if not isinstance(raw, list) or not all(isinstance(x, str) and x for x in raw):
+            raise ValidationError(
+                "plain.results", f"must be a list of results.json paths (got {raw!r})"
+            )
+        age = data.get("max_age_days", DEFAULT_MAX_AGE_DAYS)
+        if isinstance(age, bool) or not isinstance(age, (int, float)) or age <= 0:
+            raise ValidationError("plain.max_age_days", f"must be days > 0 (got {age!r})")
+        return cls(tuple(raw), float(age))
 
 
 @dataclass(frozen=True)
@@ -50,6 +93,7 @@ class SweepConfig:
     apply_timeout_s: float = 1800.0  # one candidate's apply playbook, at most
     output_gate: GateConfig | None = field(default_factory=GateConfig)
     max_candidates: int | None = None  # ascent: most candidates measured (each a restart)
+    plain: PlainSource = field(default_factory=PlainSource)  # no speculation's runs
 
     def candidates_bound(self) -> int:
         """Candidates the search measures at most (the N of "candidate k of N")."""
@@ -60,8 +104,10 @@ class SweepConfig:
 
     def progress_bound(self) -> int:
         """Most numbered lines progress.log gets: one per run, at most max_repeats per
-        candidate (a failed start is one), then the final line."""
-        return self.candidates_bound() * self.scoring.max_repeats + 1
+        candidate (a failed start is one), no speculation's runs (recorded ones too),
+        then the final line."""
+        plain = max(self.scoring.min_repeats, len(self.plain.results))
+        return self.candidates_bound() * self.scoring.max_repeats + plain + 1
 
     def bench_plan(
         self, base_url: str | None = None, roofline: dict[str, Any] | None = None
@@ -89,7 +135,9 @@ class SweepConfig:
             "canary": self.canary,
             "output_gate": self.output_gate.__dict__ if self.output_gate else None,
             "max_candidates": self.max_candidates,
-        }
+            "plain": {"results": list(self.plain.results),
+                      "max_age_days": self.plain.max_age_days},
+        }  # fmt: skip
 
 
 def load_config(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> SweepConfig:
@@ -139,6 +187,7 @@ def load_config(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = N
         apply_timeout_s=float(apply_timeout),
         output_gate=gate_config(data.get("output_gate", True)),
         max_candidates=_max_candidates(data.get("max_candidates")),
+        plain=PlainSource.from_mapping(data.get("plain")),
     )
     cfg.bench_plan()  # a bad plan fails here, before anything restarts
     return cfg

@@ -34,6 +34,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("high", "interval high", 1, "median + z standard errors"),
     Column("runs", "runs", 0),
     Column("single_stream", "single-stream tok/s", 1),
+    Column("vs_plain", "x plain", 2, "median over no speculation's median (none: 1.00)"),
     Column("status", "status"),
     Column("profile", "profile"),
 )
@@ -51,14 +52,21 @@ def rows(outcome: Outcome) -> list[dict[str, Any]]:
     """One keyed row per candidate (:data:`COLUMNS`), best median first."""
     out = []
     rank = 0
+    plain = outcome.plain.median if outcome.plain is not None and outcome.plain.usable else None
     for st in standings(outcome):
         if st.usable:
             rank += 1
         status = st.rejected or ("pick" if outcome.pick is st else "ok")
         if outcome.best is st and outcome.pick is not st:
-            status = "best median (a cheaper one is within tolerance)"
+            status = (
+                "best median (no speculation is picked)"
+                if outcome.pick is not None and outcome.pick.candidate.plain
+                else "best median (a cheaper one is within tolerance)"
+            )
         elif outcome.runner_up is st:
             status = "runner-up"
+        if st.candidate.plain and status == "ok":
+            status = "no speculation"
         summary = _summary(outcome, st) if st.runs else None
         out.append(
             {
@@ -69,6 +77,7 @@ def rows(outcome: Outcome) -> list[dict[str, Any]]:
                 "high": summary["high"] if summary and st.usable else None,
                 "runs": len(st.runs),
                 "single_stream": st.tiebreak,
+                "vs_plain": st.median / plain if plain and st.median is not None else None,
                 "status": status,
                 "profile": yaml.safe_dump(st.candidate.profile, default_flow_style=True).strip(),
             }
@@ -115,10 +124,12 @@ def leaderboard_md(cfg: SweepConfig, outcome: Outcome, ledger: Ledger, out: Path
         cfg=cfg,
         z=cfg.scoring.z,
         spread=outcome.spread,
-        visited=len(outcome.standings),
+        visited=sum(1 for st in outcome.standings.values() if not st.candidate.plain),
         restarts=_restarts(ledger),
         pick=_summary(outcome, outcome.pick),
         runner_up=_summary(outcome, outcome.runner_up),
+        plain=_summary(outcome, outcome.plain) if outcome.plain is not None else None,
+        plain_verdict=outcome.plain_verdict,
         columns=COLUMNS,
         rows=rows(outcome),
         steps=outcome.steps,
@@ -139,6 +150,7 @@ def snippet(cfg: SweepConfig, outcome: Outcome) -> str:
         now=f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M}",
         pick=pick,
         runner_up=_summary(outcome, outcome.runner_up),
+        plain_verdict=outcome.plain_verdict,
         profile_yaml=body.rstrip(),
     )
 

@@ -12,6 +12,16 @@ process: measure, compare, keep the results. The baseline step also keeps the no
 greedy output on the lossless-output gate's prompts (``<node>.output-gate.json``); the
 smoke step fails gate ``output`` when the new profile's output differs or loops
 (:mod:`specops.tune.output_gate`).
+
+No speculation is a baseline too (:mod:`specops.tune.plain`): :func:`plain_gate` compares
+a new speculative profile's smoke benchmark with the node's *plain baseline* (the same
+smoke plan on the node's server without speculation) on the sweep's objective, the mean
+output tok/s over the plan's cells: slower than plain beyond ``throughput_drop`` (the
+gate's noise band) fails gate ``plain``, with the speed-up over plain per cell in the
+message. :func:`plain_step` (``specops rollout plain``) keeps that baseline: a recorded
+one that stands (same plan, model and engine, at most ``max_age_days`` old, no
+speculation in it) is used as it is; else the node's server, which the role has put on
+no speculation, is measured and kept.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specops.bench.compare import Thresholds, compare
+from specops.bench.compare import Thresholds, compare, speedup_rows
 from specops.bench.plan import plan_from_mapping
 from specops.bench.report import roofline_context
 from specops.bench.results import Column, Results, load_results
@@ -34,14 +44,19 @@ from specops.bench.runner import run_plan
 from specops.errors import ValidationError
 from specops.templating import render
 from specops.tune import output_gate
+from specops.tune.plain import DEFAULT_MAX_AGE_DAYS, why_not_plain
 
 __all__ = [
     "GateResult",
+    "PlainBaseline",
     "load_records",
     "measure",
     "measure_baseline",
     "overhead",
     "overhead_table",
+    "plain_gate",
+    "plain_plan",
+    "plain_step",
     "smoke_gate",
     "smoke_step",
     "summary",
@@ -52,7 +67,8 @@ __all__ = [
 @dataclass(frozen=True)
 class GateResult:
     ok: bool
-    gate: str | None  # "smoke-failures", "throughput", "correctness" or "output" when not ok
+    # "smoke-failures", "throughput", "correctness", "output" or "plain" when not ok
+    gate: str | None
     message: str
     findings: list[dict[str, Any]] = field(default_factory=list)
 
@@ -108,6 +124,107 @@ def smoke_gate(
     return GateResult(True, None, "smoke benchmark within thresholds", as_dicts)
 
 
+def _objective(results: Results, keys: set[tuple[int, int]]) -> float | None:
+    values = [
+        c.stats.output_tok_s
+        for c in results.cells
+        if (c.concurrency, c.context_tokens) in keys and c.stats.output_tok_s is not None
+    ]
+    return sum(values) / len(values) if values else None
+
+
+def plain_gate(
+    plain: Results, candidate: Results, *, throughput_drop: float | None = 0.10
+) -> GateResult:
+    """The new profile's smoke benchmark against the node's plain baseline.
+
+    On the cells both measured, the mean output tok/s (the sweep's objective): below
+    the plain baseline's by more than ``throughput_drop`` (the gate's noise band) fails
+    gate ``plain``; None measures and reports it without gating. The findings are the
+    speed-up rows per cell (:func:`~specops.bench.compare.speedup_rows`).
+    """
+    if throughput_drop is not None and not 0 < throughput_drop < 1:
+        raise ValidationError(
+            "throughput_drop", f"must be in (0, 1), or None (off) (got {throughput_drop})"
+        )
+    rows = speedup_rows(plain, candidate)
+    keys = {(r["concurrency"], r["context_tokens"]) for r in rows if r["speedup"] is not None}
+    ours, theirs = _objective(candidate, keys), _objective(plain, keys)
+    if ours is None or not theirs:
+        return GateResult(
+            False, "plain", f"no cell to compare with the plain baseline {plain.run_id}", rows
+        )
+    ratio = ours / theirs
+    cells = ", ".join(
+        f"c{r['concurrency']}-ctx{r['context_tokens']} x{r['speedup']:.2f}"
+        for r in rows
+        if r["speedup"] is not None
+    )
+    text = f"{ours:.1f} vs {theirs:.1f} tok/s without speculation (x{ratio:.2f}; per cell {cells})"
+    if throughput_drop is None:
+        return GateResult(True, None, f"against no speculation (not gated): {text}", rows)
+    if ratio < 1 - throughput_drop:
+        return GateResult(
+            False, "plain",
+            f"slower than no speculation beyond {throughput_drop:.0%}: {text}", rows,
+        )  # fmt: skip
+    return GateResult(True, None, f"against no speculation: {text}", rows)
+
+
+def plain_plan(plan: Mapping[str, Any], base_url: str) -> dict[str, Any]:
+    """The plain baseline's plan: the smoke plan at the node, without HumanEval (the
+    correctness gate compares with the previous profile, not with plain)."""
+    return {**{k: v for k, v in plan.items() if k != "humaneval"}, "base_url": base_url}
+
+
+def plain_step(
+    plan: Mapping[str, Any],
+    base_url: str,
+    work: Path,
+    plain: Path,
+    *,
+    max_age_days: float = DEFAULT_MAX_AGE_DAYS,
+    engine_version: str | None = None,
+    measure_missing: bool = True,
+) -> dict[str, Any]:
+    """Keep the node's plain baseline at ``plain`` (see the module docstring).
+
+    ``{"stands": true, "measured": false}`` when the recorded one stands; with
+    ``measure_missing`` false, ``{"stands": false, "reason": ...}`` when it does not;
+    else the node's server is measured (it must not speculate) and kept.
+    """
+    fields = plain_plan(plan, base_url)
+    bench_plan = plan_from_mapping(fields)
+    reason = f"{plain} does not exist"
+    if plain.exists():
+        try:
+            reason = (
+                why_not_plain(
+                    load_results(plain), bench_plan,
+                    max_age_days=max_age_days, engine_version=engine_version,
+                )
+                or ""
+            )  # fmt: skip
+        except ValidationError as exc:
+            reason = str(exc)
+        if not reason:
+            return {"stands": True, "measured": False, "plain": str(plain), "seconds": 0.0}
+    if not measure_missing:
+        return {"stands": False, "measured": False, "plain": str(plain), "reason": reason,
+                "seconds": 0.0}  # fmt: skip
+    began = time.monotonic()
+    results = asyncio.run(run_plan(bench_plan, None, False))
+    path = results.save(work / "plain" / results.run_id / "results.json")
+    why = why_not_plain(
+        results, bench_plan, max_age_days=max_age_days, engine_version=engine_version
+    )
+    if why:
+        raise ValidationError("plain", f"the node's plain baseline does not stand: {why}")
+    _keep(path, plain)
+    return {"stands": True, "measured": True, "plain": str(plain), "results": str(path),
+            "replaced": reason, "seconds": round(time.monotonic() - began, 2)}  # fmt: skip
+
+
 def measure(plan: Mapping[str, Any], base_url: str, out: Path, humaneval_limit: int = 0) -> Path:
     """Run the smoke plan against ``base_url``; the results document's path under ``out``."""
     fields: dict[str, Any] = {**plan, "base_url": base_url}
@@ -126,15 +243,60 @@ def _keep(results: Path, baseline: Path) -> None:
     os.replace(tmp, baseline)
 
 
+@dataclass(frozen=True)
+class PlainBaseline:
+    """The node's plain baseline as :func:`measure_baseline` keeps it beside the other."""
+
+    path: Path
+    max_age_days: float = DEFAULT_MAX_AGE_DAYS
+    engine_version: str | None = None
+    running_plain: bool = False  # the node's server runs no speculation now
+
+
 def measure_baseline(
     plan: Mapping[str, Any], base_url: str, work: Path, baseline: Path, humaneval_limit: int = 0,
-    *, gate: output_gate.GateConfig | None = None,
+    *, gate: output_gate.GateConfig | None = None, plain: PlainBaseline | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Measure the node's current server into ``baseline`` unless it has one already.
 
     With ``gate`` (the output gate's settings; None: off), the node's current greedy
-    output becomes its output-gate reference when it has none.
+    output becomes its output-gate reference when it has none. With ``plain``, the
+    node's plain baseline in the same process (``"plain"`` in the answer,
+    :func:`plain_step`'s): a recorded one that stands is kept; else, when the server
+    runs no speculation now, the baseline just measured stands for it (HumanEval
+    aside, the same plan) or the server is measured for it; else it does not stand
+    (the role switches the node to no speculation for it).
     """
+    out = _measure_baseline(plan, base_url, work, baseline, humaneval_limit, gate=gate)
+    if plain is not None:
+        out["plain"] = _plain_beside(plan, base_url, work, out, plain)
+    return out
+
+
+def _plain_beside(
+    plan: Mapping[str, Any], base_url: str, work: Path, baseline: Mapping[str, Any],
+    plain: PlainBaseline,
+) -> dict[str, Any]:  # fmt: skip
+    kwargs: dict[str, Any] = {"max_age_days": plain.max_age_days,
+                              "engine_version": plain.engine_version}  # fmt: skip
+    check = plain_step(plan, base_url, work, plain.path, measure_missing=False, **kwargs)
+    if check["stands"] or not plain.running_plain:
+        return check
+    if baseline.get("measured"):
+        measured = Path(str(baseline["results"]))
+        bench_plan = plan_from_mapping(plain_plan(plan, base_url))
+        if why_not_plain(load_results(measured), bench_plan, **kwargs) is None:
+            _keep(measured, plain.path)
+            return {"stands": True, "measured": True, "plain": str(plain.path),
+                    "results": str(measured), "replaced": check["reason"],
+                    "seconds": 0.0}  # fmt: skip
+    return plain_step(plan, base_url, work, plain.path, **kwargs)
+
+
+def _measure_baseline(
+    plan: Mapping[str, Any], base_url: str, work: Path, baseline: Path, humaneval_limit: int,
+    *, gate: output_gate.GateConfig | None,
+) -> dict[str, Any]:  # fmt: skip
     reference = output_gate.reference_beside(baseline)
     if gate is not None and not reference.exists():
         output_gate.record(
@@ -161,11 +323,13 @@ def smoke_step(
     humaneval_limit: int = 0,
     update_baseline: bool = True,
     gate: output_gate.GateConfig | None = None,
+    plain: Path | None = None,
 ) -> dict[str, Any]:
     """Smoke benchmark, gate against the baseline, and (when it passed) the new baseline.
 
     With ``gate``, the new profile's greedy output is also judged against the node's
-    reference (gate ``output``).
+    reference (gate ``output``); with ``plain`` (the node's plain baseline), its
+    throughput against no speculation (:func:`plain_gate`, gate ``plain``).
     """
     if not baseline.exists():
         raise ValidationError("baseline", f"{baseline} does not exist (measure it first)")
@@ -182,9 +346,19 @@ def smoke_step(
         )  # fmt: skip
         if not out.ok:
             result = GateResult(False, "output", f"{out.check}: {out.message}", result.findings)
+    against_plain = None
+    if result.ok and plain is not None:
+        verdict = plain_gate(
+            load_results(plain), load_results(results), throughput_drop=throughput_drop
+        )
+        against_plain = verdict.to_dict()
+        if not verdict.ok:
+            result = GateResult(False, "plain", verdict.message, result.findings)
+        else:
+            result = GateResult(True, None, f"{result.message}; {verdict.message}", result.findings)
     if result.ok and update_baseline:
         _keep(results, baseline)
-    return {**result.to_dict(), "results": str(results),
+    return {**result.to_dict(), "results": str(results), "plain": against_plain,
             "seconds": round(time.monotonic() - began, 2)}  # fmt: skip
 
 
@@ -203,8 +377,8 @@ def load_records(report_dir: Path) -> list[dict[str, Any]]:
 
 
 OVERHEAD_COLUMNS = (
-    "rollout", "start>health", "overhead", "stop", "1st gen", "output gate", "baseline", "smoke",
-    "orchestration",
+    "rollout", "start>health", "overhead", "stop", "1st gen", "output gate", "baseline",
+    "plain", "smoke", "orchestration",
 )  # fmt: skip
 
 
@@ -214,13 +388,14 @@ def overhead(record: Mapping[str, Any]) -> dict[str, float]:
     ``overhead`` is the rollout minus the engine's start-to-healthy (systemd's
     ExecMainStart -> ActiveEnter); ``orchestration`` also leaves out what the engine
     and the measurements spend: the old server's stop, the first generation after
-    /health, the output gate's greedy decoding, the baseline and the smoke benchmark.
-    (Records without ``output_gate_s`` count it as 0.)
+    /health, the output gate's greedy decoding, the baseline, the plain baseline (when
+    measured in the rollout: its restart onto no speculation and its benchmark) and the
+    smoke benchmark. (Records without ``output_gate_s`` or ``plain_s`` count them as 0.)
     """
     total, engine = float(record["rollout_s"]), float(record["engine_start_to_healthy_s"])
     parts = [
         float(record.get(k) or 0)
-        for k in ("engine_stop_s", "ready_s", "output_gate_s", "baseline_s", "smoke_s")
+        for k in ("engine_stop_s", "ready_s", "output_gate_s", "baseline_s", "plain_s", "smoke_s")
     ]
     over = total - engine
     return dict(

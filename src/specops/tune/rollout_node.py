@@ -6,8 +6,10 @@ collection's filters (``specops.infra.rollout_failure``, ``rollout_restore``,
 results as Ansible has them (a missing step is ``None``):
 
 - :func:`failure`: in the rescue, the first step without a good result names the gate
-  (``restart-readiness`` or ``output-gate``: the ``service_unit`` step with the new
-  profile failed; ``smoke-benchmark``; ``re-enable``: the hook), with the message to
+  (``plain-baseline``: putting the node on no speculation or measuring it there, when
+  the rollout measures the node's plain baseline; ``restart-readiness`` or
+  ``output-gate``: the ``service_unit`` step with the new profile failed;
+  ``smoke-benchmark``; ``re-enable``: the hook), with the message to
   keep (the smoke gate's own verdict when that gate failed) and whether the previous
   unit still has to be put back (a failed start was already undone by the step).
 - :func:`restore`: after the rescue's restore step, the node's outcome (``restored``
@@ -43,7 +45,10 @@ __all__ = [
 PASSED = ("changed", "already-on-profile")
 OUTCOMES = (*PASSED, "restored", "restore-failed")
 # In the order the node meets them; "preflight" fails the play before anything changes.
-GATES = ("preflight", "restart-readiness", "output-gate", "smoke-benchmark", "re-enable")
+GATES = (
+    "preflight", "plain-baseline", "restart-readiness", "output-gate", "smoke-benchmark",
+    "re-enable",
+)  # fmt: skip
 FAILURE_CHARS = 600  # the failure kept in the record and the stop message
 RESTORE_CHARS = 400  # the restore step's own error, appended when it failed too
 
@@ -95,19 +100,42 @@ class Failure:
         return asdict(self)
 
 
+def _plain_failed(plain_needed: bool, plain: Mapping[str, Any] | None) -> bool:
+    """The plain-baseline phase was needed and has no good result (its apply or its
+    ``specops rollout plain`` step failed)."""
+    if not plain_needed:
+        return False
+    if plain is None or plain.get("skipped"):
+        return True
+    return bool(plain.get("failed")) or plain.get("rc", 0) != 0
+
+
 def failure(
     failed_result: Mapping[str, Any] | None,
     *,
     change: Mapping[str, Any] | None,
     smoke: Mapping[str, Any] | None,
+    plain: Mapping[str, Any] | None = None,
+    plain_needed: bool = False,
 ) -> Failure:
     """The rescue's verdict.
 
     ``failed_result``: ``ansible_failed_result``; ``change``: the ``service_unit`` result
     kept after the change step (None when that step failed); ``smoke``: the registered
-    ``specops rollout smoke`` step (None when it never ran).
+    ``specops rollout smoke`` step (None when it never ran); ``plain``: the registered
+    ``specops rollout plain`` step of a plain baseline measured in the rollout (None when
+    it never ran), ``plain_needed``: whether the rollout measures one on the node.
     """
     failed = _mapping(failed_result)
+    if change is None and _plain_failed(plain_needed, plain):
+        message = str(_json_out(plain).get("message") or failed.get("msg", "failed"))
+        return Failure(
+            gate="plain-baseline",
+            message=truncate(message, FAILURE_CHARS),
+            change=_plain(failed),
+            # a start that never got ready was undone by service_unit (restored)
+            restore_needed=not failed.get("restored", False),
+        )
     if change is None:
         gate_ok = _mapping(failed.get("output_gate")).get("ok", True)
         gate = "output-gate" if gate_ok is False else "restart-readiness"
@@ -193,6 +221,8 @@ def node_record(
     restore: Mapping[str, Any] | None = None,
     baseline: Mapping[str, Any] | None = None,
     smoke: Mapping[str, Any] | None = None,
+    plain: Mapping[str, Any] | None = None,
+    plain_change: Mapping[str, Any] | None = None,
     now: float | None = None,
 ) -> dict[str, Any]:
     """The node's record (keys as :func:`specops.tune.rollout.load_records` reads them).
@@ -202,8 +232,14 @@ def node_record(
     result (engine times, identity after); ``failure`` and ``restore``: what
     :func:`failure` and :func:`restore` returned, in a rescue (then the failed gate,
     the failure's change result and the identity after the rescue count);
-    ``baseline`` and ``smoke``: the registered controller steps (their JSON verdicts on
-    stdout). A step that never ran is None.
+    ``baseline``, ``plain`` (the node's plain baseline: checked or measured, when not by
+    the baseline step, whose answer then carries it as ``plain``) and ``smoke``: the
+    registered controller steps (their JSON verdicts on stdout). A step that never ran
+    is None. ``plain_change``: the ``service_unit`` result that put the
+    node on no speculation for that measurement (None: not switched). ``plain_s`` is
+    what the plain baseline cost in this rollout: the switch (stop, start to healthy,
+    first generation, output gate) and the benchmark (0 when a recorded one stood);
+    ``against_plain`` the smoke step's comparison with it (None: not compared).
     """
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome: must be one of {', '.join(OUTCOMES)} (got {outcome!r})")
@@ -214,6 +250,13 @@ def node_record(
     final = _mapping(restore.get("restored")) if restore is not None else change_
     base = _json_out(baseline)
     smoke_ = _json_out(smoke)
+    # measured or checked in the baseline step's process (auto), else its own step
+    plain_ = _json_out(plain) or _mapping(base.get("plain"))
+    switch = _mapping(plain_change)
+    switch_s = sum(
+        float(switch.get(k) or 0)
+        for k in ("stop_seconds", "start_to_healthy_seconds", "ready_seconds")
+    ) + float(_mapping(switch.get("output_gate")).get("seconds") or 0)
     elapsed = (time.time() if now is None else now) - float(t0)
     return {
         "node": node,
@@ -230,6 +273,9 @@ def node_record(
         "ready_s": change_.get("ready_seconds"),
         "output_gate_s": _mapping(change_.get("output_gate")).get("seconds"),
         "baseline_s": base.get("seconds", 0),
+        "plain_s": round(float(plain_.get("seconds", 0)) + switch_s, 2),
+        "plain_baseline": plain_.get("plain"),
+        "against_plain": smoke_.get("plain"),
         "smoke_s": smoke_.get("seconds", 0),
         "smoke_results": smoke_.get("results"),
         "service_before": probe.get("before"),

@@ -18,6 +18,15 @@ Noise is the run-to-run spread pooled over every candidate measured so far
 candidates (failed requests, failed correctness gate) are out; the best median leads;
 the pick is the cheapest candidate within ``tolerance`` of the leader's median,
 reported with its interval and the runner-up.
+
+No speculation is a candidate too (``plain``: method ``none``, measured by
+:func:`measure_plain` beside the walk, which never steps to it): it is the cheapest of
+all, so it is picked whenever it is within ``tolerance`` of the best median; and a
+speculative candidate is picked only when it beats it *beyond noise* (the margin of
+:func:`~specops.tune.score.compare`: ``z`` standard errors of the difference under the
+pooled spread, at least ``min_gain``). A speculative setting that loses to no
+speculation, or wins only within noise, is never picked; the outcome says why
+(``plain_verdict``).
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from specops.tune.score import Decision, Scoring, compare, interval, margin, pooled_spread
-from specops.tune.space import Assignment, Candidate, SearchSpace
+from specops.tune.space import Assignment, Candidate, SearchSpace, plain_candidate
 
 __all__ = [
     "Choice",
@@ -39,6 +48,7 @@ __all__ = [
     "ascend",
     "choose",
     "grid",
+    "measure_plain",
     "standings",
 ]
 
@@ -108,6 +118,7 @@ class Choice:
     pick: Standing | None  # cheapest within tolerance of the best
     runner_up: Standing | None  # the best-ranked usable candidate other than the pick
     spread: float | None  # pooled relative run-to-run spread the choice used
+    plain_verdict: str | None = None  # the pick against no speculation, in words
 
 
 @dataclass
@@ -120,25 +131,39 @@ class Outcome:
     runner_up: Standing | None = None
     spread: float | None = None
     z: float = 2.0
+    plain: Standing | None = None  # no speculation, measured beside the walk
+    plain_verdict: str | None = None  # the pick against no speculation, in words
 
     def interval(self, st: Standing) -> tuple[float, float] | None:
         return st.interval(self.spread, self.z)
 
 
 class _Book:
-    def __init__(self, space: SearchSpace, evaluator: Evaluator, scoring: Scoring) -> None:
+    def __init__(
+        self,
+        space: SearchSpace,
+        evaluator: Evaluator,
+        scoring: Scoring,
+        plain: Standing | None = None,
+        running: str | None = None,
+    ) -> None:
         self.space = space
         self.ev = evaluator
         self.s = scoring
         self.standings: dict[str, Standing] = {}
         self.order: list[str] = []
         self.steps: list[str] = []
-        self.last: str | None = None  # the candidate measured last: the one running
+        self.last = running  # the candidate measured last: the one running
+        self.plain = plain
+        if plain is not None:
+            self.standings[plain.candidate.key] = plain
+            self.order.append(plain.candidate.key)
+            self.steps.append(_plain_step(plain))
 
     @property
     def measured(self) -> int:
-        """Candidates that have at least one run (each cost a restart)."""
-        return sum(1 for st in self.standings.values() if st.runs)
+        """Speculative candidates that have at least one run (each cost a restart)."""
+        return sum(1 for st in self.standings.values() if st.runs and not st.candidate.plain)
 
     def spread(self) -> float | None:
         return pooled_spread([st.values for st in self.standings.values() if st.usable])
@@ -195,11 +220,29 @@ class _Book:
         return decision
 
     def outcome(self) -> Outcome:
-        c = choose(list(self.standings.values()), self.space, self.s)
+        c = choose(list(self.standings.values()), self.space, self.s, self.plain)
+        steps = list(self.steps) + ([c.plain_verdict] if c.plain_verdict else [])
         return Outcome(
-            c.pick, c.best, list(self.order), dict(self.standings), list(self.steps),
-            c.runner_up, c.spread, self.s.z,
+            c.pick, c.best, list(self.order), dict(self.standings), steps,
+            c.runner_up, c.spread, self.s.z, self.plain, c.plain_verdict,
         )  # fmt: skip
+
+
+def _plain_step(plain: Standing) -> str:
+    if plain.rejected:
+        return f"none (no speculation): rejected ({plain.rejected})"
+    if not plain.runs:
+        return "none (no speculation): not measured"
+    return f"none (no speculation): median {plain.median:.1f} tok/s over {len(plain.runs)} run(s)"
+
+
+def measure_plain(evaluator: Evaluator, runs: int) -> Standing:
+    """No speculation, measured ``runs`` times (fewer when a run is rejected): the
+    candidate the search compares its pick with (see the module docstring)."""
+    st = Standing(plain_candidate())
+    while not st.rejected and len(st.runs) < runs:
+        st.runs.append(evaluator.measure(st.candidate, len(st.runs)))
+    return st
 
 
 def _with(assignment: Assignment, name: str, value: int) -> Assignment:
@@ -233,9 +276,15 @@ def ascend(
     scoring: Scoring,
     max_rounds: int = 3,
     max_candidates: int | None = None,
+    *,
+    plain: Standing | None = None,
 ) -> Outcome:
-    """Coordinate ascent from the base profile (see the module docstring)."""
-    book = _Book(space, evaluator, scoring)
+    """Coordinate ascent from the base profile (see the module docstring).
+
+    ``plain``: no speculation as measured beside the walk (:func:`measure_plain`); the
+    pick must beat it. ``max_candidates`` counts the speculative candidates only.
+    """
+    book = _Book(space, evaluator, scoring, plain, _running(plain))
     incumbent = _first_usable(book)
     if incumbent is None:
         return book.outcome()
@@ -266,9 +315,16 @@ def ascend(
     return book.outcome()
 
 
-def grid(space: SearchSpace, evaluator: Evaluator, scoring: Scoring) -> Outcome:
-    """Every candidate, cheapest first, ``min_repeats`` runs each."""
-    book = _Book(space, evaluator, scoring)
+def _running(plain: Standing | None) -> str | None:
+    return plain.candidate.key if plain is not None and plain.runs else None
+
+
+def grid(
+    space: SearchSpace, evaluator: Evaluator, scoring: Scoring, plain: Standing | None = None
+) -> Outcome:
+    """Every candidate, cheapest first, ``min_repeats`` runs each (and ``plain``, as
+    :func:`ascend` takes it)."""
+    book = _Book(space, evaluator, scoring, plain, _running(plain))
     for assignment in space.grid():
         book.ensure(assignment)
     return book.outcome()
@@ -285,27 +341,93 @@ def standings(outcome: Outcome) -> list[Standing]:
     return usable + rest
 
 
-def choose(items: Sequence[Standing], space: SearchSpace, scoring: Scoring) -> Choice:
+def _cost(space: SearchSpace, st: Standing) -> tuple[int, tuple[int, ...], float]:
+    cost = space.cost(st.candidate.assignment)
+    return (sum(cost), cost, -(st.median or 0.0))
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{(a - b) / b:+.1%}" if b else "n/a"
+
+
+def choose(
+    items: Sequence[Standing],
+    space: SearchSpace,
+    scoring: Scoring,
+    plain: Standing | None = None,
+) -> Choice:
     """The best (median), the pick (cheapest within ``tolerance`` of it), the runner-up.
 
     Noise decides the walk, not the pick: with wide intervals "cheapest within noise"
     would trade real throughput for a cheaper profile (simulated in
     tests/tune/test_p5_algorithm.py, it lost P5 far more often).
+
+    ``plain`` (no speculation, one of ``items`` or not): the cheapest candidate of all,
+    so picked when within ``tolerance`` of the best; a speculative pick must beat it
+    beyond noise (:func:`~specops.tune.score.compare`), else no speculation is picked.
     """
-    usable = [s for s in items if s.usable]
+    pool = list(items)
+    if plain is not None and plain not in pool:
+        pool.append(plain)
+    usable = [s for s in pool if s.usable]
     spread = pooled_spread([s.values for s in usable])
+    verdict = None
+    if plain is not None and not plain.usable:
+        why = plain.rejected or "not measured"
+        verdict = f"no speculation unusable ({why}): the pick is not checked against it"
     if not usable:
-        return Choice(None, None, None, spread)
+        return Choice(None, None, None, spread, verdict)
     best = max(usable, key=_rank)
     floor = (best.median or 0.0) * (1 - scoring.tolerance)
     near = [s for s in usable if (s.median or 0.0) >= floor]
-    pick = min(
-        near,
-        key=lambda s: (
-            sum(space.cost(s.candidate.assignment)),
-            space.cost(s.candidate.assignment),
-            -(s.median or 0.0),
-        ),
-    )
+    pick = min(near, key=lambda s: _cost(space, s))
+    if plain is not None and plain.usable:
+        pick, verdict = _against_plain(
+            best, near, plain, space=space, scoring=scoring, spread=spread
+        )
     others = sorted((s for s in usable if s is not pick), key=_rank, reverse=True)
-    return Choice(best, pick, others[0] if others else None, spread)
+    return Choice(best, pick, others[0] if others else None, spread, verdict)
+
+
+def _against_plain(
+    best: Standing,
+    near: list[Standing],
+    plain: Standing,
+    *,
+    space: SearchSpace,
+    scoring: Scoring,
+    spread: float | None,
+) -> tuple[Standing, str]:
+    """The pick and its verdict against no speculation (see :func:`choose`)."""
+    p = plain.median or 0.0
+    tol = f"{scoring.tolerance:.0%}"
+    if best is plain:
+        runner = max((s for s in near if s is not plain), key=_rank, default=None)
+        tail = (
+            f"; the best speculative candidate within {tol}, {runner.candidate.key},"
+            f" {runner.median:.1f} ({_pct(runner.median or 0.0, p)})"
+            if runner is not None
+            else f"; no speculative candidate comes within {tol} of it"
+        )
+        return plain, f"pick none: no speculation has the best median ({p:.1f} tok/s){tail}"
+    b = best.median or 0.0
+    if plain in near:
+        return plain, (
+            f"pick none: no speculation ({p:.1f} tok/s) is within the {tol} tolerance of the"
+            f" best, {best.candidate.key} ({b:.1f} tok/s, {_pct(b, p)}): the cheaper setting"
+        )
+    beat = [s for s in near if compare(s.values, plain.values, scoring, spread) is Decision.BETTER]
+    if not beat:
+        need = margin(best.values, plain.values, scoring, spread)
+        return plain, (
+            f"pick none: no speculative candidate beats no speculation beyond noise: the best,"
+            f" {best.candidate.key}, {b:.1f} vs {p:.1f} tok/s ({_pct(b, p)}), margin"
+            f" {need:.1f} tok/s"
+        )
+    pick = min(beat, key=lambda s: _cost(space, s))
+    m = pick.median or 0.0
+    need = margin(pick.values, plain.values, scoring, spread)
+    return pick, (
+        f"{pick.candidate.key} beats no speculation beyond noise: {m:.1f} vs {p:.1f} tok/s"
+        f" ({_pct(m, p)}, margin {need:.1f} tok/s)"
+    )

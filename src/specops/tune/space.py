@@ -6,7 +6,8 @@ tokens, smaller windows and budgets cost less compute), e.g.
 order coordinate ascent walks them. A *candidate* is the base profile with one value
 per parameter; it is checked through the profile translator for the serving engine, so
 a candidate the engine build cannot take is known to be invalid before anything
-restarts.
+restarts. :func:`plain_candidate` is method ``none`` (key ``none``), which the sweep
+measures beside every space: it has no assignment, so it costs least of all.
 """
 
 from __future__ import annotations
@@ -20,8 +21,17 @@ from typing import Any
 
 from specops.errors import ValidationError
 from specops.speculative import Engine, SpeculativeProfile, to_argv, to_env
+from specops.tune.plain import PLAIN_KEY, PLAIN_PROFILE
 
-__all__ = ["TUNABLE", "Assignment", "Candidate", "Parameter", "SearchSpace", "assignment_key"]
+__all__ = [
+    "TUNABLE",
+    "Assignment",
+    "Candidate",
+    "Parameter",
+    "SearchSpace",
+    "assignment_key",
+    "plain_candidate",
+]
 
 # Profile fields a sweep may vary (ordered, numeric).
 TUNABLE = (
@@ -63,7 +73,18 @@ class Candidate:
 
     @property
     def key(self) -> str:
-        return assignment_key(self.assignment)
+        """The assignment's key; ``none`` for the plain candidate (no assignment)."""
+        return assignment_key(self.assignment) or PLAIN_KEY
+
+    @property
+    def plain(self) -> bool:
+        """No speculation: the candidate the sweep measures beside the space's."""
+        return not self.assignment
+
+
+def plain_candidate() -> Candidate:
+    """Method ``none``: no assignment, no engine flags; the cheapest of all candidates."""
+    return Candidate((), dict(PLAIN_PROFILE), (), None)
 
 
 def _values(name: str, raw: object) -> tuple[int, ...]:

@@ -14,6 +14,12 @@ and verdict are read from those results. Every step goes into the ledger
 at most N, run r, elapsed, ETA) goes to the log and, numbered, to ``progress.log``,
 which ``playbooks/sweep.yml`` follows while the sweep runs as an async job. The config
 is :mod:`specops.tune.config`'s.
+
+No speculation (method ``none``, :mod:`specops.tune.plain`) is measured first, beside
+every search space, ``min_repeats`` runs on the canary; recorded plain results that
+stand (the config's ``plain.results``) take its place and nothing restarts for it. The
+pick must beat it beyond noise, else the pick is ``none`` with the measured reason
+(:func:`~specops.tune.search.choose`).
 """
 
 from __future__ import annotations
@@ -33,8 +39,9 @@ from specops.tune.config import SweepConfig
 from specops.tune.ledger import Ledger
 from specops.tune.objective import measurement_from_results
 from specops.tune.output_gate import OutputCheck, api_key_of
+from specops.tune.plain import standing_plain
 from specops.tune.report import write_outputs
-from specops.tune.search import Measurement, Outcome, Standing, ascend, grid
+from specops.tune.search import Measurement, Outcome, Standing, ascend, grid, measure_plain
 from specops.tune.space import Candidate
 
 __all__ = ["SweepEvaluator", "SweepResult", "run_sweep"]
@@ -80,6 +87,8 @@ class SweepEvaluator:
         self.progress_file = out / "progress.log"
         self.progress_file.parent.mkdir(parents=True, exist_ok=True)
         self.progress_file.write_text("", encoding="utf-8")
+        # no speculation's recorded runs that stand (run r reads the r-th): no restart
+        self.recorded_plain: list[tuple[Path, Results]] = []
 
     def progress(self, text: str, *, final: bool = False) -> None:
         """One numbered line in progress.log (the playbook waits for line n), and the log."""
@@ -90,6 +99,12 @@ class SweepEvaluator:
         self.log(f"sweep: {text}")
 
     def _where(self, candidate: Candidate, repeat: int) -> str:
+        if candidate.plain:
+            elapsed = time.monotonic() - self.began
+            return (
+                f"no speculation (none) run {repeat + 1} | restarts {self.restarts} |"
+                f" elapsed {elapsed:.0f} s"
+            )
         if candidate.key not in self.seen:
             self.seen.append(candidate.key)
         k = self.seen.index(candidate.key) + 1
@@ -132,8 +147,17 @@ class SweepEvaluator:
         self.progress(f"{self._where(candidate, repeat)} | {m.objective:.1f} tok/s{verdict}")
         return m
 
+    def _recorded(self, candidate: Candidate, repeat: int) -> Measurement:
+        path, results = self.recorded_plain[repeat]
+        m = measurement_from_results(results, self.cfg.correctness)
+        self._record(candidate, repeat, m, str(path), None, recorded=True)
+        self.log(f"none run {repeat}: {m.objective:.1f} tok/s, recorded in {path} (no restart)")
+        return m
+
     def _measure(self, candidate: Candidate, repeat: int) -> Measurement:
         restart = None
+        if candidate.plain and repeat < len(self.recorded_plain):
+            return self._recorded(candidate, repeat)
         if candidate.key in self._gate_rejected:
             m = Measurement(0.0, 0.0, False, self._gate_rejected[candidate.key])
             self._record(candidate, repeat, m, None, None)
@@ -174,13 +198,14 @@ class SweepEvaluator:
 
     def _record(
         self, c: Candidate, repeat: int, m: Measurement, results: str | None,
-        restart: dict[str, Any] | None,
+        restart: dict[str, Any] | None, *, recorded: bool = False,
     ) -> None:  # fmt: skip
         self.ledger.record(
             {
                 "kind": "run", "key": c.key, "repeat": repeat, "profile": c.profile,
                 "objective": m.objective, "tiebreak": m.tiebreak, "ok": m.ok, "reason": m.reason,
                 "results": results, "restart": restart,
+                **({"recorded": True} if recorded else {}),
             }
         )  # fmt: skip
 
@@ -206,6 +231,8 @@ class SweepResult:
             "pick": self._standing(self.outcome.pick),
             "runner_up": self._standing(self.outcome.runner_up),
             "best": self._standing(self.outcome.best),
+            "plain": self._standing(self.outcome.plain),
+            "plain_verdict": self.outcome.plain_verdict,
             "spread": self.outcome.spread,
             "restarts": self.restarts_total,
             "left_on": self.left_on,
@@ -231,10 +258,24 @@ def run_sweep(
         else None
     )
     ev = SweepEvaluator(cfg, applier, ledger, out, bench=bench, ready=ready, log=log, gate=gate)
+    stand, refused = (
+        standing_plain(
+            list(cfg.plain.results), cfg.bench_plan(),  # the canary where the config says
+            max_age_days=cfg.plain.max_age_days, engine_version=cfg.space.engine.version,
+        )
+        if cfg.plain.results
+        else ([], [])
+    )  # fmt: skip
+    for why in refused:
+        log(f"plain.results: not used: {why}")
+    ev.recorded_plain = stand
+    plain = measure_plain(ev, len(stand) or cfg.scoring.min_repeats)
     if cfg.mode == "grid":
-        outcome = grid(cfg.space, ev, cfg.scoring)
+        outcome = grid(cfg.space, ev, cfg.scoring, plain)
     else:
-        outcome = ascend(cfg.space, ev, cfg.scoring, cfg.max_rounds, cfg.max_candidates)
+        outcome = ascend(
+            cfg.space, ev, cfg.scoring, cfg.max_rounds, cfg.max_candidates, plain=plain
+        )
     left_on: dict[str, Any] | None = None
     target: Candidate | None = None
     if cfg.restore:
@@ -255,8 +296,8 @@ def run_sweep(
     result.files = write_outputs(cfg, outcome, ledger, out)
     pick = outcome.pick
     ev.progress(
-        f"pick {pick.candidate.key if pick else 'none'}; restarts {result.restarts_total};"
-        f" leaderboard {result.files['leaderboard_md']}",
+        f"pick {pick.candidate.key if pick else 'nothing usable'};"
+        f" restarts {result.restarts_total}; leaderboard {result.files['leaderboard_md']}",
         final=True,
     )
     return result

@@ -25,10 +25,14 @@ def rollout_failure(
     failed_result: Mapping[str, Any] | None,
     change: Mapping[str, Any] | None = None,
     smoke: Mapping[str, Any] | None = None,
+    plain: Mapping[str, Any] | None = None,
+    plain_needed: bool = False,
 ) -> dict[str, Any]:
     """The failed gate, the message kept, the change result the record reads, and
     whether the previous unit still has to be put back."""
-    return rollout_node.failure(failed_result, change=change, smoke=smoke).to_dict()
+    return rollout_node.failure(
+        failed_result, change=change, smoke=smoke, plain=plain, plain_needed=bool(plain_needed)
+    ).to_dict()
 
 
 def rollout_restore(
