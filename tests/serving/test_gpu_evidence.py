@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.specops.infra.plugins.module_utils import lxc_gpu, pve_conf
 from ansible_collections.specops.infra.plugins.module_utils import output_gate as og
 from ansible_collections.specops.infra.plugins.module_utils.gpu_catalogue import find
 
@@ -233,3 +234,57 @@ def test_p1_verdicts_follow_from_the_recorded_runs(label: str) -> None:
     for run in server["runs"]:
         if run["phase"] == "measured" and run["server_tpot_mean_ms"]:
             assert run["tpot_mean_ms"] == pytest.approx(run["server_tpot_mean_ms"], rel=0.01)
+
+
+# The second run (plain only, after the fixes): the container's own record, the matrix.
+RUN2 = RUN.parent / "h200-2026-12-03-run2"
+STEPS2: dict[str, Any] = json.loads((RUN2 / "record.json").read_text())["steps"]
+
+
+def test_the_container_was_made_from_the_hosts_gpu_facts() -> None:
+    """The project's facts of the H200 host -> the passthrough lines lxc_gpu_passthrough
+    writes (cgroup v2 there) -> a running LXC container in which nvidia-smi and torch
+    see the card. The lines are recomputed here from the recorded facts."""
+    ct = STEPS2["container"]
+    assert ct["state"] == "RUNNING"
+    facts, card = ct["gpu_facts"], ct["card"]
+    assert facts["cgroup"]["version"] == 2
+    planned = [d.as_dict() for d in lxc_gpu.plan_devices(facts, [card])]
+    assert planned == ct["devices"]
+    merged = lxc_gpu.merge(
+        pve_conf.parse("arch: amd64\n"), lxc_gpu.plan_devices(facts, [card]), method="raw",
+        cgroup_key=lxc_gpu.choose_cgroup_key(facts, "auto"),
+        gpu_majors={int(v) for v in facts["char_majors"].values()},
+        foreign_majors={int(m): n for m, n in ct["char_devices"].items()
+                        if not n.startswith("nvidia")},
+    )  # fmt: skip
+    gpu_lines = [ln for ln in merged.after.splitlines() if ln.startswith("lxc.")]
+    assert gpu_lines == [ln for ln in ct["conf"].splitlines() if ln.startswith("lxc.")]
+    uvm = facts["uvm_major"]
+    assert f"lxc.cgroup2.devices.allow: c {uvm}:0 rwm" in ct["conf"]  # 238 there, never a constant
+    assert f"lxc.cgroup2.devices.allow = c {uvm}:0 rwm" in ct["lxc_config"]
+    assert ct["nvidia_smi_in_ct"][0] == 0
+    assert "NVIDIA H200" in ct["nvidia_smi_in_ct"][1]
+    assert ct["torch_in_ct"][1].startswith("NVIDIA H200")
+
+
+def test_every_cell_of_the_matrix_ran_after_the_transport_fix() -> None:
+    results = load_results(RUN2 / "bench-plain.results.json")
+    cells = {(c.concurrency, c.context_tokens): c for c in results.cells}
+    assert set(cells) == {(c, n) for c in (1, 4, 16, 64) for n in (512, 8192)}
+    for key, cell in cells.items():
+        assert cell.status == "ok", key
+        assert cell.stats.failed == 0, key
+    # Longer contexts cost time to first token at every concurrency.
+    for c in (1, 4, 16, 64):
+        assert cells[(c, 8192)].stats.ttft_ms.p50 > cells[(c, 512)].stats.ttft_ms.p50
+
+
+def test_inside_a_batch_the_same_plain_server_matched_the_second_time() -> None:
+    """Run 1: plain's tokens inside a batch of 32 matched its own one-at-a-time tokens at
+    0.365; run 2, same unit and load: 1.000. Which requests share a batch decides, so a
+    loaded-batch check cannot tell a broken drafter from batch shapes on this model."""
+    under = STEPS2["config-plain"]["gate"]["under_load"]
+    assert under["match_rate"] == 1.0
+    assert under["started"] == 32
+    assert STEPS["config-plain"]["gate"]["under_load"]["match_rate"] < 0.9
