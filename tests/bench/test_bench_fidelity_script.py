@@ -6,12 +6,12 @@ a command line)."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from plugins.scripts import load_script
 
 from specops.bench.fidelity import MET, NOT_MET, UNDECIDED, schedule
 
@@ -21,14 +21,7 @@ METRICS = REPO / "tests/fixtures/lab/vllm-0.32-cpu-metrics-ngram.txt"
 
 @pytest.fixture(scope="module")
 def p1() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bench_fidelity", REPO / "scripts/bench-fidelity.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench-fidelity.py")
 
 
 def test_parse_metrics_reads_a_recorded_vllm_page(p1: ModuleType) -> None:

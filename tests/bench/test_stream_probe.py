@@ -4,7 +4,6 @@ probe sees the difference at the socket, which is what it is for."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import socket
 import threading
@@ -14,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from plugins.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 EVENTS = [b'data: {"choices": [{"text": "x"}]}\n\n'] * 5 + [b"data: [DONE]\n\n"]
@@ -21,12 +21,7 @@ HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("stream_probe", REPO / "scripts/stream-probe.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("stream-probe.py")
 
 
 def _serve(paced: bool) -> Iterator[str]:

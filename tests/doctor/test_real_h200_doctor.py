@@ -12,7 +12,6 @@ rebuilt with today's code and diagnose the recorded evidence again.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
@@ -26,6 +25,7 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (
 from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence import (
     node_evidence,
 )
+from plugins.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "doctor" / "h200-doctor-2026-12-01.json"
@@ -41,14 +41,7 @@ def record() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gpu_doctor_device", REPO / "scripts" / "gpu-doctor-device.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gpu-doctor-device.py")
 
 
 def _diagnose(record: dict[str, Any], case: str) -> Any:

@@ -7,13 +7,13 @@ here for the ngram config (one ansible-playbook run on localhost, nothing change
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import stat
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from plugins.scripts import load_script
 
 from specops.lab import unit_exec
 
@@ -22,14 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "serve_gpu_device", REPO / "scripts/serve-gpu-device.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("serve-gpu-device.py")
 
 
 def test_the_role_renders_the_device_units_for_vllm_0_20_1(tmp_path: Path) -> None:

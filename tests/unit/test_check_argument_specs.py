@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import yaml
+from plugins.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check-argument-specs.py"
 
 
 @pytest.fixture(scope="module")
 def checker() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_argument_specs", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT.name)
 
 
 def make_role(

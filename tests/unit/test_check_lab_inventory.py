@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
 import pytest
+from plugins.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location(
-        "check_lab_inventory", REPO / "scripts/check-lab-inventory.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("check-lab-inventory.py")
 
 
 @pytest.fixture

@@ -219,11 +219,16 @@ def prompts_digest(prompts: Sequence[str]) -> str:
     return hashlib.sha256(json.dumps(list(prompts)).encode()).hexdigest()
 
 
-def _post(url: str, body: dict[str, Any], timeout: float, api_key: str | None) -> dict[str, Any]:
-    headers = {"Content-Type": "application/json", "Accept": "application/json"}
+def _request(url: str, body: dict[str, Any], api_key: str | None, accept: str) -> Any:
+    """A JSON POST to the server, with its API key when it has one."""
+    headers = {"Content-Type": "application/json", "Accept": accept}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)  # noqa: S310 - the role's server URL
+    return urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)  # noqa: S310 - the role's server URL
+
+
+def _post(url: str, body: dict[str, Any], timeout: float, api_key: str | None) -> dict[str, Any]:
+    req = _request(url, body, api_key, "application/json")
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
             data = json.loads(resp.read().decode("utf-8", errors="replace"))
@@ -296,10 +301,7 @@ def _stream_filler(
     first: threading.Event,
     done: threading.Event,
 ) -> None:
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)  # noqa: S310 - the role's server URL
+    req = _request(url, body, api_key, "text/event-stream")
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
             for line in resp:
