@@ -15,6 +15,17 @@ name (did-you-mean when near one) or any PCI ``vendor:device`` id; a count an in
 1-16 (``MAX_GPUS``). What only the node knows (enough free cards of that model, none held by a
 VM) is left to the node.
 
+The roles' own rules run here too, on the controller, when the preflight names the
+roles directory (``roles``): the engine/model pin and the engine agreement are the
+roles' own ``assert`` tasks (``inference_engine``'s "not older than the model needs",
+``inference_service``'s "matches what inference_engine installed"), evaluated with
+Ansible's templar over the role's defaults, the host's variables and the role's vars, so
+the message is the role's; each variable the inventory sets is validated against the
+``meta/argument_specs.yml`` option that declares it, with Ansible's own
+``ArgumentSpecValidator``; and a secret (an option the specs mark ``no_log``, or an
+``inference_service_environment`` key the unit refuses) written in plain text is named
+with the way to fix it.
+
 It also derives what follows from those relations: :func:`vfio_release_request` says
 which cards a PVE node gives from vfio-pci to the host, namely exactly those its
 serving containers ask for.
@@ -26,13 +37,22 @@ import difflib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 from typing import Any
+
+from ansible.errors import AnsibleError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.parsing.dataloader import DataLoader
+from ansible.parsing.vault import VaultHelper, is_encrypted_file
+from ansible.template import Templar
 
 from ansible_collections.specops.infra.plugins.module_utils.gpu_catalogue import CATALOGUE
 from ansible_collections.specops.infra.plugins.module_utils.gpu_select import (
     GpuSelectError,
     matching_cards,
 )
+from ansible_collections.specops.infra.plugins.module_utils.service_unit import SECRET_KEY
 from ansible_collections.specops.infra.plugins.module_utils.vfio import (
     VfioReleaseError,
     parse_request,
@@ -50,6 +70,10 @@ __all__ = [
     "NodeRelease",
     "gpu_request_problems",
     "inventory_problems",
+    "role_problems",
+    "secret_problems",
+    "spec_options",
+    "type_problems",
     "vfio_release_request",
 ]
 
@@ -180,10 +204,230 @@ def _recorded(engine: str, version: str) -> bool:
     return version in known or sum(v.startswith(version + ".") for v in known) == 1
 
 
-def inventory_problems(
-    groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Mapping[str, Any]]
+# ---------------------------------------------------------------------------------------
+# The roles' own rules, on the controller (``roles``: the repository's roles directory).
+
+# (role, the name of its assert task in tasks/preflight.yml, the variable a failure names,
+# the roles that run before it on the host: their defaults and vars count, and their
+# published facts as the role's later tasks read them).
+ROLE_ASSERTS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("inference_engine", "Ensure the engine version is not older than the model needs.",
+     "inference_engine_version", ()),
+    ("inference_service", "Ensure the engine build matches what inference_engine installed.",
+     "inference_service_engine", ("inference_engine",)),
+)  # fmt: skip
+
+_LOADER = DataLoader()
+
+
+@cache
+def _role_file(roles: Path, role: str, name: str) -> Any:
+    """A role's YAML file as Ansible loads it (templates trusted, as in a play)."""
+    path = roles / role / name
+    return _LOADER.load_from_file(str(path), trusted_as_template=True) if path.exists() else None
+
+
+def _published_facts(roles: Path, role: str) -> dict[str, Any]:
+    """What ``role`` publishes as ``<role>_facts`` in its tasks/facts.yml (the templates,
+    rendered lazily against the host's variables where a later role reads them)."""
+    for task in _role_file(roles, role, "tasks/facts.yml") or ():
+        facts = (task.get("ansible.builtin.set_fact") or {}).get(f"{role}_facts")
+        if isinstance(facts, Mapping):
+            return {f"{role}_facts": dict(facts)}
+    return {}
+
+
+def role_problems(host: str, raw: Mapping[str, Any], roles: Path) -> list[str]:
+    """The roles' own asserts (:data:`ROLE_ASSERTS`) for one serving host, evaluated by
+    Ansible's templar with Ansible's precedence (role defaults < the host's variables <
+    role vars); each failure is the role's own message under the host and variable. An
+    assert whose variables do not render on the controller (a template that needs the
+    node) is left to the role."""
+    problems: list[str] = []
+    for role, name, variable, before in ROLE_ASSERTS:
+        tasks = _role_file(roles, role, "tasks/preflight.yml") or ()
+        task = next((t for t in tasks if t.get("name") == name), None)
+        if task is None:
+            raise ValidationError(f"roles/{role}/tasks/preflight.yml", f"has no task {name!r}")
+        check = task["ansible.builtin.assert"]
+        variables: dict[str, Any] = {}
+        for r in (*before, role):
+            variables.update(_role_file(roles, r, "defaults/main.yml") or {})
+        variables.update(raw)
+        for r in (*before, role):
+            variables.update(_role_file(roles, r, "vars/main.yml") or {})
+            if r != role:
+                variables.update(_published_facts(roles, r))
+        templar = Templar(loader=_LOADER, variables=variables)
+        try:
+            that = check["that"] if isinstance(check["that"], list) else [check["that"]]
+            if all(templar.evaluate_conditional(c) for c in that):
+                continue
+            message = " ".join(str(templar.template(check["fail_msg"])).split())
+        except AnsibleError:
+            continue
+        problems.append(f"{host}: {variable}: {message}")
+    return problems
+
+
+@cache
+def spec_options(roles: Path) -> dict[str, dict[str, Any]]:
+    """Every role variable its ``meta/argument_specs.yml`` declares (entry point
+    ``main``), with its option spec; variable names are role-prefixed, so one role each."""
+    import yaml  # noqa: PLC0415 (only the preflight reads the specs)
+
+    options: dict[str, dict[str, Any]] = {}
+    for path in sorted(roles.glob("*/meta/argument_specs.yml")):
+        specs = yaml.safe_load(path.read_text()) or {}
+        main = (specs.get("argument_specs") or {}).get("main") or {}
+        options.update((main.get("options") or {}).items())
+    return options
+
+
+def _validator_spec(option: Mapping[str, Any]) -> dict[str, Any]:
+    """An option spec as ArgumentSpecValidator takes it: the documentation keys dropped,
+    at every level, and the top level not ``required`` (only set variables are checked)."""
+    spec = {k: v for k, v in option.items() if k not in ("description", "version_added")}
+    if isinstance(spec.get("options"), Mapping):
+        spec["options"] = {k: _validator_spec(v) for k, v in spec["options"].items()}
+    return spec
+
+
+def type_problems(
+    host: str, values: Mapping[str, Any], options: Mapping[str, Mapping[str, Any]]
 ) -> list[str]:
-    """Every problem of the inventory, one line each; empty when it is deployable."""
+    """Each variable of ``values`` that a role's argument spec declares, validated by
+    Ansible's own ``ArgumentSpecValidator`` (types, choices, sub-options: what
+    ``validate_argument_spec`` checks when the role starts). One stricter rule: a string
+    where a list or a mapping is declared is refused, where Ansible would split it at
+    commas (``'--tp-size 2 --x'`` becomes one word) or parse ``k=v``."""
+    problems: list[str] = []
+    for var in sorted(v for v in values if v in options):
+        value, option = values[var], options[var]
+        kind = option.get("type")
+        if kind in ("list", "dict") and isinstance(value, str) and "{{" not in value:
+            form = (
+                "a YAML list, one item each (e.g. [--tp-size, '2'])"
+                if kind == "list"
+                else ("a YAML mapping")
+            )
+            problems.append(f"{host}: {var}: must be {form}, not one string (got {value!r})")
+            continue
+        spec = {var: {**_validator_spec(option), "required": False}}
+        result = ArgumentSpecValidator(spec).validate({var: value})
+        for error in result.errors:
+            problems.append(f"{host}: {var}: {' '.join(str(error).split())}")
+    return problems
+
+
+# A template reads a secret from a safe place: the controller's environment, a file, a
+# vaulted file or a vaulted variable (vault_*, the inventory's convention).
+_SAFE_SOURCE = re.compile(
+    r"""\b(?:lookup|query|q)\(\s*['"](?:ansible\.builtin\.)?(?:env|file|unvault)['"]"""
+    r"|\bvault_\w+"
+)
+_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
+_FIX = (
+    "encrypt it (ansible-vault encrypt_string --name {var} and paste the !vault value), "
+    "or read it from the controller's environment (\"{{{{ lookup('ansible.builtin.env', "
+    "'NAME') }}}}\") or a vaulted file"
+)
+
+
+def _origin(value: Any) -> str:
+    """Where an inventory value was written (`` (in FILE:LINE)``), from Ansible's origin
+    tag on it; empty when unknown (a value not loaded by Ansible)."""
+    try:
+        from ansible._internal._datatag._tags import Origin  # noqa: PLC0415
+    except ImportError:  # pragma: no cover (ansible-core < 2.19 is refused before)
+        return ""
+    tag = Origin.get_tag(value)
+    if tag is None or not tag.path:
+        return ""
+    return f" (in {tag.path}{f':{tag.line_num}' if tag.line_num else ''})"
+
+
+def _from_encrypted_file(value: Any) -> bool:
+    """Whether ``value`` was written in a vault-encrypted file (group_vars/all/vault.yml)."""
+    origin = _origin(value)
+    if not origin:
+        return False
+    path = origin.removeprefix(" (in ").rstrip(")").rsplit(":", 1)[0]
+    try:
+        with open(path, "rb") as fh:
+            return bool(is_encrypted_file(fh))
+    except OSError:
+        return False
+
+
+def _kept_secret(value: Any, raw: Mapping[str, Any], depth: int = 0) -> bool:
+    """Whether a secret's raw (unrendered) ``value`` keeps it out of the inventory's plain
+    text: empty, vaulted (``!vault`` or a vault-encrypted file), or a template that reads
+    the environment, a file or a vaulted variable, directly or through a variable that
+    does (the inventory's ``vault_*`` convention included)."""
+    if value is None or value == "" or VaultHelper.get_ciphertext(value, with_tags=False):
+        return True
+    if not isinstance(value, str):
+        return False
+    if "{{" not in value and "{%" not in value:
+        return _from_encrypted_file(value)
+    if _SAFE_SOURCE.search(value):
+        return True
+    if depth >= 5:
+        return False
+    names = {n for n in _NAME.findall(value) if n in raw}
+    return any(_kept_secret(raw[n], raw, depth + 1) for n in names)
+
+
+def secret_problems(
+    host: str, raw: Mapping[str, Any], options: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """Each secret the host's raw (unrendered) variables hold in plain text: an option a
+    role's argument spec marks ``no_log`` (a mapping's values each), unless kept as
+    :func:`_kept_secret` says; and an ``inference_service_environment`` key the unit
+    refuses (``service_unit.SECRET_KEY``: readable by every local user). The value is
+    never shown."""
+    problems: list[str] = []
+    for var in sorted(v for v in raw if options.get(v, {}).get("no_log")):
+        value = raw[var]
+        if VaultHelper.get_ciphertext(value, with_tags=False):
+            continue
+        items = (
+            [(f"{var}.{k}", v) for k, v in value.items()]
+            if isinstance(value, Mapping)
+            else [(var, value)]
+        )
+        for name, item in items:
+            if not _kept_secret(item, raw):
+                problems.append(
+                    f"{host}: {name}: a secret in plain text{_origin(item)}: "
+                    + _FIX.format(var=name.split(".")[0])
+                )
+    environment = raw.get("inference_service_environment")
+    if isinstance(environment, Mapping):
+        for key in sorted(str(k) for k in environment if SECRET_KEY.search(str(k))):
+            problems.append(
+                f"{host}: inference_service_environment.{key}: a secret in the unit's "
+                "Environment= (readable by every local user): move it to "
+                "inference_service_secret_environment, vaulted or from the environment"
+            )
+    return problems
+
+
+def inventory_problems(
+    groups: Mapping[str, Sequence[str]],
+    hostvars: Mapping[str, Mapping[str, Any]],
+    *,
+    raw: Mapping[str, Mapping[str, Any]] | None = None,
+    roles: Path | str | None = None,
+) -> list[str]:
+    """Every problem of the inventory, one line each; empty when it is deployable.
+
+    ``hostvars``: each host's variables as the roles will see them (rendered). ``raw``:
+    the same unrendered, as the inventory wrote them (to tell a template that reads a
+    vaulted variable from a secret written out; default ``hostvars``). ``roles``: the
+    roles directory; given, the roles' own rules run too (:func:`role_problems`,
+    :func:`type_problems`, :func:`secret_problems`)."""
     problems = [
         f"inventory: group {g} is missing (see inventory/example/hosts.yml)"
         for g in REQUIRED_GROUPS
@@ -191,6 +435,8 @@ def inventory_problems(
     ]
     if problems:
         return problems
+    if roles is not None:
+        problems.extend(_role_rule_problems(groups, hostvars, raw or hostvars, Path(roles)))
     nodes = list(groups["pve_nodes"])
     vmids: dict[int, str] = {}
     bad_gpus: set[str] = set()  # nodes with a container whose request is wrong
@@ -219,6 +465,27 @@ def inventory_problems(
                 vfio_release_request(groups, hostvars, node)
             except ValidationError as exc:
                 problems.append(str(exc))
+    return problems
+
+
+def _role_rule_problems(
+    groups: Mapping[str, Sequence[str]],
+    hostvars: Mapping[str, Mapping[str, Any]],
+    raw: Mapping[str, Mapping[str, Any]],
+    roles: Path,
+) -> list[str]:
+    """The roles' rules for every host of pve_nodes and serving: types from the argument
+    specs, plain-text secrets, and (serving hosts) the roles' cross-variable asserts."""
+    options = spec_options(roles)
+    problems: list[str] = []
+    both = set(groups["pve_nodes"]) & set(groups["serving"])
+    for host in dict.fromkeys([*groups["pve_nodes"], *groups["serving"]]):
+        if host in both:
+            continue  # named by the caller
+        problems.extend(type_problems(host, hostvars.get(host, {}), options))
+        problems.extend(secret_problems(host, raw.get(host, {}), options))
+        if host in groups["serving"]:
+            problems.extend(role_problems(host, raw.get(host, {}), roles))
     return problems
 
 
