@@ -299,10 +299,13 @@ def type_problems(
     Ansible's own ``ArgumentSpecValidator`` (types, choices, sub-options: what
     ``validate_argument_spec`` checks when the role starts). One stricter rule: a string
     where a list or a mapping is declared is refused, where Ansible would split it at
-    commas (``'--tp-size 2 --x'`` becomes one word) or parse ``k=v``."""
+    commas (``'--tp-size 2 --x'`` becomes one word) or parse ``k=v``. A vaulted value is
+    not read (the role checks it once decrypted)."""
     problems: list[str] = []
     for var in sorted(v for v in values if v in options):
         value, option = values[var], options[var]
+        if VaultHelper.get_ciphertext(value, with_tags=False):
+            continue  # vaulted: a secret; reading it here would decrypt it
         kind = option.get("type")
         if kind in ("list", "dict") and isinstance(value, str) and "{{" not in value:
             form = (
@@ -364,10 +367,12 @@ def _kept_secret(value: Any, raw: Mapping[str, Any], depth: int = 0) -> bool:
     text: empty, vaulted (``!vault`` or a vault-encrypted file), or a template that reads
     the environment, a file or a vaulted variable, directly or through a variable that
     does (the inventory's ``vault_*`` convention included)."""
-    if value is None or value == "" or VaultHelper.get_ciphertext(value, with_tags=False):
+    if VaultHelper.get_ciphertext(value, with_tags=False):  # first: == would decrypt it
         return True
     if not isinstance(value, str):
-        return False
+        return value is None
+    if not value:
+        return True
     if "{{" not in value and "{%" not in value:
         return _from_encrypted_file(value)
     if _SAFE_SOURCE.search(value):
