@@ -371,15 +371,11 @@ def _kept_secret(value: Any, raw: Mapping[str, Any], depth: int = 0) -> bool:
         return True
     if not isinstance(value, str):
         return value is None
-    if not value:
-        return True
     if "{{" not in value and "{%" not in value:
-        return _from_encrypted_file(value)
+        return not value or _from_encrypted_file(value)
     if _SAFE_SOURCE.search(value):
         return True
-    if depth >= 5:
-        return False
-    names = {n for n in _NAME.findall(value) if n in raw}
+    names = {n for n in _NAME.findall(value) if n in raw} if depth < 5 else set()
     return any(_kept_secret(raw[n], raw, depth + 1) for n in names)
 
 

@@ -168,10 +168,11 @@ def test_a_good_inventory_passes(overlay: dict[str, dict[str, Any]]) -> None:
     assert overlaid(overlay) == []
 
 
-def _preflight(inventory: Path) -> subprocess.CompletedProcess[str]:
+def _preflight(inventory: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     bindir = Path(sys.executable).parent
     return subprocess.run(
-        [str(bindir / "ansible-playbook"), "-i", str(inventory), "playbooks/preflight.yml"],
+        [str(bindir / "ansible-playbook"), "-i", str(inventory), *extra,
+         "playbooks/preflight.yml"],
         cwd=REPO, capture_output=True, text=True, check=False, timeout=300,
         env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
              "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
@@ -220,4 +221,34 @@ def test_the_preflight_playbook_passes_the_real_inventories(name: str) -> None:
     """Neither real inventory is refused: the example's token is a vault_* variable,
     the lab's comes from PROXMOX_TOKEN_SECRET (its secret file for migrate)."""
     result = _preflight(REPO / "inventory" / name)
+    assert result.returncode == 0, result.stdout[-3000:]
+
+
+def test_vaulted_secrets_pass_the_preflight_playbook(tmp_path: Path) -> None:
+    """A ``!vault`` value (encrypt_string) and a literal in a vault-encrypted file are
+    kept secrets: the preflight, given the vault password, passes them without reading
+    them; the same literal in a plain file is refused (the control)."""
+    inventory = tmp_path / "inventory"
+    shutil.copytree(EXAMPLE, inventory)
+    password = tmp_path / "vault-password"
+    password.write_text("controller-only\n")
+    vault = str(Path(sys.executable).parent / "ansible-vault")
+    with_password = ("--vault-password-file", str(password))
+    encrypted = subprocess.run(
+        [vault, "encrypt_string", *with_password, "--name", "inference_engine_hf_token",
+         "hf_vaulted"], capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    (inventory / "group_vars" / "serving" / "hf.yml").write_text(encrypted.stdout)
+    secrets = inventory / "group_vars" / "all" / "vault.yml"
+    secrets.write_text("migrate_api_token_secret: in-an-encrypted-file\n")
+    plain = secrets.read_bytes()
+    refused = _preflight(inventory, "--vault-password-file", str(password))
+    assert refused.returncode != 0, refused.stdout[-3000:]
+    assert "migrate_api_token_secret: a secret in plain text" in refused.stdout
+    assert "inference_engine_hf_token" not in refused.stdout
+    subprocess.run(
+        [vault, "encrypt", *with_password, str(secrets)], capture_output=True, check=True
+    )
+    assert secrets.read_bytes() != plain
+    result = _preflight(inventory, "--vault-password-file", str(password))
     assert result.returncode == 0, result.stdout[-3000:]
