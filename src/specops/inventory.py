@@ -322,71 +322,93 @@ def type_problems(
     return problems
 
 
-# A template reads a secret from a safe place: the controller's environment, a file, a
-# vaulted file or a vaulted variable (vault_*, the inventory's convention).
+# A template that reads a secret from the controller's environment or a file keeps it
+# out of the inventory; any other template is followed to the variables it reads.
 _SAFE_SOURCE = re.compile(
     r"""\b(?:lookup|query|q)\(\s*['"](?:ansible\.builtin\.)?(?:env|file|unvault)['"]"""
-    r"|\bvault_\w+"
 )
+_QUOTED = re.compile(r"""'[^']*'|"[^"]*\"""")
+_NOT_A_VARIABLE = re.compile(r"\|\s*[\w.]+|\.\w+|\b\w+\s*\(")  # filters, attributes, calls
 _NAME = re.compile(r"\b[A-Za-z_]\w*\b")
-_FIX = (
-    "encrypt it (ansible-vault encrypt_string --name {var} and paste the !vault value), "
-    "or read it from the controller's environment (\"{{{{ lookup('ansible.builtin.env', "
-    "'NAME') }}}}\") or a vaulted file"
-)
+_JINJA_WORDS = frozenset(
+    ("and", "or", "not", "in", "is", "if", "else", "true", "false", "none", "True", "False",
+     "None", "recursive")
+)  # fmt: skip
 
 
-def _origin(value: Any) -> str:
-    """Where an inventory value was written (`` (in FILE:LINE)``), from Ansible's origin
-    tag on it; empty when unknown (a value not loaded by Ansible)."""
+def _origin(value: Any) -> tuple[str, int | None] | None:
+    """Where an inventory value was written (file, line), from the origin tag Ansible's
+    loader puts on it; None when unknown (a value not loaded by Ansible)."""
     try:
         from ansible._internal._datatag._tags import Origin  # noqa: PLC0415
     except ImportError:  # pragma: no cover (ansible-core < 2.19 is refused before)
-        return ""
+        return None
     tag = Origin.get_tag(value)
-    if tag is None or not tag.path:
-        return ""
-    return f" (in {tag.path}{f':{tag.line_num}' if tag.line_num else ''})"
+    return (tag.path, tag.line_num) if tag is not None and tag.path else None
 
 
 def _from_encrypted_file(value: Any) -> bool:
     """Whether ``value`` was written in a vault-encrypted file (group_vars/all/vault.yml)."""
     origin = _origin(value)
-    if not origin:
+    if origin is None:
         return False
-    path = origin.removeprefix(" (in ").rstrip(")").rsplit(":", 1)[0]
     try:
-        with open(path, "rb") as fh:
+        with open(origin[0], "rb") as fh:
             return bool(is_encrypted_file(fh))
     except OSError:
         return False
 
 
-def _kept_secret(value: Any, raw: Mapping[str, Any], depth: int = 0) -> bool:
-    """Whether a secret's raw (unrendered) ``value`` keeps it out of the inventory's plain
-    text: empty, vaulted (``!vault`` or a vault-encrypted file), or a template that reads
-    the environment, a file or a vaulted variable, directly or through a variable that
-    does (the inventory's ``vault_*`` convention included)."""
+def _plain_source(
+    name: str, value: Any, raw: Mapping[str, Any], depth: int = 0
+) -> tuple[str, Any] | None:
+    """Where the secret ``name`` (raw value ``value``) is written in plain text: the
+    variable and its value, itself or one its template reads; None when it is kept out
+    of the inventory's plain text: empty, vaulted (``!vault``, or written in a
+    vault-encrypted file), a template that looks the environment or a file up, or one
+    whose variables are all kept so (the ``vault_*`` convention: a variable of the vault
+    file), or are not the inventory's (``-e``, undefined: nothing written here)."""
     if VaultHelper.get_ciphertext(value, with_tags=False):  # first: == would decrypt it
-        return True
+        return None
     if not isinstance(value, str):
-        return value is None
+        return None if value is None else (name, value)
     if "{{" not in value and "{%" not in value:
-        return not value or _from_encrypted_file(value)
+        return None if not value or _from_encrypted_file(value) else (name, value)
     if _SAFE_SOURCE.search(value):
-        return True
-    names = {n for n in _NAME.findall(value) if n in raw} if depth < 5 else set()
-    return any(_kept_secret(raw[n], raw, depth + 1) for n in names)
+        return None
+    expression = _NOT_A_VARIABLE.sub(" ", _QUOTED.sub(" ", value))
+    names = [n for n in dict.fromkeys(_NAME.findall(expression)) if n not in _JINJA_WORDS]
+    if not names:
+        return (name, value)  # only literals between the braces
+    reads = (n for n in names if n in raw and n != name and depth < 5)
+    sources = (_plain_source(n, raw[n], raw, depth + 1) for n in reads)
+    return next((source for source in sources if source), None)
+
+
+def _secret_line(host: str, name: str, source: tuple[str, Any]) -> str:
+    where = _origin(source[1])
+    at = f" (in {where[0]}{f':{where[1]}' if where[1] else ''})" if where else ""
+    what = "a secret" if source[0] == name else f"reads {source[0]}, a secret"
+    encrypt = (
+        f"ansible-vault encrypt_string --name {source[0]}"
+        if "." not in source[0]
+        else "ansible-vault encrypt_string"
+    )
+    return (
+        f"{host}: {name}: {what} in plain text{at}: encrypt it ({encrypt}, and paste the "
+        "!vault value in its place), or read it from the controller's environment "
+        "(\"{{ lookup('ansible.builtin.env', 'NAME') }}\") or a vaulted file"
+    )
 
 
 def secret_problems(
     host: str, raw: Mapping[str, Any], options: Mapping[str, Mapping[str, Any]]
 ) -> list[str]:
     """Each secret the host's raw (unrendered) variables hold in plain text: an option a
-    role's argument spec marks ``no_log`` (a mapping's values each), unless kept as
-    :func:`_kept_secret` says; and an ``inference_service_environment`` key the unit
-    refuses (``service_unit.SECRET_KEY``: readable by every local user). The value is
-    never shown."""
+    role's argument spec marks ``no_log`` (a mapping's values each), unless
+    :func:`_plain_source` finds it kept; and an ``inference_service_environment`` key
+    the unit refuses (``service_unit.SECRET_KEY``: readable by every local user). The
+    value is never shown."""
     problems: list[str] = []
     for var in sorted(v for v in raw if options.get(v, {}).get("no_log")):
         value = raw[var]
@@ -398,11 +420,9 @@ def secret_problems(
             else [(var, value)]
         )
         for name, item in items:
-            if not _kept_secret(item, raw):
-                problems.append(
-                    f"{host}: {name}: a secret in plain text{_origin(item)}: "
-                    + _FIX.format(var=name.split(".")[0])
-                )
+            source = _plain_source(name, item, raw)
+            if source:
+                problems.append(_secret_line(host, name, source))
     environment = raw.get("inference_service_environment")
     if isinstance(environment, Mapping):
         for key in sorted(str(k) for k in environment if SECRET_KEY.search(str(k))):

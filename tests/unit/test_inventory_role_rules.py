@@ -87,11 +87,20 @@ ROWS: dict[str, tuple[str, dict[str, dict[str, Any]], list[tuple[str, str]]]] = 
                          [(f"{CT}: inference_engine_hf_token: a secret in plain text", ENV)]),
     "token-through-a-plain-var": ("secret", {CT: {"inference_engine_hf_token": "{{ my_tok }}",
                                                   "my_tok": "hf_AbCdEf"}},
-                                  [(f"{CT}: inference_engine_hf_token: a secret in plain", FIX)]),
+                                  [(f"{CT}: inference_engine_hf_token: reads my_tok, a secret "
+                                    "in plain text", f"{FIX} my_tok")]),
+    "vault-named-var-in-plain": ("secret", {CT: {"vault_pve_token_secret": "written-out"}},
+                                 [(f"{CT}: pve_container_api_token_secret: reads "
+                                   "vault_pve_token_secret, a secret in plain text",
+                                   f"{FIX} vault_pve_token_secret")]),
+    "literal-in-braces": ("secret", {CT: {"inference_engine_hf_token": "{{ 'hf_AbCdEf' }}"}},
+                          [(f"{CT}: inference_engine_hf_token: a secret in plain", FIX)]),
+    "token-a-number": ("secret", {CT: {"pve_container_api_token_secret": 123456}},
+                       [(f"{CT}: pve_container_api_token_secret: a secret in plain", FIX)]),
     "api-key-in-secret-env": ("secret", {CT: {"inference_service_secret_environment":
                                               {"VLLM_API_KEY": "sk-inline"}}},
                               [(f"{CT}: inference_service_secret_environment.VLLM_API_KEY: a "
-                                "secret in plain text", FIX)]),
+                                "secret in plain text", "ansible-vault encrypt_string,")]),
     "api-key-in-unit-env": ("secret", {CT: {"inference_service_environment":
                                             {"VLLM_API_KEY": "{{ vault_key }}"}}},
                             [(f"{CT}: inference_service_environment.VLLM_API_KEY: a secret in "
@@ -157,11 +166,14 @@ def test_a_bad_variable_is_named_by_host_and_variable(
         {CT: {"inference_engine_hf_token": "{{ lookup('ansible.builtin.file', '/k/hf') }}"}},
         {CT: {"inference_engine_hf_token": "{{ my_tok }}", "my_tok": VAULTED}},
         {CT: {"inference_service_secret_environment": {"VLLM_API_KEY": "{{ vault_api_key }}"}}},
+        {CT: {"inference_engine_hf_token": "{{ hf_token_from_extra_vars }}"}},  # not here
+        {CT: {"vault_pve_token_secret": VAULTED}},  # the example's convention, vaulted
         {CT: {"pve_container_cores": "16", "pve_container_memory": 65536}},  # -e gives strings
         {CT: {"inference_service_engine_args": "{{ my_args }}"}},  # a template: the role's
     ],
     ids=["example", "pin", "newer", "local-model", "git-build", "vllm-both", "vault",
-         "env", "file", "via-vaulted-var", "secret-env-vault", "digits", "args-template"],
+         "env", "file", "via-vaulted-var", "secret-env-vault", "extra-var", "vault-var",
+         "digits", "args-template"],
 )  # fmt: skip
 def test_a_good_inventory_passes(overlay: dict[str, dict[str, Any]]) -> None:
     """The controls: each bad row above fails for the one thing it changed."""
