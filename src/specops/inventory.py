@@ -308,11 +308,7 @@ def type_problems(
             continue  # vaulted: a secret; reading it here would decrypt it
         kind = option.get("type")
         if kind in ("list", "dict") and isinstance(value, str) and "{{" not in value:
-            form = (
-                "a YAML list, one item each (e.g. [--tp-size, '2'])"
-                if kind == "list"
-                else ("a YAML mapping")
-            )
+            form = "a YAML list, one item each" if kind == "list" else "a YAML mapping"
             problems.append(f"{host}: {var}: must be {form}, not one string (got {value!r})")
             continue
         spec = {var: {**_validator_spec(option), "required": False}}
@@ -456,6 +452,8 @@ def inventory_problems(
     if problems:
         return problems
     if roles is not None:
+        if not (Path(roles) / "inference_engine" / "tasks" / "preflight.yml").is_file():
+            return [f"preflight: roles={roles}: not the specops roles directory"]
         problems.extend(_role_rule_problems(groups, hostvars, raw or hostvars, Path(roles)))
     nodes = list(groups["pve_nodes"])
     vmids: dict[int, str] = {}

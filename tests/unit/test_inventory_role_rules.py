@@ -264,3 +264,10 @@ def test_vaulted_secrets_pass_the_preflight_playbook(tmp_path: Path) -> None:
     assert secrets.read_bytes() != plain
     result = _preflight(inventory, "--vault-password-file", str(password))
     assert result.returncode == 0, result.stdout[-3000:]
+
+
+def test_a_wrong_roles_directory_is_one_line(tmp_path: Path) -> None:
+    groups, hostvars = example()
+    assert inventory_problems(groups, hostvars, roles=tmp_path) == [
+        f"preflight: roles={tmp_path}: not the specops roles directory"
+    ]
