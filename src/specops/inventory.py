@@ -15,6 +15,17 @@ name (did-you-mean when near one) or any PCI ``vendor:device`` id; a count an in
 1-16 (``MAX_GPUS``). What only the node knows (enough free cards of that model, none held by a
 VM) is left to the node.
 
+The roles' own rules run here too, on the controller, when the preflight names the
+roles directory (``roles``): the engine/model pin and the engine agreement are the
+roles' own ``assert`` tasks (``inference_engine``'s "not older than the model needs",
+``inference_service``'s "matches what inference_engine installed"), evaluated with
+Ansible's templar over the role's defaults, the host's variables and the role's vars, so
+the message is the role's; each variable the inventory sets is validated against the
+``meta/argument_specs.yml`` option that declares it, with Ansible's own
+``ArgumentSpecValidator``; and a secret (an option the specs mark ``no_log``, or an
+``inference_service_environment`` key the unit refuses) written in plain text is named
+with the way to fix it.
+
 It also derives what follows from those relations: :func:`vfio_release_request` says
 which cards a PVE node gives from vfio-pci to the host, namely exactly those its
 serving containers ask for.
@@ -26,13 +37,21 @@ import difflib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 from typing import Any
 
+from ansible.errors import AnsibleError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.parsing.dataloader import DataLoader
+from ansible.parsing.vault import VaultHelper, is_encrypted_file
+from ansible.template import Templar
 from ansible_collections.specops.infra.plugins.module_utils.gpu_catalogue import CATALOGUE
 from ansible_collections.specops.infra.plugins.module_utils.gpu_select import (
     GpuSelectError,
     matching_cards,
 )
+from ansible_collections.specops.infra.plugins.module_utils.service_unit import SECRET_KEY
 from ansible_collections.specops.infra.plugins.module_utils.vfio import (
     VfioReleaseError,
     parse_request,
@@ -50,6 +69,10 @@ __all__ = [
     "NodeRelease",
     "gpu_request_problems",
     "inventory_problems",
+    "role_problems",
+    "secret_problems",
+    "spec_options",
+    "type_problems",
     "vfio_release_request",
 ]
 
@@ -180,10 +203,247 @@ def _recorded(engine: str, version: str) -> bool:
     return version in known or sum(v.startswith(version + ".") for v in known) == 1
 
 
-def inventory_problems(
-    groups: Mapping[str, Sequence[str]], hostvars: Mapping[str, Mapping[str, Any]]
+# ---------------------------------------------------------------------------------------
+# The roles' own rules, on the controller (``roles``: the repository's roles directory).
+
+# (role, the name of its assert task in tasks/preflight.yml, the variable a failure names,
+# the roles that run before it on the host: their defaults and vars count, and their
+# published facts as the role's later tasks read them).
+ROLE_ASSERTS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
+    ("inference_engine", "Ensure the engine version is not older than the model needs.",
+     "inference_engine_version", ()),
+    ("inference_service", "Ensure the engine build matches what inference_engine installed.",
+     "inference_service_engine", ("inference_engine",)),
+)  # fmt: skip
+
+_LOADER = DataLoader()
+
+
+@cache
+def _role_file(roles: Path, role: str, name: str) -> Any:
+    """A role's YAML file as Ansible loads it (templates trusted, as in a play)."""
+    path = roles / role / name
+    return _LOADER.load_from_file(str(path), trusted_as_template=True) if path.exists() else None
+
+
+def _published_facts(roles: Path, role: str) -> dict[str, Any]:
+    """What ``role`` publishes as ``<role>_facts`` in its tasks/facts.yml (the templates,
+    rendered lazily against the host's variables where a later role reads them)."""
+    for task in _role_file(roles, role, "tasks/facts.yml") or ():
+        facts = (task.get("ansible.builtin.set_fact") or {}).get(f"{role}_facts")
+        if isinstance(facts, Mapping):
+            return {f"{role}_facts": dict(facts)}
+    return {}
+
+
+def role_problems(host: str, raw: Mapping[str, Any], roles: Path) -> list[str]:
+    """The roles' own asserts (:data:`ROLE_ASSERTS`) for one serving host, evaluated by
+    Ansible's templar with Ansible's precedence (role defaults < the host's variables <
+    role vars); each failure is the role's own message under the host and variable. An
+    assert whose variables do not render on the controller (a template that needs the
+    node) is left to the role."""
+    problems: list[str] = []
+    for role, name, variable, before in ROLE_ASSERTS:
+        tasks = _role_file(roles, role, "tasks/preflight.yml") or ()
+        task = next((t for t in tasks if t.get("name") == name), None)
+        if task is None:
+            raise ValidationError(f"roles/{role}/tasks/preflight.yml", f"has no task {name!r}")
+        check = task["ansible.builtin.assert"]
+        variables: dict[str, Any] = {}
+        for r in (*before, role):
+            variables.update(_role_file(roles, r, "defaults/main.yml") or {})
+        variables.update(raw)
+        for r in (*before, role):
+            variables.update(_role_file(roles, r, "vars/main.yml") or {})
+            if r != role:
+                variables.update(_published_facts(roles, r))
+        templar = Templar(loader=_LOADER, variables=variables)
+        try:
+            that = check["that"] if isinstance(check["that"], list) else [check["that"]]
+            if all(templar.evaluate_conditional(c) for c in that):
+                continue
+            message = " ".join(str(templar.template(check["fail_msg"])).split())
+        except AnsibleError:
+            continue
+        problems.append(f"{host}: {variable}: {message}")
+    return problems
+
+
+@cache
+def spec_options(roles: Path) -> dict[str, dict[str, Any]]:
+    """Every role variable its ``meta/argument_specs.yml`` declares (entry point
+    ``main``), with its option spec; variable names are role-prefixed, so one role each."""
+    import yaml  # noqa: PLC0415 (only the preflight reads the specs)
+
+    options: dict[str, dict[str, Any]] = {}
+    for path in sorted(roles.glob("*/meta/argument_specs.yml")):
+        specs = yaml.safe_load(path.read_text()) or {}
+        main = (specs.get("argument_specs") or {}).get("main") or {}
+        options.update((main.get("options") or {}).items())
+    return options
+
+
+def _validator_spec(option: Mapping[str, Any]) -> dict[str, Any]:
+    """An option spec as ArgumentSpecValidator takes it: the documentation keys dropped,
+    at every level, and the top level not ``required`` (only set variables are checked)."""
+    spec = {k: v for k, v in option.items() if k not in ("description", "version_added")}
+    if isinstance(spec.get("options"), Mapping):
+        spec["options"] = {k: _validator_spec(v) for k, v in spec["options"].items()}
+    return spec
+
+
+def type_problems(
+    host: str, values: Mapping[str, Any], options: Mapping[str, Mapping[str, Any]]
 ) -> list[str]:
-    """Every problem of the inventory, one line each; empty when it is deployable."""
+    """Each variable of ``values`` that a role's argument spec declares, validated by
+    Ansible's own ``ArgumentSpecValidator`` (types, choices, sub-options: what
+    ``validate_argument_spec`` checks when the role starts). One stricter rule: a string
+    where a list or a mapping is declared is refused, where Ansible would split it at
+    commas (``'--tp-size 2 --x'`` becomes one word) or parse ``k=v``. A vaulted value is
+    not read (the role checks it once decrypted)."""
+    problems: list[str] = []
+    for var in sorted(v for v in values if v in options):
+        value, option = values[var], options[var]
+        if VaultHelper.get_ciphertext(value, with_tags=False):
+            continue  # vaulted: a secret; reading it here would decrypt it
+        kind = option.get("type")
+        if kind in ("list", "dict") and isinstance(value, str) and "{{" not in value:
+            form = "a YAML list, one item each" if kind == "list" else "a YAML mapping"
+            problems.append(f"{host}: {var}: must be {form}, not one string (got {value!r})")
+            continue
+        spec = {var: {**_validator_spec(option), "required": False}}
+        result = ArgumentSpecValidator(spec).validate({var: value})
+        for error in result.errors:
+            problems.append(f"{host}: {var}: {' '.join(str(error).split())}")
+    return problems
+
+
+# A template that reads a secret from the controller's environment or a file keeps it
+# out of the inventory; any other template is followed to the variables it reads.
+_SAFE_SOURCE = re.compile(
+    r"""\b(?:lookup|query|q)\(\s*['"](?:ansible\.builtin\.)?(?:env|file|unvault)['"]"""
+)
+_QUOTED = re.compile(r"""'[^']*'|"[^"]*\"""")
+_NOT_A_VARIABLE = re.compile(r"\|\s*[\w.]+|\.\w+|\b\w+\s*\(")  # filters, attributes, calls
+_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
+_JINJA_WORDS = frozenset(
+    ("and", "or", "not", "in", "is", "if", "else", "true", "false", "none", "True", "False",
+     "None", "recursive")
+)  # fmt: skip
+
+
+def _origin(value: Any) -> tuple[str, int | None] | None:
+    """Where an inventory value was written (file, line), from the origin tag Ansible's
+    loader puts on it; None when unknown (a value not loaded by Ansible)."""
+    try:
+        from ansible._internal._datatag._tags import Origin  # noqa: PLC0415
+    except ImportError:  # pragma: no cover (ansible-core < 2.19 is refused before)
+        return None
+    tag = Origin.get_tag(value)
+    return (tag.path, tag.line_num) if tag is not None and tag.path else None
+
+
+def _from_encrypted_file(value: Any) -> bool:
+    """Whether ``value`` was written in a vault-encrypted file (group_vars/all/vault.yml)."""
+    origin = _origin(value)
+    if origin is None:
+        return False
+    try:
+        with open(origin[0], "rb") as fh:
+            return bool(is_encrypted_file(fh))
+    except OSError:
+        return False
+
+
+def _plain_source(
+    name: str, value: Any, raw: Mapping[str, Any], depth: int = 0
+) -> tuple[str, Any] | None:
+    """Where the secret ``name`` (raw value ``value``) is written in plain text: the
+    variable and its value, itself or one its template reads; None when it is kept out
+    of the inventory's plain text: empty, vaulted (``!vault``, or written in a
+    vault-encrypted file), a template that looks the environment or a file up, or one
+    whose variables are all kept so (the ``vault_*`` convention: a variable of the vault
+    file), or are not the inventory's (``-e``, undefined: nothing written here)."""
+    if VaultHelper.get_ciphertext(value, with_tags=False):  # first: == would decrypt it
+        return None
+    if not isinstance(value, str):
+        return None if value is None else (name, value)
+    if "{{" not in value and "{%" not in value:
+        return None if not value or _from_encrypted_file(value) else (name, value)
+    if _SAFE_SOURCE.search(value):
+        return None
+    expression = _NOT_A_VARIABLE.sub(" ", _QUOTED.sub(" ", value))
+    names = [n for n in dict.fromkeys(_NAME.findall(expression)) if n not in _JINJA_WORDS]
+    if not names:
+        return (name, value)  # only literals between the braces
+    reads = (n for n in names if n in raw and n != name and depth < 5)
+    sources = (_plain_source(n, raw[n], raw, depth + 1) for n in reads)
+    return next((source for source in sources if source), None)
+
+
+def _secret_line(host: str, name: str, source: tuple[str, Any]) -> str:
+    where = _origin(source[1])
+    at = f" (in {where[0]}{f':{where[1]}' if where[1] else ''})" if where else ""
+    what = "a secret" if source[0] == name else f"reads {source[0]}, a secret"
+    encrypt = (
+        f"ansible-vault encrypt_string --name {source[0]}"
+        if "." not in source[0]
+        else "ansible-vault encrypt_string"
+    )
+    return (
+        f"{host}: {name}: {what} in plain text{at}: encrypt it ({encrypt}, and paste the "
+        "!vault value in its place), or read it from the controller's environment "
+        "(\"{{ lookup('ansible.builtin.env', 'NAME') }}\") or a vaulted file"
+    )
+
+
+def secret_problems(
+    host: str, raw: Mapping[str, Any], options: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """Each secret the host's raw (unrendered) variables hold in plain text: an option a
+    role's argument spec marks ``no_log`` (a mapping's values each), unless
+    :func:`_plain_source` finds it kept; and an ``inference_service_environment`` key
+    the unit refuses (``service_unit.SECRET_KEY``: readable by every local user). The
+    value is never shown."""
+    problems: list[str] = []
+    for var in sorted(v for v in raw if options.get(v, {}).get("no_log")):
+        value = raw[var]
+        if VaultHelper.get_ciphertext(value, with_tags=False):
+            continue
+        items = (
+            [(f"{var}.{k}", v) for k, v in value.items()]
+            if isinstance(value, Mapping)
+            else [(var, value)]
+        )
+        for name, item in items:
+            source = _plain_source(name, item, raw)
+            if source:
+                problems.append(_secret_line(host, name, source))
+    environment = raw.get("inference_service_environment")
+    if isinstance(environment, Mapping):
+        for key in sorted(str(k) for k in environment if SECRET_KEY.search(str(k))):
+            problems.append(
+                f"{host}: inference_service_environment.{key}: a secret in the unit's "
+                "Environment= (readable by every local user): move it to "
+                "inference_service_secret_environment, vaulted or from the environment"
+            )
+    return problems
+
+
+def inventory_problems(
+    groups: Mapping[str, Sequence[str]],
+    hostvars: Mapping[str, Mapping[str, Any]],
+    *,
+    raw: Mapping[str, Mapping[str, Any]] | None = None,
+    roles: Path | str | None = None,
+) -> list[str]:
+    """Every problem of the inventory, one line each; empty when it is deployable.
+
+    ``hostvars``: each host's variables as the roles will see them (rendered). ``raw``:
+    the same unrendered, as the inventory wrote them (to tell a template that reads a
+    vaulted variable from a secret written out; default ``hostvars``). ``roles``: the
+    roles directory; given, the roles' own rules run too (:func:`role_problems`,
+    :func:`type_problems`, :func:`secret_problems`)."""
     problems = [
         f"inventory: group {g} is missing (see inventory/example/hosts.yml)"
         for g in REQUIRED_GROUPS
@@ -191,6 +451,10 @@ def inventory_problems(
     ]
     if problems:
         return problems
+    if roles is not None:
+        if not (Path(roles) / "inference_engine" / "tasks" / "preflight.yml").is_file():
+            return [f"preflight: roles={roles}: not the specops roles directory"]
+        problems.extend(_role_rule_problems(groups, hostvars, raw or hostvars, Path(roles)))
     nodes = list(groups["pve_nodes"])
     vmids: dict[int, str] = {}
     bad_gpus: set[str] = set()  # nodes with a container whose request is wrong
@@ -219,6 +483,27 @@ def inventory_problems(
                 vfio_release_request(groups, hostvars, node)
             except ValidationError as exc:
                 problems.append(str(exc))
+    return problems
+
+
+def _role_rule_problems(
+    groups: Mapping[str, Sequence[str]],
+    hostvars: Mapping[str, Mapping[str, Any]],
+    raw: Mapping[str, Mapping[str, Any]],
+    roles: Path,
+) -> list[str]:
+    """The roles' rules for every host of pve_nodes and serving: types from the argument
+    specs, plain-text secrets, and (serving hosts) the roles' cross-variable asserts."""
+    options = spec_options(roles)
+    problems: list[str] = []
+    both = set(groups["pve_nodes"]) & set(groups["serving"])
+    for host in dict.fromkeys([*groups["pve_nodes"], *groups["serving"]]):
+        if host in both:
+            continue  # named by the caller
+        problems.extend(type_problems(host, hostvars.get(host, {}), options))
+        problems.extend(secret_problems(host, raw.get(host, {}), options))
+        if host in groups["serving"]:
+            problems.extend(role_problems(host, raw.get(host, {}), roles))
     return problems
 
 

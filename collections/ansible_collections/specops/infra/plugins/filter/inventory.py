@@ -1,10 +1,17 @@
 """Filters over the whole inventory (logic in ``specops.inventory``; this file only
 adapts it to Ansible's hostvars).
 
-    {{ groups | specops.infra.inventory_problems(hostvars) }}
+    {{ groups | specops.infra.inventory_problems(hostvars, roles=playbook_dir ~ '/../roles') }}
     {{ groups | specops.infra.vfio_release_request(hostvars, inventory_hostname) }}
 
 ``inventory_problems``: one-line problems (empty when the inventory is deployable).
+With ``roles`` (the roles directory) the roles' own rules run too. The preflight sees
+hostvars rendered; to tell a secret read from vault or the environment from one written
+out it also reads each host's variables unrendered, through Ansible's
+``HostVars.raw_get`` (the inventory's own values: a ``!vault`` object stays one, a
+template stays its text, each with the file it came from). The argument specs' types
+are checked on the variables written as literals, taken from those raw values; a value
+written as a template is left to the role (it renders where the role runs).
 ``vfio_release_request``: the cards a PVE node gives from vfio-pci to the host, those
 its serving containers ask for (``addresses``, ``model``, ``count``, ``containers``).
 """
@@ -12,10 +19,11 @@ its serving containers ask for (``addresses``, ``model``, ``count``, ``container
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from specops.errors import SpecopsError
-from specops.inventory import CONTAINER_GPU_VARS, NODE_GPU_VARS
+from specops.inventory import CONTAINER_GPU_VARS, NODE_GPU_VARS, spec_options
 from specops.inventory import inventory_problems as _problems
 from specops.inventory import vfio_release_request as _release
 
@@ -35,13 +43,42 @@ _KEYS = (
 )
 
 
-def inventory_problems(groups: Mapping[str, Sequence[str]], hostvars: Any) -> list[str]:
+def _templated(value: Any) -> bool:
+    """Whether ``value`` holds a template anywhere (a string with ``{{`` or ``{%``)."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, Mapping):
+        return any(_templated(v) for v in value.values())
+    if isinstance(value, Sequence):
+        return any(_templated(v) for v in value)
+    return False
+
+
+def inventory_problems(
+    groups: Mapping[str, Sequence[str]], hostvars: Any, roles: str | None = None
+) -> list[str]:
     hosts = {str(h) for g in groups.values() for h in g}
+    options = spec_options(Path(roles)) if roles else {}
     plain: dict[str, dict[str, Any]] = {}
+    raw: dict[str, dict[str, Any]] = {}
     for host in hosts:
         hv = hostvars[host]
         plain[host] = {k: hv[k] for k in _KEYS if k in hv}
-    return _problems({str(k): [str(h) for h in v] for k, v in groups.items()}, plain)
+        if roles:
+            raw[host] = dict(hostvars.raw_get(host))
+            # The argument specs' types are checked on values written as literals (what
+            # an operator gets wrong): those need no rendering. A value written as a
+            # template is left to the role, which renders it where it runs (rendering
+            # it inside this filter can fail for a template that is fine in a task).
+            for k in options.keys() & raw[host].keys():
+                if k not in plain[host] and not _templated(raw[host][k]):
+                    plain[host][k] = raw[host][k]
+    return _problems(
+        {str(k): [str(h) for h in v] for k, v in groups.items()},
+        plain,
+        raw=raw or None,
+        roles=roles,
+    )
 
 
 # What a container's card request is made of (vfio_release_request).
