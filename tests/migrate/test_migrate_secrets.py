@@ -57,7 +57,7 @@ def api_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiLab]:
         yield ApiLab(cluster, api, base)
 
 
-def _inventory(lab: ApiLab, tmp: Path, **settings: object) -> Path:
+def _inventory(lab: ApiLab, tmp: Path, vaulted: str = "", **settings: object) -> Path:
     inv = tmp / "inventory"
     (inv / "group_vars").mkdir(parents=True)
     (inv / "hosts.yml").write_text(
@@ -93,8 +93,22 @@ def _inventory(lab: ApiLab, tmp: Path, **settings: object) -> Path:
         "migrate_state_dir": str(tmp / "state"),
     }
     values.update(settings)
-    (inv / "group_vars" / "all.yml").write_text(yaml.safe_dump(values))
+    (inv / "group_vars" / "all.yml").write_text(yaml.safe_dump(values) + vaulted)
     return inv
+
+
+def _vault(tmp: Path, name: str, secret: str) -> tuple[str, Path]:
+    """``name: !vault |`` text for ``secret`` (ansible-vault encrypt_string, the secret on
+    its standard input) and the 0600 password file that opens it."""
+    password = tmp / "vault-pass"
+    password.write_text("a-test-vault-password\n")
+    password.chmod(0o600)
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-vault"), "encrypt_string",
+         "--vault-password-file", str(password), "--stdin-name", name],
+        input=secret, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    return result.stdout, password
 
 
 def _playbook(
@@ -152,12 +166,17 @@ def test_token_secret_from_the_environment_never_on_a_command_line(
 def test_check_mode_runs_the_preflight_and_changes_nothing(api_lab: ApiLab, tmp_path: Path) -> None:
     """--check: the read-only preflight runs and says what the move would do; nothing
     after it is simulated (it needs the move), and nothing is written on the cluster.
-    The secret comes from the inventory (as from vault) here."""
+    The secret comes from the inventory here, vaulted (a plain-text one is refused by the
+    preflight)."""
     secret = api_lab.api.token_value
-    inv = _inventory(api_lab, tmp_path, migrate_api_token_secret=secret)
+    vaulted, password = _vault(tmp_path, "migrate_api_token_secret", secret)
+    inv = _inventory(api_lab, tmp_path, vaulted=vaulted)
     confs = {p: p.read_bytes() for p in api_lab.base.rglob("*.conf")}
     with CmdlineScan(secret, markers=("migrate\0preflight",)) as scan:
-        result = _playbook(inv, "-vvv", "playbooks/migrate.yml", "--check", "--diff")
+        result = _playbook(
+            inv, "-vvv", "playbooks/migrate.yml", "--check", "--diff",
+            "--vault-password-file", str(password),
+        )  # fmt: skip
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
     assert "check mode: the preflight passed" in out

@@ -341,8 +341,10 @@ class PveConf:
         return self.sections[0]
 
     def render(self) -> str:
-        text = "".join(ln.raw for sec in self.sections for ln in sec.lines)
-        if not self.final_newline:
+        lines = [ln.raw for sec in self.sections for ln in sec.lines]
+        text = "".join(lines)
+        # A blank last line is all newline: dropping it would drop the line, so it stays.
+        if not self.final_newline and lines and lines[-1].strip("\r\n"):
             for eol in ("\r\n", "\n"):
                 if text.endswith(eol):
                     return text[: -len(eol)]
