@@ -10,11 +10,14 @@ anything is created, so ``specops`` turns it into one line and exit 2
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "SpecopsError",
     "ValidationError",
+    "bool_field",
     "input_dir",
     "input_file",
     "one_line",
@@ -39,6 +42,14 @@ class ValidationError(SpecopsError):
         self.field = field
         self.problem = problem
         super().__init__(f"{field}: {problem}")
+
+
+def bool_field(data: Mapping[str, Any], key: str, default: bool) -> bool:
+    """``data[key]`` (``default`` when absent), which must be true or false."""
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise ValidationError(key, f"must be true or false (got {value!r})")
+    return value
 
 
 def one_line(text: str) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from plugins.problems import assert_named
 
 from specops.inventory import inventory_problems
 
@@ -126,12 +127,7 @@ ROWS: dict[str, tuple[str, dict[str, dict[str, Any]], list[tuple[str, str]]]] = 
 def test_a_bad_gpu_request_is_named_by_host_and_variable(
     family: str, overlay: dict[str, dict[str, Any]], expected: list[tuple[str, str]]
 ) -> None:
-    problems = overlaid(overlay)
-    assert len(problems) == len(expected), problems
-    for problem, (start, text) in zip(problems, expected, strict=True):
-        assert problem.startswith(start), problem
-        assert text in problem, problem
-        assert "\n" not in problem
+    assert_named(overlaid(overlay), expected)
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.parsing.vault import EncryptedString
+from plugins.problems import assert_named
 
 from specops.inventory import inventory_problems
 
@@ -139,11 +140,7 @@ def test_a_bad_variable_is_named_by_host_and_variable(
     family: str, overlay: dict[str, dict[str, Any]], expected: list[tuple[str, str]]
 ) -> None:
     problems = overlaid(overlay)
-    assert len(problems) == len(expected), problems
-    for problem, (start, text) in zip(problems, expected, strict=True):
-        assert problem.startswith(start), problem
-        assert text in problem, problem
-        assert "\n" not in problem
+    assert_named(problems, expected)
     for values in overlay.values():  # a secret's value is never shown
         for value in values.values():
             if isinstance(value, str) and value.startswith(("hf_", "sk-", "0b1c")):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specops.errors import ValidationError
+from specops.errors import ValidationError, bool_field
 
 __all__ = ["ApiEndpoint", "MigrationSpec", "load_spec", "parse_spec"]
 
@@ -100,13 +100,6 @@ def _int(data: Mapping[str, Any], key: str, default: int, lo: int, hi: int) -> i
     return value
 
 
-def _bool(data: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = data.get(key, default)
-    if not isinstance(value, bool):
-        raise ValidationError(key, f"must be true or false (got {value!r})")
-    return value
-
-
 def _api(data: Any, where: str) -> ApiEndpoint:
     if not isinstance(data, Mapping):
         raise ValidationError(where, "must be a mapping with host, port, user, token_name, ...")
@@ -183,8 +176,8 @@ def parse_spec(data: Mapping[str, Any]) -> MigrationSpec:
         raise ValidationError(
             "recovery", f"must be one of {', '.join(RECOVERIES)} (got {recovery!r})"
         )
-    restart = _bool(data, "restart", True)
-    allow_stopped = _bool(data, "allow_stopped_vm_cards", False)
+    restart = bool_field(data, "restart", True)
+    allow_stopped = bool_field(data, "allow_stopped_vm_cards", False)
     return MigrationSpec(
         vmid=vmid,
         target=target,

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from specops.bench.plan import Plan, plan_from_mapping
-from specops.errors import ValidationError, syntax_problem
+from specops.errors import ValidationError, bool_field, syntax_problem
 from specops.speculative import Engine
 from specops.tune.objective import CorrectnessGate
 from specops.tune.output_gate import GateConfig, gate_config
@@ -182,7 +182,7 @@ def load_config(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = N
         correctness=CorrectnessGate.from_mapping(_mapping(data, "correctness")),
         scoring=scoring,
         mode=mode,
-        restore=_bool(data, "restore", False),
+        restore=bool_field(data, "restore", False),
         max_rounds=_max_rounds(data.get("max_rounds", 3)),
         apply_timeout_s=float(apply_timeout),
         output_gate=gate_config(data.get("output_gate", True)),
@@ -236,13 +236,6 @@ def _mapping(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
         return {}
     if not isinstance(value, Mapping):
         raise ValidationError(key, f"must be a mapping (got {value!r})")
-    return value
-
-
-def _bool(data: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = data.get(key, default)
-    if not isinstance(value, bool):
-        raise ValidationError(key, f"must be true or false (got {value!r})")
     return value
 
 
