@@ -108,6 +108,14 @@ def test_relative_links_resolve(page: Path) -> None:
     assert broken_links(page) == []
 
 
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(REPO)))
+def test_code_fences_are_closed(page: Path) -> None:
+    """An unclosed fence would turn the rest of the page into code (and hide its links)."""
+    fences = [n for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+              if _FENCE.match(line)]  # fmt: skip
+    assert len(fences) % 2 == 0, f"{page.name}: the fence on line {fences[-1]} is not closed"
+
+
 def test_every_docs_page_is_reachable_from_the_index() -> None:
     index = REPO / "docs" / "index.md"
     reached = {
