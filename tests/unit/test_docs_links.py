@@ -1,6 +1,7 @@
 """The documentation holds together: README.md stays short (<= 10 KB, issue 32) and every
-relative link in README.md, CONTRIBUTING.md and docs/**/*.md points at a file or folder
-that exists, and at a heading that exists when it names one in a Markdown page."""
+relative link in README.md, CONTRIBUTING.md, docs/**/*.md and the READMEs beside the code
+points at a file or folder that exists, and at a heading that exists when it names one in
+a Markdown page."""
 
 from __future__ import annotations
 
@@ -22,7 +23,20 @@ _HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 
 
 def _pages() -> list[Path]:
-    return [REPO / "README.md", REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").rglob("*.md"))]
+    """The front pages, docs/, and the READMEs that stay beside their code (roles, the
+    collections, the lab, the inventories)."""
+    beside = [
+        *(REPO / "roles").glob("*/README.md"),
+        *(REPO / "collections").rglob("*.md"),
+        *(REPO / "inventory").rglob("*.md"),
+        *(REPO / "src").rglob("*.md"),
+    ]
+    return [
+        REPO / "README.md",
+        REPO / "CONTRIBUTING.md",
+        *sorted((REPO / "docs").rglob("*.md")),
+        *sorted(beside),
+    ]
 
 
 def _prose_lines(text: str, *, drop_code: bool = True) -> list[tuple[int, str]]:
