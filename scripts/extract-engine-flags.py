@@ -5,7 +5,7 @@ The speculative translator (src/specops/speculative/) checks every flag it rende
 and every ``extra_args`` entry, against these lists, so they must come from the
 engine's own source, never from memory.
 
-SGLang (its parser cannot be imported without torch/CUDA/triton, see the README):
+SGLang (its parser cannot be imported without torch/CUDA/triton, see docs/speculative.md):
     python scripts/extract-engine-flags.py sglang --wheel /tmp/sgl/sglang-0.5.11-*.whl \
         -o src/specops/speculative/data/sglang-0.5.11-flags.json
   parses ``sglang/srt/server_args.py`` (``ServerArgs.add_cli_args``) with ``ast``.

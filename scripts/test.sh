@@ -84,7 +84,7 @@ run_lint() {
   check import-contracts env PYTHONPATH="$ROOT/src:$ROOT/collections" lint-imports --no-cache
   check argument-specs python3 scripts/check-argument-specs.py
   check "lab inventory = example + stand-in wiring" python3 scripts/check-lab-inventory.py
-  check "README profile table" specops profile table --check README.md
+  check "profile table (docs/speculative.md)" specops profile table --check docs/speculative.md
 }
 
 # The pytest shard that runs in the second lane, after molecule: the fleet tests (two

@@ -250,4 +250,4 @@ def test_interrupted_after_move_rerun_finishes(
     for phase in ("preflight", "move", "gpu_config"):
         assert f"| {phase} |" in report
     assert "| uvm_major | 511 | 508 |" in report
-    print(report)  # the README's timings come from here (pytest -s)
+    print(report)  # docs/operations/migrate.md's timings come from here (pytest -s)

@@ -12,7 +12,10 @@ from ansible_collections.specops.infra.plugins.filter.speculative import FilterM
 from specops import cli
 from specops.speculative import table
 
-README = Path(__file__).resolve().parents[2] / "src" / "specops" / "speculative" / "README.md"
+REPO = Path(__file__).resolve().parents[2]
+# The generated "method x engine -> flags" table lives in the speculative profiles page.
+PROFILES_DOC = REPO / "docs" / "speculative.md"
+DATA = REPO / "src" / "specops" / "speculative" / "data"
 
 
 def test_render_prints_the_argv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -65,8 +68,8 @@ def test_table_check_and_write(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert cli.main(["profile", "table", "--check", str(doc)]) == 2
 
 
-def test_speculative_readme_table_is_current() -> None:
-    assert table.check_file(README), "run: specops profile table --write " + str(README)
+def test_speculative_profiles_doc_table_is_current() -> None:
+    assert table.check_file(PROFILES_DOC), "run: specops profile table --write " + str(PROFILES_DOC)
 
 
 def test_check_drafter_command(drafter_fixtures: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -117,9 +120,7 @@ def test_render_against_an_installed_flag_set(
 ) -> None:
     """vLLM 0.21.0 (say, a PR build's version) has no recorded list; its installed build's
     flag set renders it."""
-    recorded = json.loads(
-        (README.parent / "data" / "vllm-0.32.0-flags.json").read_text(encoding="utf-8")
-    )
+    recorded = json.loads((DATA / "vllm-0.32.0-flags.json").read_text(encoding="utf-8"))
     flags = tmp_path / "flags.json"
     flags.write_text(json.dumps({**recorded, "version": "0.21.0", "source": "a PR build"}))
     profile = tmp_path / "p.yml"

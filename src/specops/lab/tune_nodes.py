@@ -214,7 +214,7 @@ def write_inventory(
                         "inference_service_readiness_timeout": 300,
                         "inference_service_gpu_release_timeout": 120,
                         "inference_service_speculative": profile,
-                        # random weights: greedy output loops by construction (README,
+                        # random weights: greedy output loops by construction (docs/speculative.md,
                         # "the lossless-output gate"); the match check stays on
                         "inference_service_output_gate_degeneration": {"enabled": False},
                         "specops_base_url": "http://127.0.0.1:{{ inference_service_port }}",

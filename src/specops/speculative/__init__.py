@@ -6,7 +6,7 @@
 - :func:`check_drafter` (``drafter``): a DFlash drafter's config.json against its target.
 
 The unit template (via the ``specops.infra.speculative_argv`` filter), the sweep and
-the README table all go through these functions; nothing else spells an engine flag.
+the table in docs/speculative.md all go through these functions; nothing else spells an engine flag.
 """
 
 from __future__ import annotations

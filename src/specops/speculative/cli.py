@@ -1,7 +1,7 @@
 """``specops profile``: render a speculative profile, print the table, check a drafter.
 
 specops profile render --engine sglang --version 0.5.11 --profile FILE.yml [--flags FLAGSET.json]
-specops profile table [--check README.md | --write README.md]
+specops profile table [--check docs/speculative.md | --write docs/speculative.md]
 specops profile check-drafter --target DIR --drafter DIR [--method M] [--id HUB_ID] [--window 2048]
 """
 

@@ -12,7 +12,7 @@ Two sources of an engine's flags, in this order:
    (SGLang: its wheel's ``server_args.py`` parsed with ``ast``; vLLM: its real argument
    parser imported in the lab's vLLM CPU venv). With a recorded list, a branch build's
    capability may be declared (``capabilities``): DDTree's flags are then added by hand
-   from SGLang PR #29907 (see the README); an installed flag set needs no declaration.
+   from SGLang PR #29907 (see docs/speculative.md); an installed flag set needs no declaration.
 """
 
 from __future__ import annotations

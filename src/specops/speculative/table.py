@@ -1,4 +1,4 @@
-"""The README's "method x engine -> flags" table, generated from the translator.
+"""The "method x engine -> flags" table of docs/speculative.md, generated from the translator.
 
 ``specops profile table`` prints it; ``--check FILE`` fails when the copy between
 ``<!-- profile-table:start -->`` and ``<!-- profile-table:end -->`` in FILE differs,

@@ -55,7 +55,7 @@ def register(subparsers: Any) -> None:
     sweep = subparsers.add_parser("sweep", help="find the best speculative settings on a canary")
     ssub = sweep.add_subparsers(dest="sweep_command", metavar="SUBCOMMAND", required=True)
     run = ssub.add_parser("run", help="run (or resume) a sweep from a config file")
-    run.add_argument("config", type=Path, help="sweep config YAML (see src/specops/tune/README.md)")
+    run.add_argument("config", type=Path, help="sweep config YAML (see docs/sweep.md)")
     run.add_argument("--out", type=Path, required=True, help="results dir (resumes when it exists)")
     run.add_argument("--mode", choices=["ascent", "grid"], help="override the config's mode")
     run.add_argument(

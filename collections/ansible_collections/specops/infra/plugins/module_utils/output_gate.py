@@ -12,7 +12,7 @@ set greedily and
    token match rate (common prefix / reference length, averaged over the prompts) must
    reach ``threshold``. It is not 1.0 because floating point differs between batch
    shapes: a speculative verify pass scores several positions at once and a near tie
-   between two tokens can flip (see the README for the measured rates);
+   between two tokens can flip (see docs/speculative.md for the measured rates);
 2. runs a degeneration detector on every output, with or without a reference: one
    token repeated ``max_run`` times in a row, or a cycle of at most ``max_period``
    tokens repeated over ``min_span`` tokens (the seeds' SGLang 0.5.9 on a GDN hybrid
