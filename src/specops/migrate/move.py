@@ -60,6 +60,18 @@ def _wait(
     return client.wait_task(node, upid, timeout=spec.task_timeout, want_log=want_log)
 
 
+def _shutdown(spec: MigrationSpec, client: PveClient, node: str) -> TaskResult:
+    """Shut the CT down on ``node`` (forced after ``shutdown_timeout``) and wait for it."""
+    upid = client.call(
+        "POST",
+        "/nodes/{node}/lxc/{vmid}/status/shutdown",
+        {"node": node, "vmid": spec.vmid},
+        timeout=spec.shutdown_timeout,
+        forceStop=1,
+    )
+    return _wait(spec, client, node, str(upid))
+
+
 def _ensure_running_on_source(
     client: PveClient, spec: MigrationSpec, node: str, was_running: bool
 ) -> str:
@@ -88,14 +100,7 @@ def _remove_recreated_mounts(
         return
     where = client.where_is(spec.vmid)
     if where and where[1] == "running":
-        upid = client.call(
-            "POST",
-            "/nodes/{node}/lxc/{vmid}/status/shutdown",
-            {"node": node, "vmid": spec.vmid},
-            timeout=spec.shutdown_timeout,
-            forceStop=1,
-        )
-        res = _wait(spec, client, node, str(upid))
+        res = _shutdown(spec, client, node)
         if not res.ok:
             raise MoveFailed(
                 "shutdown before removing the mount points failed",
@@ -220,14 +225,7 @@ def _backup_restore(
     state.save()
     if not entry.get("archive"):
         if status == "running":  # stopped before the dump and kept stopped: one copy serves
-            upid = client.call(
-                "POST",
-                "/nodes/{node}/lxc/{vmid}/status/shutdown",
-                {"node": source, "vmid": spec.vmid},
-                timeout=spec.shutdown_timeout,
-                forceStop=1,
-            )
-            res = _wait(spec, client, source, str(upid))
+            res = _shutdown(spec, client, source)
             if not res.ok:
                 raise MoveFailed(
                     "shutdown before the backup failed",
