@@ -14,12 +14,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 __all__ = [
     "SpecopsError",
     "ValidationError",
     "bool_field",
     "input_dir",
     "input_file",
+    "load_yaml_file",
     "one_line",
     "output_dir",
     "output_file",
@@ -69,6 +72,19 @@ def syntax_problem(exc: Exception) -> str:
         msg = getattr(exc, "msg", str(exc))
         return f"line {lineno}, column {getattr(exc, 'colno', '?')}: {one_line(str(msg))}"
     return one_line(str(exc))
+
+
+def load_yaml_file(path: Path, field: str) -> Any:
+    """The YAML document in ``path``; an unreadable, non-UTF-8 or invalid file is a
+    ValidationError naming ``field`` (and where the syntax error is)."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValidationError(field, f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ValidationError(field, f"{path} is not UTF-8 text") from None
+    except yaml.YAMLError as exc:
+        raise ValidationError(field, f"{path} is not valid YAML: {syntax_problem(exc)}") from None
 
 
 def input_file(path: str | os.PathLike[str], field: str) -> Path:

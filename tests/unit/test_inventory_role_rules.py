@@ -177,6 +177,17 @@ def test_a_good_inventory_passes(overlay: dict[str, dict[str, Any]]) -> None:
     assert overlaid(overlay) == []
 
 
+def test_the_engine_default_version_meets_a_model_floor_on_the_controller() -> None:
+    """With no inference_engine_version, the version checked is the engine's default from
+    the build table (engine_build.ENGINES, through the collection's filter)."""
+    pins = {"org/model": {"sglang": {"min": "9.9"}}}
+    problems = overlaid({CT: {"inference_engine_model": "org/model",
+                              "inference_engine_model_pins": pins}})  # fmt: skip
+    assert problems == [
+        f"{CT}: inference_engine_version: org/model needs sglang >= 9.9 (got 0.5.11):"
+    ], problems
+
+
 def _preflight(inventory: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     bindir = Path(sys.executable).parent
     return subprocess.run(

@@ -60,6 +60,37 @@ def _wait(
     return client.wait_task(node, upid, timeout=spec.task_timeout, want_log=want_log)
 
 
+def _shutdown(spec: MigrationSpec, client: PveClient, node: str) -> TaskResult:
+    """Shut the CT down on ``node`` (forced after ``shutdown_timeout``) and wait for it."""
+    upid = client.call(
+        "POST",
+        "/nodes/{node}/lxc/{vmid}/status/shutdown",
+        {"node": node, "vmid": spec.vmid},
+        timeout=spec.shutdown_timeout,
+        forceStop=1,
+    )
+    return _wait(spec, client, node, str(upid))
+
+
+def _restore(
+    spec: MigrationSpec, tclient: PveClient, state: MigrationState, archive: str, storage: str
+) -> tuple[str, TaskResult]:
+    """Restore ``archive`` as the CT on the target (the task recorded first) and wait."""
+    upid = str(
+        tclient.call(
+            "POST",
+            "/nodes/{node}/lxc",
+            {"node": spec.target},
+            vmid=spec.vmid,
+            ostemplate=archive,
+            restore=1,
+            storage=storage,
+        )
+    )
+    _start_task(state, tclient, spec.target, upid, "restore")
+    return upid, _wait(spec, tclient, spec.target, upid)
+
+
 def _ensure_running_on_source(
     client: PveClient, spec: MigrationSpec, node: str, was_running: bool
 ) -> str:
@@ -88,14 +119,7 @@ def _remove_recreated_mounts(
         return
     where = client.where_is(spec.vmid)
     if where and where[1] == "running":
-        upid = client.call(
-            "POST",
-            "/nodes/{node}/lxc/{vmid}/status/shutdown",
-            {"node": node, "vmid": spec.vmid},
-            timeout=spec.shutdown_timeout,
-            forceStop=1,
-        )
-        res = _wait(spec, client, node, str(upid))
+        res = _shutdown(spec, client, node)
         if not res.ok:
             raise MoveFailed(
                 "shutdown before removing the mount points failed",
@@ -220,14 +244,7 @@ def _backup_restore(
     state.save()
     if not entry.get("archive"):
         if status == "running":  # stopped before the dump and kept stopped: one copy serves
-            upid = client.call(
-                "POST",
-                "/nodes/{node}/lxc/{vmid}/status/shutdown",
-                {"node": source, "vmid": spec.vmid},
-                timeout=spec.shutdown_timeout,
-                forceStop=1,
-            )
-            res = _wait(spec, client, source, str(upid))
+            res = _shutdown(spec, client, source)
             if not res.ok:
                 raise MoveFailed(
                     "shutdown before the backup failed",
@@ -256,19 +273,7 @@ def _backup_restore(
         entry["archive"] = f"{spec.backup_storage}:backup/{archive.rsplit('/', 1)[-1]}"
         state.save()
     storage = spec.target_storage or pre.rootfs.split(":", 1)[0] or "local"
-    upid = str(
-        tclient.call(
-            "POST",
-            "/nodes/{node}/lxc",
-            {"node": spec.target},
-            vmid=spec.vmid,
-            ostemplate=entry["archive"],
-            restore=1,
-            storage=storage,
-        )
-    )
-    _start_task(state, tclient, spec.target, upid, "restore")
-    res = _wait(spec, tclient, spec.target, upid)
+    upid, res = _restore(spec, tclient, state, entry["archive"], storage)
     if not res.ok:
         where_now = _ensure_running_on_source(client, spec, source, bool(entry["was_running"]))
         raise MoveFailed(f"restore task {upid} failed: {res.exitstatus}", where_now, res.log)
@@ -296,19 +301,7 @@ def _restore_from_backup(
         res = _wait(spec, tclient, task["node"], task["upid"])
         upid = str(task["upid"])
     if tclient.where_is(spec.vmid) is None or (res is not None and not res.ok):
-        upid = str(
-            tclient.call(
-                "POST",
-                "/nodes/{node}/lxc",
-                {"node": spec.target},
-                vmid=spec.vmid,
-                ostemplate=pre.archive,
-                restore=1,
-                storage=pre.restore_storage,
-            )
-        )
-        _start_task(state, tclient, spec.target, upid, "restore")
-        res = _wait(spec, tclient, spec.target, upid)
+        upid, res = _restore(spec, tclient, state, pre.archive, pre.restore_storage)
         if not res.ok:
             raise MoveFailed(
                 f"restore task {upid} failed: {res.exitstatus}",

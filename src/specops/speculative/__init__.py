@@ -12,10 +12,11 @@ the table in docs/speculative.md all go through these functions; nothing else sp
 from __future__ import annotations
 
 from specops.speculative.engines import Engine, known_versions
-from specops.speculative.profile import METHODS, SpeculativeProfile
+from specops.speculative.profile import INT_FIELDS, METHODS, SpeculativeProfile
 from specops.speculative.translate import from_argv, to_argv, to_env
 
 __all__ = [
+    "INT_FIELDS",
     "METHODS",
     "Engine",
     "SpeculativeProfile",

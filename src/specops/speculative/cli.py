@@ -14,9 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from specops.errors import SpecopsError, ValidationError, input_dir, input_file, syntax_problem
+from specops.errors import (
+    SpecopsError,
+    ValidationError,
+    input_dir,
+    input_file,
+    load_yaml_file,
+    syntax_problem,
+)
 from specops.speculative.drafter import DRAFTER_METHODS, check
 from specops.speculative.engines import ENGINE_NAMES, Engine
 from specops.speculative.profile import SpeculativeProfile
@@ -74,16 +79,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _load_profile(path: Path) -> SpeculativeProfile:
-    try:
-        data: Any = yaml.safe_load(input_file(path, "--profile").read_text("utf-8"))
-    except OSError as exc:
-        raise ValidationError("--profile", f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ValidationError("--profile", f"{path} is not UTF-8 text") from None
-    except yaml.YAMLError as exc:
-        raise ValidationError(
-            "--profile", f"{path} is not valid YAML: {syntax_problem(exc)}"
-        ) from None
+    data: Any = load_yaml_file(input_file(path, "--profile"), "--profile")
     if isinstance(data, dict) and set(data) == {"speculative"}:
         data = data["speculative"]
     return SpeculativeProfile.from_mapping(data)

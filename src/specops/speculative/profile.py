@@ -26,6 +26,7 @@ from specops.errors import ValidationError
 __all__ = [
     "CHAIN_METHODS",
     "FIELD_DOCS",
+    "INT_FIELDS",
     "METHODS",
     "PARALLEL_METHODS",
     "SpeculativeProfile",
@@ -54,7 +55,8 @@ FIELD_DOCS: Final[Mapping[str, str]] = {
     "extra_args": "more engine flags, checked against the engine's flag list",
 }
 
-_INT_FIELDS: Final = (
+# The integer fields (each >= 1); also what a sweep may vary (specops.tune.space).
+INT_FIELDS: Final = (
     "num_steps",
     "topk",
     "num_draft_tokens",
@@ -189,7 +191,7 @@ def _check_types(p: SpeculativeProfile) -> None:
         raise ValidationError(
             "speculative.method", f"must be one of {', '.join(METHODS)} (got {p.method!r})"
         )
-    for name in _INT_FIELDS:
+    for name in INT_FIELDS:
         value = getattr(p, name)
         if value is None:
             continue

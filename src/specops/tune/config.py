@@ -13,10 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from specops.bench.plan import Plan, plan_from_mapping
-from specops.errors import ValidationError, bool_field, syntax_problem
+from specops.errors import ValidationError, bool_field, load_yaml_file
 from specops.speculative import Engine
 from specops.tune.objective import CorrectnessGate
 from specops.tune.output_gate import GateConfig, gate_config
@@ -254,16 +252,7 @@ def _max_candidates(value: object) -> int | None:
 
 
 def load_config_file(path: Path, overrides: Mapping[str, Any] | None = None) -> SweepConfig:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValidationError("config", f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ValidationError("config", f"{path} is not UTF-8 text") from None
-    except yaml.YAMLError as exc:
-        raise ValidationError(
-            "config", f"{path} is not valid YAML: {syntax_problem(exc)}"
-        ) from None
+    data = load_yaml_file(path, "config")
     if not isinstance(data, dict):
         raise ValidationError("config", f"{path} must hold a mapping")
     return load_config(data, overrides)

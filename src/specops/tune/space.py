@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specops.errors import ValidationError
-from specops.speculative import Engine, SpeculativeProfile, to_argv, to_env
+from specops.speculative import INT_FIELDS, Engine, SpeculativeProfile, to_argv, to_env
 from specops.tune.plain import PLAIN_KEY, PLAIN_PROFILE
 
 __all__ = [
@@ -33,16 +33,8 @@ __all__ = [
     "plain_candidate",
 ]
 
-# Profile fields a sweep may vary (ordered, numeric).
-TUNABLE = (
-    "num_steps",
-    "topk",
-    "num_draft_tokens",
-    "draft_window",
-    "tree_budget",
-    "prompt_lookup_min",
-    "prompt_lookup_max",
-)
+# Profile fields a sweep may vary: the profile's integer fields (ordered, numeric).
+TUNABLE = INT_FIELDS
 _RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+)\s*$")
 
 Assignment = tuple[tuple[str, int], ...]

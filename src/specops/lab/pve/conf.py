@@ -30,16 +30,16 @@ commits: :data:`specops.pve_schema.UPSTREAM`.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import os
 import re
-import time
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from ansible_collections.specops.infra.plugins.module_utils.file_lock import flock_within
 
 from specops.errors import SpecopsError
 from specops.pve_formats import FormatError, SchemaUnsupported, split_list
@@ -773,21 +773,10 @@ def lock_config(node_root: str, vmid: int, timeout: float = 10) -> Iterator[None
     timeout" when it cannot be had in time. The same file as the conf-editing modules'
     lock, so both exclude each other as on PVE."""
     path = config_lock_path(node_root, vmid)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "a") as fh:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise ConfError(f"can't lock file '{path}' - got timeout") from None
-                time.sleep(0.1)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with flock_within(
+        path, timeout, error=lambda p: ConfError(f"can't lock file '{p}' - got timeout")
+    ):
+        yield
 
 
 def split_nameservers(value: str) -> str:

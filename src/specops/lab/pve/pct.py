@@ -13,7 +13,6 @@ use PVE's wording. ``log`` callbacks receive the lines a PVE task log would show
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import shutil
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.specops.infra.plugins.module_utils.file_lock import flock_within
 from ansible_collections.specops.infra.plugins.module_utils.gpu import HostRoots, gather_facts
 from ansible_collections.specops.infra.plugins.module_utils.vfio import vm_lock_file
 
@@ -669,22 +669,9 @@ def _vm_lock(node: Node, vmid: int, timeout: float) -> Iterator[None]:
     ``PVE::QemuConfig->lock_config`` = ``flock(LOCK_EX)`` on
     ``/var/lock/qemu-server/lock-<vmid>.conf`` for up to 10 s (PVE::Tools lock_file_full,
     whose words the error uses). The vfio release holds the same lock."""
-    path = vm_lock_file(node.root, vmid)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise PveError(f"can't lock file '{path}' - got timeout") from None
-                time.sleep(0.05)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    error = lambda p: PveError(f"can't lock file '{p}' - got timeout")  # noqa: E731
+    with flock_within(vm_lock_file(node.root, vmid), timeout, poll=0.05, error=error):
+        yield
 
 
 def _vm_groups(node: Node, vmid: int) -> list[int]:

@@ -1,4 +1,7 @@
-"""The inference_engine role's build plan (requirements, build key, venv path) as a filter.
+"""The inference_engine role's build table and build plan (requirements, build key, venv
+path) as filters.
+
+    {{ inference_engine_engine | specops.infra.engine_build_facts }}
 
     {{ inference_engine_engine | specops.infra.engine_build_plan(version=..., git_ref=...,
          git_commit=..., python=..., app_dir=...) }}
@@ -14,9 +17,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.specops.infra.plugins.module_utils.engine_build import plan
+from ansible_collections.specops.infra.plugins.module_utils.engine_build import engine_facts, plan
 
-__all__ = ["FilterModule", "engine_build_plan"]
+__all__ = ["FilterModule", "engine_build_facts", "engine_build_plan"]
 
 
 def engine_build_plan(
@@ -45,8 +48,17 @@ def engine_build_plan(
     return built.as_dict()
 
 
+def engine_build_facts(engine: str) -> dict[str, Any]:
+    """The engine's row of the build table: package, git_repo,
+    system_packages, removed, recorded."""
+    try:
+        return engine_facts(str(engine)).as_dict()
+    except ValueError as exc:
+        raise AnsibleFilterError(f"engine_build_facts: {exc}") from exc
+
+
 class FilterModule:
     """specops.infra engine build filters."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"engine_build_plan": engine_build_plan}
+        return {"engine_build_facts": engine_build_facts, "engine_build_plan": engine_build_plan}

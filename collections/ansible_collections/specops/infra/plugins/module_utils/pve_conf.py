@@ -38,15 +38,14 @@ configs through it).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
-import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ansible_collections.specops.infra.plugins.module_utils.atomic_file import write_atomic
+from ansible_collections.specops.infra.plugins.module_utils.file_lock import flock_within
 
 __all__ = [
     "DEFAULT_ID_MAP",
@@ -578,23 +577,11 @@ def format_property_string(props: dict[str, str], default_key: str | None = None
 @contextlib.contextmanager
 def config_lock(root: str, vmid: int, timeout: float) -> Iterator[None]:
     """PVE's per-guest lock: flock on ``<root>/run/lock/lxc/pve-config-<vmid>.lock``."""
-    lock_dir = os.path.join(root, "run/lock/lxc")
-    os.makedirs(lock_dir, exist_ok=True)
-    path = os.path.join(lock_dir, f"pve-config-{vmid}.lock")
-    with open(path, "a") as fh:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise PveConfError("vmid", f"can't lock file '{path}' - got timeout") from None
-                time.sleep(0.1)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    path = os.path.join(root, "run/lock/lxc", f"pve-config-{vmid}.lock")
+    with flock_within(
+        path, timeout, error=lambda p: PveConfError("vmid", f"can't lock file '{p}' - got timeout")
+    ):
+        yield
 
 
 def write_conf_atomic(path: str, text: str) -> None:

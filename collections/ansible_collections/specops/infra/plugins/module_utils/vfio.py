@@ -26,7 +26,6 @@ Stdlib only: this runs on managed hosts.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import time
@@ -36,6 +35,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
+from ansible_collections.specops.infra.plugins.module_utils.file_lock import flock_within
 from ansible_collections.specops.infra.plugins.module_utils.gpu import (
     GpuCard,
     HostGpuFacts,
@@ -558,6 +558,13 @@ def vm_lock_file(root: str | os.PathLike[str], vmid: int) -> Path:
     return Path(root) / "var" / "lock" / "qemu-server" / f"lock-{vmid}.conf"
 
 
+def _vm_lock_held(vmid: int, timeout: float, path: str) -> VfioReleaseError:
+    return VfioReleaseError(
+        f"VM {vmid}: PVE's lock {path} is still held after {timeout:g} s "
+        "(a qm start, backup or migration of that VM runs?); nothing was changed, try again"
+    )
+
+
 @contextlib.contextmanager
 def vm_config_locks(
     root: str | os.PathLike[str], vmids: Iterable[int], timeout: float = 10.0
@@ -576,23 +583,14 @@ def vm_config_locks(
     """
     with contextlib.ExitStack() as stack:
         for vmid in sorted(set(vmids)):
-            path = vm_lock_file(root, vmid)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            handle = stack.enter_context(open(path, "a"))
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise VfioReleaseError(
-                            f"VM {vmid}: PVE's lock {path} is still held after {timeout:g} s "
-                            "(a qm start, backup or migration of that VM runs?); nothing was "
-                            "changed, try again"
-                        ) from None
-                    time.sleep(0.05)
-            stack.callback(fcntl.flock, handle, fcntl.LOCK_UN)
+            stack.enter_context(
+                flock_within(
+                    vm_lock_file(root, vmid),
+                    timeout,
+                    poll=0.05,
+                    error=partial(_vm_lock_held, vmid, timeout),
+                )
+            )
         yield
 
 
