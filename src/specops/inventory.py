@@ -665,12 +665,14 @@ def node_card_problems(
         if hv.get("pve_container_node") != node:
             continue
         try:
-            _addresses, model, count = _wanted(host, hv)
+            addresses, model, count = _wanted(host, hv)
         except ValidationError:
             continue  # the controller preflight names it
         if model:
             models.setdefault(" ".join(model.split()).lower(), []).append((host, count))
             continue
+        if not addresses:
+            continue  # no card (CPU-only, or lxc_gpu_passthrough_state absent)
         for i, text in enumerate(hv.get("lxc_gpu_passthrough_gpus") or ()):
             where = f"{node}: {host}: lxc_gpu_passthrough_gpus[{i}]"
             try:
