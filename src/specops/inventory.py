@@ -724,9 +724,8 @@ def _model_problems(
             valid = "another model or node (none of them is free)"
         else:
             valid = f"{'counts adding up to' if others else 'a count of'} at most {usable}"
-            valid += f" (up to {len(matching)} once the others are freed)" * (
-                usable < len(matching)
-            )
+            if usable < len(matching):
+                valid += f" (up to {len(matching)} once the others are freed)"
             valid += ", or another node"
         lines.append(
             f"{node}: {host}: lxc_gpu_passthrough_gpu_count: asks for {count} {model!r}"
