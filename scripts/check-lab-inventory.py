@@ -10,8 +10,9 @@ inventory/example/group_vars/<group>, reused whole) and at most one overlay file
 - a key a lab host sets in host_vars that no example host of its group sets;
 
 and fails on any difference that inventory/lab/differences.yml does not list with a
-reason, on a listed key that no longer differs (the list stays true), and on a group
-directory that is not shaped as above. Values are compared as written (templates
+reason, on a listed key that no longer differs (the list stays true), on a group
+directory that is not shaped as above, and on a file that does not parse (named with
+its line). Values are compared as written (templates
 unrendered). Exit 0 when every difference is explained.
 
     python3 scripts/check-lab-inventory.py [REPO_ROOT]
@@ -37,8 +38,20 @@ def _use(root: Path) -> None:
     ALLOWLIST = LAB / "differences.yml"
 
 
+class Unreadable(Exception):
+    """A file of the inventory that does not parse (the message names it, and the line)."""
+
+
 def _load(path: Path) -> dict[str, Any]:
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise Unreadable(f"{where}: YAML syntax error: {' '.join(str(problem).split())}") from None
+    except UnicodeDecodeError as exc:
+        raise Unreadable(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     return data if isinstance(data, dict) else {}
 
 
@@ -107,8 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     _use(Path(args[0]).resolve() if args else ROOT)
     problems = _shape_problems()
-    allow = _load(ALLOWLIST)
-    found = differences()
+    try:
+        allow = _load(ALLOWLIST)
+        found = differences()
+    except Unreadable as exc:
+        print(f"PROBLEM {exc}", file=sys.stderr)
+        return 1
     for section, keys in sorted(found.items()):
         for key, how in sorted(keys.items()):
             reason = (allow.get(section) or {}).get(key)

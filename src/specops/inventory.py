@@ -13,7 +13,8 @@ model rule, matched against the GPU catalogue): a container's
 ``vfio_release_addresses`` / ``_model`` / ``_count``. A model is a catalogue product
 name (did-you-mean when near one) or any PCI ``vendor:device`` id; a count an integer
 1-16 (``MAX_GPUS``). What only the node knows (enough free cards of that model, none held by a
-VM) is left to the node.
+VM, an address that is on the node) is checked by :func:`node_card_problems` on the node's
+GPU facts, read before the first change (``playbooks/preflight-nodes.yml``).
 
 The roles' own rules run here too, on the controller, when the preflight names the
 roles directory (``roles``): the engine/model pin and the engine agreement are the
@@ -46,10 +47,13 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.parsing.dataloader import DataLoader
 from ansible.parsing.vault import VaultHelper, is_encrypted_file
 from ansible.template import Templar
+from ansible_collections.specops.infra.plugins.module_utils.gpu import PciAddress
 from ansible_collections.specops.infra.plugins.module_utils.gpu_catalogue import CATALOGUE
 from ansible_collections.specops.infra.plugins.module_utils.gpu_select import (
     GpuSelectError,
+    card_state,
     matching_cards,
+    select_free,
 )
 from ansible_collections.specops.infra.plugins.module_utils.service_unit import SECRET_KEY
 from ansible_collections.specops.infra.plugins.module_utils.vfio import (
@@ -69,6 +73,7 @@ __all__ = [
     "NodeRelease",
     "gpu_request_problems",
     "inventory_problems",
+    "node_card_problems",
     "role_problems",
     "secret_problems",
     "spec_options",
@@ -605,3 +610,126 @@ def vfio_release_request(
     if models:
         return NodeRelease(model=next(iter(models)), count=count, containers=containers)
     return NodeRelease()
+
+
+# ---------------------------------------------------------------------------------------
+# What only the node knows: its cards (the facts pass before the first change).
+
+_ALLOW_STOPPED = "vfio_release_allow_stopped_vm_cards"
+
+
+def _reasons(state_reasons: Sequence[str]) -> str:
+    """A card's reasons (``gpu_select.card_state``), the stopped-VM override named as the
+    inventory variable that sets it."""
+    text = "; ".join(state_reasons)
+    return text.replace("set allow_stopped_vm_cards", f"set {_ALLOW_STOPPED}: true")
+
+
+def _free_text(cards: Sequence[Mapping[str, Any]], allow_stopped: bool) -> str:
+    free = [
+        f"{c.get('address')} {c.get('name')}"
+        for c in cards
+        if card_state(c, cards, allow_stopped_vm_cards=allow_stopped).usable
+    ]
+    return ", ".join(free) or "none"
+
+
+def node_card_problems(
+    groups: Mapping[str, Sequence[str]],
+    hostvars: Mapping[str, Mapping[str, Any]],
+    node: str,
+    facts: Mapping[str, Any],
+    *,
+    allow_stopped_vm_cards: bool = False,
+) -> list[str]:
+    """Whether every serving container placed on ``node`` can get its cards, from the
+    node's GPU facts (``gpu.gather_facts``, ``ansible_facts.specops_gpu``), by the rule
+    the node applies later (``gpu_select``: a card a running VM or a process holds is
+    never taken; one a stopped VM keeps only with ``vfio_release_allow_stopped_vm_cards``):
+
+    - each address of ``lxc_gpu_passthrough_gpus`` is an NVIDIA card of the node, free;
+    - ``lxc_gpu_passthrough_gpu_model`` is a model the node has, and the counts of the
+      node's containers asking for it (summed, as ``vfio_release_request`` sums them) are
+      not above the node's cards of that model, nor above its free ones.
+
+    One line per problem, ``<node>: <container>: <variable>: ...``, saying what would be
+    valid. A request the controller preflight refuses (malformed, two models on a node)
+    is not judged again here. Reads only."""
+    cards = [dict(c) for c in facts.get("gpus") or []]
+    by_slot = {str(c.get("slot")): c for c in cards}
+    have = ", ".join(f"{c.get('address')} {c.get('name')}" for c in cards) or "no NVIDIA card"
+    problems: list[str] = []
+    models: dict[str, list[tuple[str, int]]] = {}
+    for host in sorted(str(h) for h in groups.get("serving", ())):
+        hv = hostvars.get(host, {})
+        if hv.get("pve_container_node") != node:
+            continue
+        try:
+            addresses, model, count = _wanted(host, hv)
+        except ValidationError:
+            continue  # the controller preflight names it
+        if model:
+            models.setdefault(" ".join(model.split()).lower(), []).append((host, count))
+            continue
+        if not addresses:
+            continue  # no card (CPU-only, or lxc_gpu_passthrough_state absent)
+        for i, text in enumerate(hv.get("lxc_gpu_passthrough_gpus") or ()):
+            where = f"{node}: {host}: lxc_gpu_passthrough_gpus[{i}]"
+            try:
+                slot = PciAddress.parse_hostpci(str(text)).slot
+            except ValueError:
+                continue  # malformed: the controller preflight names it
+            card = by_slot.get(slot)
+            if card is None:
+                problems.append(
+                    f"{where}: {text} is not an NVIDIA card on {node} (the node has: {have})"
+                )
+                continue
+            state = card_state(card, cards, allow_stopped_vm_cards=allow_stopped_vm_cards)
+            if not state.usable:
+                problems.append(
+                    f"{where}: {_reasons(state.reasons)}; free cards on {node}: "
+                    f"{_free_text(cards, allow_stopped_vm_cards)}"
+                )
+    for asks in models.values():
+        problems.extend(_model_problems(node, cards, asks, hostvars, allow_stopped_vm_cards))
+    return problems
+
+
+def _model_problems(
+    node: str,
+    cards: Sequence[Mapping[str, Any]],
+    asks: Sequence[tuple[str, int]],
+    hostvars: Mapping[str, Mapping[str, Any]],
+    allow_stopped: bool,
+) -> list[str]:
+    """The lines for the containers of ``node`` that ask for one model (``asks``:
+    (container, count) each)."""
+    model = str(hostvars[asks[0][0]].get("lxc_gpu_passthrough_gpu_model")).strip()
+    total = sum(n for _h, n in asks)
+    try:
+        matching = matching_cards(cards, model, node=node)
+    except GpuSelectError as exc:
+        return [f"{node}: {h}: lxc_gpu_passthrough_gpu_model: {exc.problem}" for h, _n in asks]
+    selection = select_free(cards, model, total, node=node, allow_stopped_vm_cards=allow_stopped)
+    if selection.ok:
+        return []
+    usable = len(selection.chosen)
+    held = f"; {_reasons(selection.refused)}" if selection.refused else ""
+    lines = []
+    for host, count in asks:
+        others = [f"{h} {n}" for h, n in asks if h != host]
+        together = f" ({total} with {', '.join(others)})" if others else ""
+        if usable == 0:
+            valid = "another model or node (none of them is free)"
+        else:
+            valid = f"{'counts adding up to' if others else 'a count of'} at most {usable}"
+            if usable < len(matching):
+                valid += f" (up to {len(matching)} once the others are freed)"
+            valid += ", or another node"
+        lines.append(
+            f"{node}: {host}: lxc_gpu_passthrough_gpu_count: asks for {count} {model!r}"
+            f"{together}; {node} has {len(matching)} of them, {usable} free{held}; "
+            f"valid: {valid}"
+        )
+    return lines

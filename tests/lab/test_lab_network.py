@@ -56,6 +56,15 @@ def test_bad_definitions_name_the_field(data: object, field: str) -> None:
     assert field in err.value.field
 
 
+def test_a_definition_that_does_not_parse_names_its_file_and_line(tmp_path: Path) -> None:
+    """Issue 36: a YAML syntax error in the lab inventory's group_vars was a traceback."""
+    broken = tmp_path / "lab.yml"
+    broken.write_text("specops_lab_network:\n  bridge: [vmbr0\n  subnet: 10.216.0.0/22\n")
+    with pytest.raises(ValidationError) as err:
+        network.load(broken)
+    assert str(err.value).startswith(f"specops_lab_network: {broken}: line 3, column ")
+
+
 def test_a_free_subnet_has_no_conflicts_here() -> None:
     assert conflicts(NET, HERE_ADDRS, HERE_ROUTES, ["10.255.255.53"]) == []
 

@@ -54,3 +54,24 @@ def test_a_stale_reason_and_a_second_overlay_fail(
         in err
     )
     assert "host_vars/serving: specops_extra_knob differs from the example with no reason" in err
+
+
+# row id -> (the file broken, its text, where the error is: line:column)
+SYNTAX_ROWS = {
+    "overlay": ("inventory/lab/group_vars/serving/lab.yml", "a: [1, 2\nb: 1\n", "2:2"),
+    "host-vars": ("inventory/lab/host_vars/lab-ct801.yml", "a: 1\n  b: 2\n", "2:4"),
+    "example-group-vars": ("inventory/example/group_vars/all/host.yml", "a: 'open\n", "2:1"),
+    "allowlist": ("inventory/lab/differences.yml", "- [\n", "2:1"),
+}
+
+
+@pytest.mark.parametrize(("relative", "text", "line"), SYNTAX_ROWS.values(), ids=SYNTAX_ROWS)
+def test_a_file_that_does_not_parse_is_named_with_its_line(
+    copy: Path, capsys: pytest.CaptureFixture[str], relative: str, text: str, line: str
+) -> None:
+    """Issue 36: a YAML syntax error in the inventory was a traceback naming no file."""
+    (copy / relative).write_text(text)
+    assert _script().main([str(copy)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"PROBLEM {copy / relative}:{line}: YAML syntax error: "), err

@@ -105,6 +105,12 @@ ROWS: dict[str, Bad] = {
         "sweep config", "sweep plan {t}/c.yml", "canary", "did you mean 'ct2-qwen'",
         {"c.yml": sweep(canary="ct2-qwn")},
     ),
+    "sweep-inventory-syntax-error": Bad(
+        "sweep config", "sweep plan {t}/c.yml --inventory {t}/inv", "inventory",
+        "inv/hosts.yml:5:1: YAML syntax error: While parsing a flow sequence",
+        {"c.yml": sweep(), "inv/": "",
+         "inv/hosts.yml": "all:\n  children:\n    serving:\n      hosts: [a\n"},
+    ),
     "sweep-missing-inventory": Bad(
         "sweep config", "sweep plan {t}/c.yml --inventory {t}/nope.ini", "inventory",
         "no such inventory", {"c.yml": sweep()},

@@ -279,3 +279,36 @@ def test_a_wrong_roles_directory_is_one_line(tmp_path: Path) -> None:
     assert inventory_problems(groups, hostvars, roles=tmp_path) == [
         f"preflight: roles={tmp_path}: not the specops roles directory"
     ]
+
+
+# A YAML syntax error in the inventory: Ansible's own host_group_vars (2.19) names no
+# file; the collection's (ansible.cfg's vars_plugins_enabled) puts file:line:column first,
+# whether the play fails before its first task (group_vars/all) or inside the preflight's
+# filter (a group's or a host's file).
+SYNTAX_ROWS = {
+    "group-vars-all": ("group_vars/all/broken.yml", "a: [1, 2\nb: 1\n",
+                       ":2:2: YAML parsing failed"),
+    "group-vars-serving": ("group_vars/serving/inference.yml", "x: 1\n  y: 2\n",
+                           ":2:4: YAML parsing failed: Mapping values are not allowed"),
+    "host-vars": (f"host_vars/{NODE}.yml", "a: 'open\n", ":2:1: YAML parsing failed"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("relative", "text", "says"), SYNTAX_ROWS.values(), ids=SYNTAX_ROWS)
+def test_a_file_that_does_not_parse_is_named_by_the_playbook(
+    tmp_path: Path, relative: str, text: str, says: str
+) -> None:
+    inventory = tmp_path / "inventory"
+    shutil.copytree(EXAMPLE, inventory)
+    (inventory / relative).write_text(text)
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
+         "playbooks/preflight.yml"],
+        cwd=REPO, capture_output=True, text=True, check=False, timeout=300,
+        env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+             "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'collections'}"},
+    )  # fmt: skip
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out[-3000:]
+    assert f"{inventory / relative}{says}" in " ".join(out.split()), out[-3000:]
+    assert "changed=1" not in out

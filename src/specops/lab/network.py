@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from specops.errors import SpecopsError, ValidationError
+from specops.errors import SpecopsError, ValidationError, syntax_problem
 
 __all__ = [
     "ALIAS",
@@ -107,6 +107,8 @@ def load(path: Path = DEFINITION) -> LabNetwork:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except OSError as exc:
         raise ValidationError(KEY, f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ValidationError(KEY, f"{path}: {syntax_problem(exc)}") from None
     if KEY not in data:
         raise ValidationError(KEY, f"is not set in {path}")
     return LabNetwork.from_mapping(data[KEY], f"{path.name}: {KEY}")

@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import functools
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -144,6 +145,14 @@ def _ansible_inventory() -> str:
     return found
 
 
+# A file of the inventory that does not parse, as ansible-inventory reports it (2.19:
+# the message, then "Origin: <file>:<line>:<column>").
+_UNPARSED = re.compile(
+    r"YAML parsing failed: (?P<what>[^\n]+)\n(?:(?!\[WARNING\])[^\n]*\n)*?"
+    r"Origin: (?P<where>/[^\n]+?:\d+:\d+)\n"
+)
+
+
 def _serving_hosts(inventory: str) -> list[str]:
     """The hosts of group ``serving`` in ``inventory``, as the applier (run from the
     repository) resolves it; ``--graph`` reads no variables, so no vault is opened."""
@@ -154,6 +163,10 @@ def _serving_hosts(inventory: str) -> list[str]:
         cwd=REPO, capture_output=True, text=True, check=False,
     )  # fmt: skip
     if proc.returncode != 0:
+        unparsed = _UNPARSED.search(proc.stderr)
+        if unparsed:  # Ansible says where, among its plugins' attempts: say that alone
+            where, what = unparsed["where"], " ".join(unparsed["what"].split())
+            raise ValidationError("inventory", f"{where}: YAML syntax error: {what}")
         why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise ValidationError("inventory", f"{inventory}: no group serving ({why})")
     return [

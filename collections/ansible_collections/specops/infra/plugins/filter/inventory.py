@@ -3,6 +3,8 @@ adapts it to Ansible's hostvars).
 
     {{ groups | specops.infra.inventory_problems(hostvars, roles=playbook_dir ~ '/../roles') }}
     {{ groups | specops.infra.vfio_release_request(hostvars, inventory_hostname) }}
+    {{ groups | specops.infra.node_card_problems(hostvars, inventory_hostname,
+                                                 ansible_facts.specops_gpu) }}
 
 ``inventory_problems``: one-line problems (empty when the inventory is deployable).
 With ``roles`` (the roles directory) the roles' own rules run too. The preflight sees
@@ -14,6 +16,8 @@ are checked on the variables written as literals, taken from those raw values; a
 written as a template is left to the role (it renders where the role runs).
 ``vfio_release_request``: the cards a PVE node gives from vfio-pci to the host, those
 its serving containers ask for (``addresses``, ``model``, ``count``, ``containers``).
+``node_card_problems``: whether the containers placed on a PVE node can get their cards,
+from the node's GPU facts (one line per problem; empty when they can).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 from specops.errors import SpecopsError
 from specops.inventory import CONTAINER_GPU_VARS, NODE_GPU_VARS, spec_options
 from specops.inventory import inventory_problems as _problems
+from specops.inventory import node_card_problems as _card_problems
 from specops.inventory import vfio_release_request as _release
 
 __all__ = ["FilterModule"]
@@ -106,9 +111,31 @@ def vfio_release_request(
         raise ValueError(str(exc)) from None
 
 
+def node_card_problems(
+    groups: Mapping[str, Sequence[str]],
+    hostvars: Any,
+    node: str,
+    facts: Mapping[str, Any],
+    allow_stopped_vm_cards: bool = False,
+) -> list[str]:
+    serving = [str(h) for h in groups.get("serving", [])]
+    plain: dict[str, dict[str, Any]] = {}
+    for host in serving:
+        hv = hostvars[host]
+        plain[host] = {k: hv[k] for k in _GPU_KEYS if k in hv}
+    return _card_problems(
+        {"serving": serving},
+        plain,
+        str(node),
+        facts,
+        allow_stopped_vm_cards=bool(allow_stopped_vm_cards),
+    )
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "inventory_problems": inventory_problems,
+            "node_card_problems": node_card_problems,
             "vfio_release_request": vfio_release_request,
         }
