@@ -254,11 +254,15 @@ def _uid(pid: str) -> int | None:
     return None
 
 
-def _comm(pid: str) -> str:
+def _process(pid: str) -> str:
+    """``comm, unit``: the process's name and the last part of its cgroup (the systemd
+    unit it runs in, or the container), so a finding says whose process it is."""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        cgroup = Path(f"/proc/{pid}/cgroup").read_text().splitlines()[-1]
+    except (OSError, IndexError):
         return "?"
+    return f"{comm}, {cgroup.rsplit('/', 1)[-1] or '/'}"
 
 
 class ProcessWatch:
@@ -329,7 +333,7 @@ class ProcessWatch:
     def _add(self, pid: str, place: str, secret: Secret, who: str) -> None:
         key = (pid, place, secret.name)
         if key not in self._found:
-            where = f"pid {pid} ({_comm(pid)}) /proc/{pid}/{place}"
+            where = f"pid {pid} ({_process(pid)}) /proc/{pid}/{place}"
             self._found[key] = Finding(where, secret.name, who)
 
     def _loop(self) -> None:

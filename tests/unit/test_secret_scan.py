@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from plugins.lab_secrets import ALLOWED, Report
 from plugins.secret_scan import _CHUNK, Finding, ProcessWatch, Secret, scan_stream, scan_tree
 
 TOKEN = Secret("PROXMOX_TOKEN_SECRET", "pve-" + secrets.token_hex(16))
@@ -212,3 +213,22 @@ def test_a_secret_in_the_environment_of_a_non_root_process_is_caught(
     assert where[str(nobody_pid)].secret == KEY.name
     assert where[str(nobody_pid)].where.endswith(f"/proc/{nobody_pid}/environ")
     assert where[str(nobody_pid)].who == f"user {NOBODY} (the process's own user)"
+
+
+def test_the_deploy_scan_allows_only_the_server_unit_its_own_key() -> None:
+    """The one allowance of the lab deploy's scan: the API key in the environment of the
+    inference unit's processes (their own user's). The same key anywhere else fails."""
+    key = "the server's API key"
+    own = "user 997 (the process's own user)"
+    server = "pid 7 (python, specops-tiny-qwen.service) /proc/7"
+    unit = Finding(f"{server}/environ", key, own)
+    elsewhere = [
+        Finding("pid 8 (python, session-1.scope) /proc/8/environ", key, own),
+        Finding(f"{server}/cmdline", key, "any user (/proc/<pid>/cmdline)"),
+        Finding("/srv/ct/etc/specops/tiny.env", key, "any user (mode 0644)"),
+        Finding(f"{server}/environ", "inference_engine_hf_token", own),
+    ]
+    assert [a.allows(unit) for a in ALLOWED] == [True]
+    report = Report(findings=[unit, *elsewhere])
+    assert report.failures == elsewhere
+    assert "allowed because: the inference unit's own processes" in report.summary()
