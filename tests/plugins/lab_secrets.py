@@ -32,6 +32,7 @@ import re
 import secrets
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,6 +146,7 @@ class LabSecrets:
         names = {s.name for s in known}
         if "PROXMOX_TOKEN_SECRET" not in names:
             raise AssertionError(f"{TOKEN_FILE} is missing: the lab never came up")
+        clock = time.monotonic()
         report = Report(samples=watch.samples, processes=watch.processes)
         report.findings.extend(watch.findings)
         trees: list[tuple[Path, float | None]] = [(repo, None), (LAB, None)]
@@ -155,6 +157,7 @@ class LabSecrets:
             _add(report, scan)
             report.roots.append(f"{root}{' (changed during the run)' if since else ''}")
         report.notes.extend(_journals(known, report))
+        report.notes.append(f"scan after the run: {time.monotonic() - clock:.0f} s")
         self.report = report
         return report
 
