@@ -285,6 +285,7 @@ def test_first_run_leaks_no_secret(first_run: Run) -> None:
     print(report.summary())
     assert report.samples > 10, "the process table was watched while the run lasted"
     assert report.failures == [], report.summary()
+    assert report.errors == [], report.summary()
 
 
 def _assert_serving_with_gpu(node: Node, lxc_name: str) -> None:
