@@ -42,6 +42,7 @@ from pathlib import Path
 import httpx
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils.gpu import HostRoots, gather_facts
+from plugins.lab_secrets import lab_secrets
 from plugins.measurements import Record
 
 from specops.lab import network
@@ -104,7 +105,7 @@ def _run(argv: list[str]) -> Run:
     global _runs  # noqa: PLW0603  (numbers the logs of one session)
     start = time.monotonic()
     proc = subprocess.run(
-        argv,
+        [*argv, *lab_secrets(REPO).args],  # known secrets (issue 31): every run the same
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -153,7 +154,10 @@ def machine_before(fresh_check: Run) -> dict[str, float | None]:
 
 @pytest.fixture(scope="module")
 def first_run(fresh_check: Run, machine_before: dict[str, float | None]) -> Iterator[Run]:
-    run = _lab()
+    started = time.time()
+    with lab_secrets(REPO).watch() as watch:  # the process table, during the run
+        run = _lab()
+    lab_secrets(REPO).scan(REPO, started, watch)  # what it left: test_first_run_leaks_no_secret
     yield run
     _destroy_lab()
 
@@ -273,6 +277,17 @@ def test_first_run_deploys_and_reports(first_run: Run) -> None:
         print("deploy report: single-stream answers arrived in one piece: no roofline row")
 
 
+def test_first_run_leaks_no_secret(first_run: Run) -> None:
+    """Issue 31: no secret of the run (PVE token, API key, HF token) where a user other
+    than root can read it (tests/plugins/lab_secrets.py says where it looks)."""
+    report = lab_secrets(REPO).report
+    assert report is not None
+    print(report.summary())
+    assert report.samples > 10, "the process table was watched while the run lasted"
+    assert report.failures == [], report.summary()
+    assert report.errors == [], report.summary()
+
+
 def _assert_serving_with_gpu(node: Node, lxc_name: str) -> None:
     """CT 801 on ``node`` has its card in its conf and cgroup, and its server answers."""
     text = node.ct_conf(801).read_text()
@@ -294,6 +309,7 @@ def _assert_serving_with_gpu(node: Node, lxc_name: str) -> None:
     reply = httpx.post(
         f"http://{CT_ADDRESS}:{PORT}/v1/completions",
         json={"model": "tiny-qwen", "prompt": "def add(a, b):", "max_tokens": 8},
+        headers=lab_secrets(REPO).headers(),
         timeout=120,
     )
     assert reply.status_code == 200
@@ -402,7 +418,9 @@ def test_the_container_network_is_real(first_run: Run) -> None:
                 httpx.get(url, timeout=5)
     finally:
         ct_exec(node, 801, ["kill", pid], timeout=30)
-    deployed = httpx.get(f"http://{CT_ADDRESS}:{PORT}/v1/models", timeout=30)
+    deployed = httpx.get(
+        f"http://{CT_ADDRESS}:{PORT}/v1/models", headers=lab_secrets(REPO).headers(), timeout=30
+    )
     assert deployed.status_code == 200
     assert deployed.json()["data"][0]["id"] == "tiny-qwen"
     assert re.search(rf"http://{re.escape(CT_ADDRESS)}:{PORT}", first_run.output), (

@@ -8,7 +8,8 @@ model to fetch: the download is refused, which is fine, the token's path is what
 tested). While the play runs every process's /proc/<pid>/cmdline is scanned: the token
 must reach the hub in the request only, never a command line (a task's
 ``environment: {HF_TOKEN: ...}`` put it into ``su``'s and ``sh -c``'s argv), never the
--vvv output; its file is 0600 and the service user's.
+-vvv output, never a file (it comes on the fetch's standard input; the hf-token file
+earlier versions kept in the state directory is removed).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import stat
 import subprocess
 import sys
 import threading
@@ -65,11 +65,12 @@ def hub() -> Iterator[int]:
         server.server_close()
 
 
-def test_hub_token_travels_in_a_0600_file_never_a_command_line(
+def test_hub_token_travels_on_stdin_never_a_command_line_or_a_file(
     vllm_lab: LabPaths, hub: int, tmp_path: Path
 ) -> None:
     state = tmp_path / "state"
     state.mkdir()
+    (state / "hf-token").write_text("hf_left_by_an_earlier_version")
     playbook = tmp_path / "weights.yml"
     playbook.write_text(
         "- hosts: localhost\n  connection: local\n  gather_facts: false\n"
@@ -118,7 +119,7 @@ def test_hub_token_travels_in_a_0600_file_never_a_command_line(
     print(f"{scan.scans} scans of /proc/*/cmdline; hub requests: {len(_Hub.seen)}")
     assert scan.hits == [], "\n".join(scan.hits)
     assert TOKEN not in out
-    token_file = state / "hf-token"
-    assert token_file.read_text() == TOKEN
-    info = token_file.stat()
-    assert (stat.S_IMODE(info.st_mode), info.st_uid) == (0o600, 0)
+    assert not (state / "hf-token").exists(), "the file an earlier version kept is removed"
+    written = [*state.rglob("*"), *(tmp_path / "cache").rglob("*")]  # the role's folders
+    kept = [p for p in written if p.is_file() and TOKEN.encode() in p.read_bytes()]
+    assert kept == [], "no file holds the token"
