@@ -165,7 +165,15 @@ SGLANG_CONFIGS: dict[str, dict[str, Any]] = {
 # FA3 is not carried (triton attention); flashinfer's sampler would JIT (pytorch's does
 # not); the radix cache is SGLang's prefix caching, off as for vLLM; metrics on.
 SGLANG_ENGINE_ARGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch",
-                      "--disable-radix-cache", "--enable-metrics", "--mem-fraction-static", "0.6"]  # fmt: skip
+                      "--disable-radix-cache", "--enable-metrics",
+                      "--mem-fraction-static", "0.6"]  # fmt: skip
+# flashinfer (which sgl_kernel 0.4.2's rmsnorm calls) JIT-compiles with `ninja` and
+# `nvcc` found by name; systemd's PATH has neither (the venv's bin, CUDA's bin). Measured
+# 2026-12-03: "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'".
+SGLANG_ENVIRONMENT = {
+    "PATH": "/opt/torch/.venv/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin"
+    ":/usr/sbin:/usr/bin:/sbin:/bin",
+}
 ENGINE = "vllm"
 
 
@@ -406,6 +414,7 @@ def render_units(dest: Path, *, engine: str, version: str, venv: str, model: str
             "inference_service_output_gate_degeneration": {"enabled": False},
             "inference_service_output_gate_load": GATE_LOAD,
             "inference_service_drafter_preflight": False,
+            "inference_service_environment": SGLANG_ENVIRONMENT if engine == "sglang" else {},
         }
         extra = dest / f"{name}.vars.json"
         extra.write_text(json.dumps(variables))
@@ -485,7 +494,8 @@ def bundle(dest: Path, cache: Path) -> None:
 # ------------------------------------------------------------------------------- device
 
 
-def device(part: Path | None, out: Path, wait: float, run_args: list[str],
+def device(  # noqa: PLR0912 - the call's cases, in the order they happen
+    part: Path | None, out: Path, wait: float, run_args: list[str],
            rerun: bool = False) -> int:  # fmt: skip
     """There, every call: keep the carried part, start the run once all are here, wait.
     A part's ``proj`` folder (the code, carried with the first part) replaces the kept
@@ -493,7 +503,13 @@ def device(part: Path | None, out: Path, wait: float, run_args: list[str],
     stage = WORK / "stage"
     stage.mkdir(parents=True, exist_ok=True)
     res = WORK / "res"
-    if part is not None and (part / "proj").is_dir() and (part / "proj").resolve() != REPO:
+    # (compared with the kept copy, not with this script's folder: a call runs the carried
+    # script itself, and the measurement runs the kept copy)
+    if (
+        part is not None
+        and (part / "proj").is_dir()
+        and (WORK / "proj").resolve() != (part / "proj").resolve()
+    ):
         shutil.rmtree(WORK / "proj", ignore_errors=True)
         shutil.copytree(part / "proj", WORK / "proj", symlinks=True)
         log(f"device: the code in {part / 'proj'} kept")
@@ -557,11 +573,29 @@ def _start(run_args: list[str], res: Path, started: Path) -> None:
     log("device: the run started in its own session")
 
 
+def scrub(res: Path, secret: str) -> int:
+    """Replace the API key in every recorded file: SGLang 0.5.11's /get_server_info answers
+    its own --api-key, its log prints the server args, and sglang.bench_serving writes the
+    server info into its result file (all measured on the H200, 2026-12-03)."""
+    count = 0
+    for path in res.rglob("*"):
+        if not path.is_file() or not secret:
+            continue
+        data = path.read_bytes()
+        if secret.encode() in data:
+            path.write_bytes(data.replace(secret.encode(), b"<api-key: scrubbed>"))
+            count += 1
+    return count
+
+
 def collect(res: Path, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if not res.exists():
         log("device: nothing recorded yet")
         return 0
+    key_file = WORK / "payload" / "units" / "api-key"
+    if key_file.exists():
+        log(f"device: the API key scrubbed from {scrub(res, key_file.read_text().strip())} files")
     date = time.strftime("%Y-%m-%d", time.gmtime())
     record = res / "record.json"
     if record.exists():
@@ -825,6 +859,8 @@ def container_up(ctx: Ctx, entry: dict[str, Any]) -> None:
         entry["nvidia_smi_in_ct"] = ctx.attach(["nvidia-smi", "-L"], env)
         code = "import torch; print(torch.cuda.get_device_name(0), torch.cuda.mem_get_info())"
         entry["torch_in_ct"] = ctx.attach([ctx.engine_python, "-c", code], env)
+        tools = "command -v nvcc ninja gcc; ls -d /usr/local/cuda*; nvcc --version | tail -2"
+        entry["jit_tools_in_ct"] = ctx.attach(["/bin/sh", "-c", tools], SGLANG_ENVIRONMENT)
 
 
 def gate_config(options: dict[str, Any]) -> output_gate.GateConfig:
@@ -842,7 +878,7 @@ def gate_config(options: dict[str, Any]) -> output_gate.GateConfig:
 
 
 def json_get(url: str, api_key: str, timeout: float = 120) -> Any:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"})
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"})  # noqa: S310
     with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback
         body = resp.read().decode()
         return (
@@ -870,7 +906,7 @@ def sglang_endpoints(ctx: Ctx, url: str, name: str) -> dict[str, Any]:
         out["server_info"] = {"error": repr(exc)}
     body = json.dumps({"text": "The capital of France is", "sampling_params":
                        {"max_new_tokens": 64, "temperature": 0}}).encode()  # fmt: skip
-    req = urllib.request.Request(url + "/generate", data=body, headers={
+    req = urllib.request.Request(url + "/generate", data=body, headers={  # noqa: S310
         "Authorization": f"Bearer {ctx.api_key}", "Content-Type": "application/json"})  # fmt: skip
     try:
         with urllib.request.urlopen(req, timeout=120) as resp:  # noqa: S310 - loopback
@@ -887,7 +923,7 @@ def sglang_p1(ctx: Ctx, url: str, name: str, model: str, plan: Path) -> dict[str
     input/output lengths, max concurrency C) beside specops bench on the same cell, ABBA."""
     out: dict[str, Any] = {"runs": []}
     pythonpath = f"{REPO / 'src'}:{REPO / 'collections'}"
-    for c in (1, 4, 16):
+    for c in (1, 4):
         for order, who in enumerate(("ours", "theirs", "theirs", "ours")):
             tag = f"{name}-c{c}-{order}-{who}"
             t0 = time.monotonic()
@@ -896,11 +932,13 @@ def sglang_p1(ctx: Ctx, url: str, name: str, model: str, plan: Path) -> dict[str
                 proc = sh([ctx.engine_python, "-m", "sglang.bench_serving", "--backend", "sglang",
                            "--base-url", url, "--model", model, "--tokenizer", model,
                            "--dataset-name", "random-ids", "--random-input-len", "512",
-                           "--random-output-len", str(P1["output_len"]), "--random-range-ratio", "1",
-                           "--num-prompts", str(P1["requests"] * 2), "--max-concurrency", str(c),
+                           "--random-output-len", str(P1["output_len"]),
+                           "--random-range-ratio", "1",
+                           "--num-prompts", str(P1["requests"]), "--max-concurrency", str(c),
                            "--request-rate", "inf", "--disable-tqdm", "--output-file", str(dest),
                            "--seed", str(order)],
-                          env={**os.environ, "OPENAI_API_KEY": ctx.api_key}, timeout=600)  # fmt: skip
+                          env={**os.environ, "OPENAI_API_KEY": ctx.api_key},
+                          timeout=600)  # fmt: skip
                 row: dict[str, Any] = {"tag": tag, "rc": proc.returncode,
                                        "tail": (proc.stdout + proc.stderr)[-1200:]}  # fmt: skip
                 if dest.exists():
@@ -911,7 +949,7 @@ def sglang_p1(ctx: Ctx, url: str, name: str, model: str, plan: Path) -> dict[str
                 p1plan = ctx.res / f"p1plan-{tag}.yml"
                 data = yaml.safe_load(plan.read_text())
                 data.update(concurrency=[c], context_lengths=[512], output_len=P1["output_len"],
-                            requests_per_cell=P1["requests"] * 2, waves_per_cell=1,
+                            requests_per_cell=P1["requests"], waves_per_cell=1,
                             warmup_per_cell=0)  # fmt: skip
                 p1plan.write_text(yaml.safe_dump(data))
                 dest = ctx.res / f"p1-{tag}"
@@ -919,7 +957,8 @@ def sglang_p1(ctx: Ctx, url: str, name: str, model: str, plan: Path) -> dict[str
                            str(p1plan), "--out", str(dest), "--json"],
                           env={**os.environ, "PYTHONPATH": pythonpath}, timeout=600)  # fmt: skip
                 row = {"tag": tag, "rc": proc.returncode, "stderr": proc.stderr[-800:],
-                       "results": [str(p.relative_to(ctx.res)) for p in dest.glob("*/results.json")]}  # fmt: skip
+                       "results": [str(p.relative_to(ctx.res))
+                                   for p in dest.glob("*/results.json")]}  # fmt: skip
             row["seconds"] = round(time.monotonic() - t0, 1)
             out["runs"].append(row)
     return out
@@ -958,7 +997,7 @@ def write_plan(ctx: Ctx, name: str, url: str, model_dir: str) -> Path:
     return path
 
 
-def run_config(ctx: Ctx, rec: Record, name: str, host_model: str) -> None:
+def run_config(ctx: Ctx, rec: Record, name: str, host_model: str) -> None:  # noqa: PLR0915
     server = Server(name, ctx)
     url = server.settings["url"]
     entry: dict[str, Any] = {
@@ -1027,7 +1066,7 @@ def run_config(ctx: Ctx, rec: Record, name: str, host_model: str) -> None:
             with contextlib.suppress(Exception):
                 info = json_get(url + "/get_server_info", ctx.api_key)
                 (ctx.res / f"server-info-{name}-after.json").write_text(json.dumps(info, indent=1))
-            if name in ("plain", "ngram") and ctx.p1:
+            if name == "plain" and ctx.p1:
                 entry["p1"] = sglang_p1(ctx, url, name, host_model, plan)
                 log(f"{name}: P1 (sglang.bench_serving) {json.dumps(entry['p1'])[:300]}")
         elif name in ("plain", "ngram") and ctx.p1:
@@ -1151,7 +1190,8 @@ def compare_sglang_flags(read: dict[str, Any], shipped: dict[str, Any]) -> dict[
         r, a = read["flags"][name], shipped["flags"][name]
         if (r["nargs"] in zero) != (a["nargs"] in zero):
             arity.append(f"{name}: installed nargs {r['nargs']!r}, ast {a['nargs']!r}")
-        if (r["choices"] or None) != (a["choices"] or None):
+        # (as sets: SGLang builds some lists from a set, their order moves between runs)
+        if set(r["choices"] or ()) != set(a["choices"] or ()):
             choices.append(f"{name}: installed {r['choices']!r}, ast {a['choices']!r}")
     return {
         "only_installed": sorted(names_read - names_shipped),
