@@ -43,6 +43,17 @@ Usage::
     # the same path on this machine (CPU vLLM of the lab, tiny model, simulated host tree):
     python3 scripts/serve-gpu-device.py dry-run --out /tmp/serve-dry
 
+SGLang 0.5.11 (``--engine sglang`` on bundle / device / orchestrate; docs/gpu-sglang.md):
+one trimmed site (``scripts/device/sglang-0.5.11-deps.txt``), the configs plain, NGRAM and
+STANDALONE, ``/health_generate`` and ``/get_server_info`` beside the gates, specops bench
+on SGLang's native ``/generate`` (acceptance from ``meta_info``) and ``sglang.bench_serving``
+as P1's peer; the payload's first part carries the code (``p1/proj``), since the device
+copies the main checkout::
+
+    python3 scripts/serve-gpu-device.py bundle --engine sglang --dest /work/main/.cache/sglang-device
+    python3 .cache/sglang-device/p1/proj/scripts/serve-gpu-device.py device --engine sglang \
+        --part .cache/sglang-device/p1 --out "$OUT" --wait 540
+
 What comes back is ``serve-gpu-<date>.json`` (the record: every step, figure and
 verdict) and ``serve-gpu-<date>.tgz`` (bench runs, P1 JSON, logs); the committed
 evidence lives in ``tests/fixtures/gpu-serving/``.
