@@ -50,7 +50,8 @@ on SGLang's native ``/generate`` (acceptance from ``meta_info``) and ``sglang.be
 as P1's peer; the payload's first part carries the code (``p1/proj``), since the device
 copies the main checkout::
 
-    python3 scripts/serve-gpu-device.py bundle --engine sglang --dest /work/main/.cache/sglang-device
+    python3 scripts/serve-gpu-device.py bundle --engine sglang \
+        --dest /work/main/.cache/sglang-device
     python3 .cache/sglang-device/p1/proj/scripts/serve-gpu-device.py device --engine sglang \
         --part .cache/sglang-device/p1 --out "$OUT" --wait 540
 
