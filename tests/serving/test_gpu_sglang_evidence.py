@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from plugins.scripts import REPO, load_script
 
 from specops.bench.metrics import acceptance_from_sglang
 from specops.lab import unit_exec
 from specops.speculative.engines import Engine
 from specops.speculative.profile import SpeculativeProfile
 from specops.speculative.translate import to_argv
-from tests.plugins.scripts import REPO, load_script
 
 RUN = REPO / "tests" / "fixtures" / "gpu-serving" / "h200-sglang-2026-12-03"
 RECORD: dict[str, Any] = json.loads((RUN / "record.json").read_text())
