@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.specops.infra.plugins.module_utils import output_gate as og
 from plugins.scripts import REPO, load_script
 
 from specops.bench.metrics import acceptance_from_sglang
@@ -176,3 +177,24 @@ def test_no_fixture_file_holds_a_key() -> None:
             for line in text.splitlines():
                 if '"api_key":' in line and "null" not in line:
                     assert SCRUBBED in line, path
+
+
+def _texts(texts: list[str]) -> list[og.Decoded]:
+    return [og.Decoded(p, t, None) for p, t in zip(og.PROMPTS, texts, strict=True)]
+
+
+@pytest.mark.parametrize("name", ["ngram", "draft"])
+def test_the_gates_verdict_follows_from_the_recorded_texts(name: str) -> None:
+    """SGLang's completions carry no token ids: the gate compared text units. Its
+    evaluation of the recorded outputs against plain's reproduces the recorded rates."""
+    assert STEPS[f"config-{name}"]["gate_reference_token_ids"] == [None] * len(og.PROMPTS)
+    reference = og.Reference(
+        "r1b", "/srv/models/r1b", og.prompts_digest(og.PROMPTS), 48, "plain",
+        _texts(STEPS["config-plain"]["gate"]["outputs"]),
+    )  # fmt: skip
+    gate = STEPS[f"config-{name}"]["gate"]
+    verdict = og.evaluate(_texts(gate["outputs"]), reference, og.GateConfig(detect_loops=False))
+    assert not verdict.ok
+    assert gate["compared_on"] == "text units"
+    assert verdict.match_rate == pytest.approx(gate["match_rate"], abs=1e-4)
+    assert verdict.per_prompt == gate["per_prompt"]
