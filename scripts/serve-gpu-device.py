@@ -43,6 +43,18 @@ Usage::
     # the same path on this machine (CPU vLLM of the lab, tiny model, simulated host tree):
     python3 scripts/serve-gpu-device.py dry-run --out /tmp/serve-dry
 
+SGLang 0.5.11 (``--engine sglang`` on bundle / device / orchestrate; docs/gpu-sglang.md):
+one trimmed site (``scripts/device/sglang-0.5.11-deps.txt``), the configs plain, NGRAM and
+STANDALONE, ``/health_generate`` and ``/get_server_info`` beside the gates, specops bench
+on SGLang's native ``/generate`` (acceptance from ``meta_info``) and ``sglang.bench_serving``
+as P1's peer; the payload's first part carries the code (``p1/proj``), since the device
+copies the main checkout::
+
+    python3 scripts/serve-gpu-device.py bundle --engine sglang \
+        --dest /work/main/.cache/sglang-device
+    python3 .cache/sglang-device/p1/proj/scripts/serve-gpu-device.py device --engine sglang \
+        --part .cache/sglang-device/p1 --out "$OUT" --wait 540
+
 What comes back is ``serve-gpu-<date>.json`` (the record: every step, figure and
 verdict) and ``serve-gpu-<date>.tgz`` (bench runs, P1 JSON, logs); the committed
 evidence lives in ``tests/fixtures/gpu-serving/``.
@@ -104,7 +116,7 @@ PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (35, 28, 27, 26, 24, 17, 5)] + [
     "manylinux2014_x86_64",
     "manylinux1_x86_64",
 ]
-PART_BYTES = 54 * 1024 * 1024  # + the working tree (~5 MiB) stays under 64 MiB a call
+PART_BYTES = 50 * 1024 * 1024  # + the working tree (~10 MiB) stays under 64 MiB a call
 WORK = Path("/root/specops-serve")  # on the device: outside the repo copy
 SERVED = "r1b"
 PORT = 8000
@@ -141,7 +153,60 @@ CONFIGS: dict[str, dict[str, Any]] = {
     },
 }
 BASE_ENGINE_ARGS = ["--no-enable-prefix-caching"]
-BENCH = {
+SGLANG_VERSION = "0.5.11"
+# SGLang 0.5.11 (``--engine sglang``): its wheel, sglang-kernel 0.4.2 without the FA3
+# (flash_ops, 1.07 GB), FlashMLA and sm100 kernels, flashinfer without its cubin wheel,
+# and the packages the device lacks (scripts/device/sglang-0.5.11-deps.txt), one site.
+SGLANG_TRIM = (
+    "sgl_kernel/flash_ops.abi3.so",
+    "sgl_kernel/flashmla_ops.abi3.so",
+    "sgl_kernel/sm100",
+    "xgrammar/lib/libxgrammar.a",
+    "lib/libmscclpp_static.a",
+    "lib/libmscclpp_nccl_static.a",
+    "bin",
+)
+SGLANG_CONFIGS: dict[str, dict[str, Any]] = {
+    "plain": {"speculative": {}, "gate": "records the reference"},
+    "ngram": {"speculative": {"method": "ngram", "num_draft_tokens": 4}, "gate": "passes"},
+    "draft": {
+        "speculative": {"method": "draft_model", "draft_model": "/srv/models/tiny", "num_steps": 3},
+        "gate": "passes",
+    },
+}
+# FA3 is not carried (triton attention); flashinfer's sampler would JIT (pytorch's does
+# not); the radix cache is SGLang's prefix caching, off as for vLLM; metrics on.
+SGLANG_ENGINE_ARGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch",
+                      "--disable-radix-cache", "--enable-metrics",
+                      "--mem-fraction-static", "0.6"]  # fmt: skip
+# flashinfer (which sgl_kernel 0.4.2's rmsnorm calls) JIT-compiles with `ninja` and
+# `nvcc` found by name; systemd's PATH has neither (the venv's bin, CUDA's bin). Measured
+# 2026-12-03: "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'".
+SGLANG_ENVIRONMENT = {
+    "PATH": "/opt/torch/.venv/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin"
+    ":/usr/sbin:/usr/bin:/sbin:/bin",
+}
+ENGINE = "vllm"
+
+
+def use_engine(name: str) -> None:
+    """Point the module's engine-dependent settings at ``name`` (vllm or sglang)."""
+    global ENGINE, CONFIGS, BASE_ENGINE_ARGS, WORK, IMPORT_PROBE, BENCH  # noqa: PLW0603
+    ENGINE = name
+    if name == "sglang":
+        CONFIGS = SGLANG_CONFIGS
+        BASE_ENGINE_ARGS = SGLANG_ENGINE_ARGS
+        WORK = Path("/root/specops-sglang")
+        IMPORT_PROBE = (
+            "import torch, sglang, sgl_kernel, transformers, flashinfer; "
+            "print(sglang.__version__, sglang.__file__, transformers.__version__, "
+            "torch.__version__, torch.cuda.is_available())"
+        )
+        BENCH = {**BENCH, "concurrency": [1, 4, 16], "context_lengths": [512],
+                 "waves_per_cell": 1, "api": "sglang-generate"}  # fmt: skip
+
+
+BENCH: dict[str, Any] = {
     "concurrency": [1, 4, 16, 64],
     "context_lengths": [512, 8192],
     "output_len": 256,
@@ -275,6 +340,55 @@ def deps_site(cache: Path) -> Path:
     return out
 
 
+def sglang_site(cache: Path) -> Path:
+    """SGLang, its kernels and the packages the device lacks, one trimmed site, xz'd (cached)."""
+    listing = REPO / "scripts/device/sglang-0.5.11-deps.txt"
+    reqs = [
+        ln.strip()
+        for ln in listing.read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
+    key = hashlib.sha256("\n".join(reqs + list(SGLANG_TRIM)).encode()).hexdigest()[:12]
+    out = cache / f"sglang-{SGLANG_VERSION}-site-{key}.tar.xz"
+    if out.exists():
+        return out
+    log(f"bundle: SGLang {SGLANG_VERSION} and {len(reqs) - 1} packages for Python 3.12")
+    whl = cache / f"sglang-whl-{key}"
+    _pip_download(whl, reqs)
+    site = cache / f"sglang-site-{key}"
+    shutil.rmtree(site, ignore_errors=True)
+    plat = [a for p in PLATFORMS for a in ("--platform", p)]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+         "--target", str(site),
+         "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", *plat,
+         *map(str, sorted(whl.glob("*.whl")))],
+        check=True,
+    )  # fmt: skip
+    for rel in SGLANG_TRIM:
+        target = site / rel
+        if target.is_dir():
+            shutil.rmtree(target)
+        target.unlink(missing_ok=True)
+    for so in site.rglob("*.so"):
+        sh(["strip", "--strip-unneeded", str(so)])
+    _xz_tar(site, ["."], out)
+    shutil.rmtree(site)
+    return out
+
+
+def project_tree(dest: Path) -> None:
+    """The code the device runs (its repo copy is the main checkout, not this tree)."""
+    skip = shutil.ignore_patterns(".git", ".cache", ".venv", "__pycache__", "*.pyc", "fixtures",
+                                  "tests", "docs", "molecule")  # fmt: skip
+    for rel in ("scripts", "src", "collections", "roles", "ansible.cfg", "pyproject.toml"):
+        src = REPO / rel
+        if src.is_dir():
+            shutil.copytree(src, dest / rel, ignore=skip, symlinks=True)
+        elif src.exists():
+            shutil.copy(src, dest / rel)
+
+
 def tiny_model() -> Path:
     path = model_dir()
     if not (path / "config.json").exists():
@@ -312,6 +426,7 @@ def render_units(dest: Path, *, engine: str, version: str, venv: str, model: str
             "inference_service_output_gate_degeneration": {"enabled": False},
             "inference_service_output_gate_load": GATE_LOAD,
             "inference_service_drafter_preflight": False,
+            "inference_service_environment": SGLANG_ENVIRONMENT if engine == "sglang" else {},
         }
         extra = dest / f"{name}.vars.json"
         extra.write_text(json.dumps(variables))
@@ -345,8 +460,11 @@ def bundle(dest: Path, cache: Path) -> None:
     stage = cache / "stage"
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir(mode=0o700)
-    shutil.copy(vllm_trimmed(cache), stage / "vllm.tar.xz")
-    shutil.copy(deps_site(cache), stage / "deps.tar.xz")
+    if ENGINE == "sglang":
+        shutil.copy(sglang_site(cache), stage / "sglang.tar.xz")
+    else:
+        shutil.copy(vllm_trimmed(cache), stage / "vllm.tar.xz")
+        shutil.copy(deps_site(cache), stage / "deps.tar.xz")
     _xz_tar(tiny_model(), ["."], stage / "tiny.tar.xz")
     debs = stage / "debs"
     debs.mkdir()
@@ -360,8 +478,10 @@ def bundle(dest: Path, cache: Path) -> None:
     key_file.parent.mkdir(mode=0o700)
     key_file.write_text(secrets.token_urlsafe(32) + "\n")
     key_file.chmod(0o600)
-    render_units(stage / "units", engine="vllm", version=VLLM_VERSION, venv="/opt/torch/.venv",
-                 model="/srv/models/r1b", draft="/srv/models/tiny", key_file=key_file)  # fmt: skip
+    version = SGLANG_VERSION if ENGINE == "sglang" else VLLM_VERSION
+    render_units(stage / "units", engine=ENGINE, version=version, venv="/opt/torch/.venv",
+                 model="/srv/models/r1b", draft="/srv/models/tiny", key_file=key_file,
+                 names=tuple(CONFIGS))  # fmt: skip
     payload = cache / "payload.tar"
     with tarfile.open(payload, "w") as tar:
         tar.add(stage, arcname="payload")
@@ -379,25 +499,46 @@ def bundle(dest: Path, cache: Path) -> None:
                 json.dumps({"parts": count, "sha256": whole, "bytes": size}) + "\n"
             )
     payload.unlink()
+    project_tree(dest / "p1" / "proj")
     log(f"bundle: {size / 2**20:.1f} MiB in {count} parts under {dest} (sha256 {whole[:16]})")
 
 
 # ------------------------------------------------------------------------------- device
 
 
-def device(part: Path | None, out: Path, wait: float, run_args: list[str]) -> int:
-    """There, every call: keep the carried part, start the run once all are here, wait."""
+def device(  # noqa: PLR0912 - the call's cases, in the order they happen
+    part: Path | None, out: Path, wait: float, run_args: list[str],
+           rerun: bool = False) -> int:  # fmt: skip
+    """There, every call: keep the carried part, start the run once all are here, wait.
+    A part's ``proj`` folder (the code, carried with the first part) replaces the kept
+    copy; ``rerun`` starts the measurement again on the payload already unpacked."""
     stage = WORK / "stage"
     stage.mkdir(parents=True, exist_ok=True)
     res = WORK / "res"
+    # (compared with the kept copy, not with this script's folder: a call runs the carried
+    # script itself, and the measurement runs the kept copy)
+    if (
+        part is not None
+        and (part / "proj").is_dir()
+        and (WORK / "proj").resolve() != (part / "proj").resolve()
+    ):
+        shutil.rmtree(WORK / "proj", ignore_errors=True)
+        shutil.copytree(part / "proj", WORK / "proj", symlinks=True)
+        log(f"device: the code in {part / 'proj'} kept")
+    started = WORK / "started"
+    if rerun and (WORK / "payload").is_dir() and ((res / "DONE").exists() or not started.exists()):
+        started.unlink(missing_ok=True)
+        shutil.rmtree(res, ignore_errors=True)
+        res.mkdir()
+        _start(run_args, res, started)
     if part is not None and part.is_dir():
         for item in part.iterdir():
-            shutil.copy(item, stage / item.name)
+            if item.is_file():
+                shutil.copy(item, stage / item.name)
         log(
             f"device: part {part.name} kept"
             f" ({sum(p.stat().st_size for p in part.iterdir()) / 2**20:.1f} MiB)"
         )
-    started = WORK / "started"
     manifest_path = stage / "manifest.json"
     if not started.exists() and manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
@@ -418,19 +559,11 @@ def device(part: Path | None, out: Path, wait: float, run_args: list[str]) -> in
             payload.unlink()
             # The code that runs, copied out of the repo copy (later calls may re-sync it).
             proj = WORK / "proj"
-            shutil.rmtree(proj, ignore_errors=True)
-            skip = shutil.ignore_patterns(".git", ".cache", ".venv", "__pycache__", "*.pyc")
-            shutil.copytree(REPO, proj, ignore=skip)
+            if not proj.is_dir():
+                skip = shutil.ignore_patterns(".git", ".cache", ".venv", "__pycache__", "*.pyc")
+                shutil.copytree(REPO, proj, ignore=skip)
             res.mkdir(exist_ok=True)
-            started.write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-            with (res / "orchestrate.log").open("ab") as logf:
-                subprocess.Popen(
-                    [sys.executable, str(proj / "scripts/serve-gpu-device.py"), "orchestrate",
-                     "--work", str(WORK), *run_args],
-                    stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True, cwd=WORK,
-                )  # fmt: skip
-            log("device: payload checked and unpacked; the run started in its own session")
+            _start(run_args, res, started)
         else:
             log(f"device: {len(have)} of {manifest['parts']} parts here; carry the next")
     deadline = time.monotonic() + wait
@@ -439,11 +572,42 @@ def device(part: Path | None, out: Path, wait: float, run_args: list[str]) -> in
     return collect(res, out)
 
 
+def _start(run_args: list[str], res: Path, started: Path) -> None:
+    """The measurement, in a session of its own (it outlives the device call)."""
+    started.write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    with (res / "orchestrate.log").open("ab") as logf:
+        subprocess.Popen(
+            [sys.executable, str(WORK / "proj/scripts/serve-gpu-device.py"), "orchestrate",
+             "--engine", ENGINE, "--work", str(WORK), *run_args],
+            stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, cwd=WORK,
+        )  # fmt: skip
+    log("device: the run started in its own session")
+
+
+def scrub(res: Path, secret: str) -> int:
+    """Replace the API key in every recorded file: SGLang 0.5.11's /get_server_info answers
+    its own --api-key, its log prints the server args, and sglang.bench_serving writes the
+    server info into its result file (all measured on the H200, 2026-12-03)."""
+    count = 0
+    for path in res.rglob("*"):
+        if not path.is_file() or not secret:
+            continue
+        data = path.read_bytes()
+        if secret.encode() in data:
+            path.write_bytes(data.replace(secret.encode(), b"<api-key: scrubbed>"))
+            count += 1
+    return count
+
+
 def collect(res: Path, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if not res.exists():
         log("device: nothing recorded yet")
         return 0
+    key_file = WORK / "payload" / "units" / "api-key"
+    if key_file.exists():
+        log(f"device: the API key scrubbed from {scrub(res, key_file.read_text().strip())} files")
     date = time.strftime("%Y-%m-%d", time.gmtime())
     record = res / "record.json"
     if record.exists():
@@ -707,6 +871,8 @@ def container_up(ctx: Ctx, entry: dict[str, Any]) -> None:
         entry["nvidia_smi_in_ct"] = ctx.attach(["nvidia-smi", "-L"], env)
         code = "import torch; print(torch.cuda.get_device_name(0), torch.cuda.mem_get_info())"
         entry["torch_in_ct"] = ctx.attach([ctx.engine_python, "-c", code], env)
+        tools = "command -v nvcc ninja gcc; ls -d /usr/local/cuda*; nvcc --version | tail -2"
+        entry["jit_tools_in_ct"] = ctx.attach(["/bin/sh", "-c", tools], SGLANG_ENVIRONMENT)
 
 
 def gate_config(options: dict[str, Any]) -> output_gate.GateConfig:
@@ -723,6 +889,93 @@ def gate_config(options: dict[str, Any]) -> output_gate.GateConfig:
     return config
 
 
+def json_get(url: str, api_key: str, timeout: float = 120) -> Any:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {api_key}"})  # noqa: S310
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - loopback
+        body = resp.read().decode()
+        return (
+            json.loads(body)
+            if body.strip().startswith(("{", "["))
+            else {"status": resp.status, "body": body}
+        )
+
+
+def sglang_endpoints(ctx: Ctx, url: str, name: str) -> dict[str, Any]:
+    """SGLang's own readiness (/health_generate: one real decode) and /get_server_info;
+    one native /generate whose meta_info the fixture keeps."""
+    out: dict[str, Any] = {}
+    began = time.monotonic()
+    try:
+        out["health_generate"] = json_get(url + "/health_generate", ctx.api_key)
+    except Exception as exc:
+        out["health_generate"] = {"error": repr(exc)}
+    out["health_generate_seconds"] = round(time.monotonic() - began, 2)
+    try:
+        info = json_get(url + "/get_server_info", ctx.api_key)
+        (ctx.res / f"server-info-{name}.json").write_text(json.dumps(info, indent=1, default=str))
+        out["server_info_keys"] = sorted(info)[:80]
+    except Exception as exc:
+        out["server_info"] = {"error": repr(exc)}
+    body = json.dumps({"text": "The capital of France is", "sampling_params":
+                       {"max_new_tokens": 64, "temperature": 0}}).encode()  # fmt: skip
+    req = urllib.request.Request(url + "/generate", data=body, headers={  # noqa: S310
+        "Authorization": f"Bearer {ctx.api_key}", "Content-Type": "application/json"})  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:  # noqa: S310 - loopback
+            gen = json.loads(resp.read().decode())
+        (ctx.res / f"generate-{name}.json").write_text(json.dumps(gen, indent=1))
+        out["meta_info"] = gen.get("meta_info")
+    except Exception as exc:
+        out["generate"] = {"error": repr(exc)}
+    return out
+
+
+def sglang_p1(ctx: Ctx, url: str, name: str, model: str, plan: Path) -> dict[str, Any]:
+    """P1's peer for SGLang: ``python -m sglang.bench_serving`` (random dataset, the bench's
+    input/output lengths, max concurrency C) beside specops bench on the same cell, ABBA."""
+    out: dict[str, Any] = {"runs": []}
+    pythonpath = f"{REPO / 'src'}:{REPO / 'collections'}"
+    for c in (1, 4):
+        for order, who in enumerate(("ours", "theirs", "theirs", "ours")):
+            tag = f"{name}-c{c}-{order}-{who}"
+            t0 = time.monotonic()
+            if who == "theirs":
+                dest = ctx.res / f"p1-{tag}.jsonl"
+                proc = sh([ctx.engine_python, "-m", "sglang.bench_serving", "--backend", "sglang",
+                           "--base-url", url, "--model", model, "--tokenizer", model,
+                           "--dataset-name", "random-ids", "--random-input-len", "512",
+                           "--random-output-len", str(P1["output_len"]),
+                           "--random-range-ratio", "1",
+                           "--num-prompts", str(P1["requests"]), "--max-concurrency", str(c),
+                           "--request-rate", "inf", "--disable-tqdm", "--output-file", str(dest),
+                           "--seed", str(order)],
+                          env={**os.environ, "OPENAI_API_KEY": ctx.api_key},
+                          timeout=600)  # fmt: skip
+                row: dict[str, Any] = {"tag": tag, "rc": proc.returncode,
+                                       "tail": (proc.stdout + proc.stderr)[-1200:]}  # fmt: skip
+                if dest.exists():
+                    last = dest.read_text().strip().splitlines()[-1]
+                    row["result"] = {k: v for k, v in json.loads(last).items()
+                                     if not isinstance(v, list)}  # fmt: skip
+            else:
+                p1plan = ctx.res / f"p1plan-{tag}.yml"
+                data = yaml.safe_load(plan.read_text())
+                data.update(concurrency=[c], context_lengths=[512], output_len=P1["output_len"],
+                            requests_per_cell=P1["requests"], waves_per_cell=1,
+                            warmup_per_cell=0)  # fmt: skip
+                p1plan.write_text(yaml.safe_dump(data))
+                dest = ctx.res / f"p1-{tag}"
+                proc = sh([sys.executable, "-m", "specops.cli", "bench", "run", "--plan",
+                           str(p1plan), "--out", str(dest), "--json"],
+                          env={**os.environ, "PYTHONPATH": pythonpath}, timeout=600)  # fmt: skip
+                row = {"tag": tag, "rc": proc.returncode, "stderr": proc.stderr[-800:],
+                       "results": [str(p.relative_to(ctx.res))
+                                   for p in dest.glob("*/results.json")]}  # fmt: skip
+            row["seconds"] = round(time.monotonic() - t0, 1)
+            out["runs"].append(row)
+    return out
+
+
 def metrics_text(url: str) -> str:
     with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:  # noqa: S310 - loopback
         return str(resp.read().decode())
@@ -733,7 +986,9 @@ def spec_lines(text: str) -> str:
     return "".join(
         ln + "\n"
         for ln in text.splitlines()
-        if "spec_decode" in ln or "generation_tokens_total" in ln
+        if "spec_decode" in ln
+        or "generation_tokens_total" in ln
+        or (ln.startswith("sglang:") and ("spec" in ln or "generation_tokens" in ln))
     )
 
 
@@ -754,7 +1009,7 @@ def write_plan(ctx: Ctx, name: str, url: str, model_dir: str) -> Path:
     return path
 
 
-def run_config(ctx: Ctx, rec: Record, name: str, host_model: str) -> None:
+def run_config(ctx: Ctx, rec: Record, name: str, host_model: str) -> None:  # noqa: PLR0915
     server = Server(name, ctx)
     url = server.settings["url"]
     entry: dict[str, Any] = {
@@ -800,6 +1055,9 @@ def run_config(ctx: Ctx, rec: Record, name: str, host_model: str) -> None:
         rec.put(f"config-{name}", entry)
         if name == "bad":
             return
+        if ENGINE == "sglang":
+            entry["sglang"] = sglang_endpoints(ctx, url, name)
+            rec.put(f"config-{name}", entry)
         plan = write_plan(ctx, name, url, host_model)
         before = metrics_text(url)
         bench_out = ctx.res / f"bench-{name}"
@@ -816,7 +1074,14 @@ def run_config(ctx: Ctx, rec: Record, name: str, host_model: str) -> None:
                                       for p in bench_out.glob("*/results.json")]}  # fmt: skip
         log(f"{name}: specops bench rc={proc.returncode}")
         rec.put(f"config-{name}", entry)
-        if name in ("plain", "ngram") and ctx.p1:
+        if ENGINE == "sglang":
+            with contextlib.suppress(Exception):
+                info = json_get(url + "/get_server_info", ctx.api_key)
+                (ctx.res / f"server-info-{name}-after.json").write_text(json.dumps(info, indent=1))
+            if name == "plain" and ctx.p1:
+                entry["p1"] = sglang_p1(ctx, url, name, host_model, plan)
+                log(f"{name}: P1 (sglang.bench_serving) {json.dumps(entry['p1'])[:300]}")
+        elif name in ("plain", "ngram") and ctx.p1:
             p1 = ctx.res / f"p1-{name}.json"
             k = (
                 json.loads(server.settings["argv"][-1]).get("num_speculative_tokens", 1)
@@ -879,11 +1144,16 @@ def unpack(ctx: Ctx) -> dict[str, Any]:
     shutil.rmtree(site, ignore_errors=True)
     site.mkdir()
     if not ctx.dry:
-        for blob in ("vllm.tar.xz", "deps.tar.xz"):
+        blobs = ("sglang.tar.xz",) if ENGINE == "sglang" else ("vllm.tar.xz", "deps.tar.xz")
+        for blob in blobs:
             subprocess.run(["tar", "-C", str(site), "-xJf", str(payload / blob)], check=True)
         code = "import site; print(site.getsitepackages()[0])"
         pth = Path(sh([ctx.engine_python, "-c", code]).stdout.strip(), "zz-specops-site.pth")
-        pth.write_text(f"{site}\n")
+        # SGLang pins transformers 5.6.0 and tokenizers 0.22.2 below the image's: its site
+        # must come before site-packages (a plain .pth line comes after; PYTHONPATH is
+        # reset by the clients bench-fidelity starts).
+        line = f"import sys; sys.path.insert(0, {str(site)!r})" if ENGINE == "sglang" else str(site)
+        pth.write_text(f"{line}\n")
         out["pth"] = str(pth)
     # The unit runs <venv>/bin/python: a venv has it beside python3.
     argv0 = Path(json.loads((ctx.units / "plain.json").read_text())["argv"][0])
@@ -899,10 +1169,67 @@ def unpack(ctx: Ctx) -> dict[str, Any]:
     return out
 
 
+# SGLang's own parser, as launch_server builds it (ServerArgs.add_cli_args), read in the
+# engine's python: every option string with its arity and choices.
+SGLANG_FLAGS_CODE = """
+import argparse, json, sys
+from sglang.srt.server_args import ServerArgs
+import sglang
+parser = argparse.ArgumentParser()
+ServerArgs.add_cli_args(parser)
+flags = {}
+for action in parser._actions:
+    for name in action.option_strings:
+        if name in ("-h", "--help"):
+            continue
+        flags[name] = {"dest": action.dest, "nargs": action.nargs,
+                       "choices": list(action.choices) if action.choices is not None else None}
+algo = parser._option_string_actions["--speculative-algorithm"].choices
+json.dump({"engine": "sglang", "version": sglang.__version__,
+           "source": "sglang.srt.server_args.ServerArgs.add_cli_args, imported",
+           "speculative": {"algorithms": list(algo)}, "flags": dict(sorted(flags.items()))},
+          open(sys.argv[1], "w"), indent=1)
+"""
+
+
+def compare_sglang_flags(read: dict[str, Any], shipped: dict[str, Any]) -> dict[str, Any]:
+    """The installed parser's flags against the AST-extracted list: names, arity, choices."""
+    names_read, names_shipped = set(read["flags"]), set(shipped["flags"])
+    zero = {0, "0"}
+    arity: list[str] = []
+    choices: list[str] = []
+    for name in sorted(names_read & names_shipped):
+        r, a = read["flags"][name], shipped["flags"][name]
+        if (r["nargs"] in zero) != (a["nargs"] in zero):
+            arity.append(f"{name}: installed nargs {r['nargs']!r}, ast {a['nargs']!r}")
+        # (as sets: SGLang builds some lists from a set, their order moves between runs)
+        if set(r["choices"] or ()) != set(a["choices"] or ()):
+            choices.append(f"{name}: installed {r['choices']!r}, ast {a['choices']!r}")
+    return {
+        "only_installed": sorted(names_read - names_shipped),
+        "only_ast": sorted(names_shipped - names_read),
+        "arity_differs": arity,
+        "choices_differ": choices,
+        "algorithms_installed": read["speculative"]["algorithms"],
+        "algorithms_ast": shipped["speculative"]["algorithms"],
+    }
+
+
 def read_flags(ctx: Ctx) -> dict[str, Any]:
     """The installed engine's flag set, read by the project's introspection, against the
     list shipped in src/specops/speculative/data/."""
     out: dict[str, Any] = {}
+    if ENGINE == "sglang":
+        path = ctx.res / f"sglang-{SGLANG_VERSION}-flags.json"
+        proc = sh([ctx.engine_python, "-c", SGLANG_FLAGS_CODE, str(path)], timeout=300)
+        out["rc"], out["output"] = proc.returncode, (proc.stdout + proc.stderr)[-1500:]
+        if path.exists():
+            data = REPO / f"src/specops/speculative/data/sglang-{SGLANG_VERSION}-flags.json"
+            out["compare"] = compare_sglang_flags(
+                json.loads(path.read_text()), json.loads(data.read_text())
+            )
+            log(f"flags: {json.dumps(out['compare'])[:600]}")
+        return out
     path = ctx.res / f"vllm-{VLLM_VERSION}-flags.json"
     script = str(REPO / "scripts/extract-engine-flags.py")
     proc = sh([sys.executable, script, "vllm", "--python", ctx.engine_python, "-o", str(path)],
@@ -1013,26 +1340,31 @@ def main() -> int:
     d.add_argument("--part", help="the carried part folder (none: only wait)")
     d.add_argument("--out", required=True)
     d.add_argument("--wait", type=float, default=540)
+    d.add_argument("--rerun", action="store_true", help="start again on the unpacked payload")
     o = sub.add_parser("orchestrate", help="there, detached: the measurement")
     o.add_argument("--work", required=True)
     for each in (d, o):
-        each.add_argument("--configs", default=",".join(CONFIGS), help=f"of {', '.join(CONFIGS)}")
+        each.add_argument("--configs", default="", help=f"of {', '.join(CONFIGS)} (default: all)")
         each.add_argument("--no-p1", action="store_true", help="leave P1 out")
     r = sub.add_parser("dry-run", help="here: the same path on the CPU vLLM and a simulated tree")
     r.add_argument("--out", required=True)
     r.add_argument("--configs", default=",".join(CONFIGS), help=f"of {', '.join(CONFIGS)}")
+    for each in (b, d, o):
+        each.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
     args = parser.parse_args()
+    use_engine(getattr(args, "engine", "vllm"))
     if args.action == "bundle":
         bundle(Path(args.dest), Path(args.cache))
         return 0
     if os.geteuid() != 0:
         raise SystemExit(f"{args.action}: needs root (LXC containers)")
-    configs = tuple(c for c in args.configs.split(",") if c)
+    configs = tuple(c for c in args.configs.split(",") if c) or tuple(CONFIGS)
     if unknown := sorted(set(configs) - set(CONFIGS)):
         parser.error(f"--configs: unknown {', '.join(unknown)}; valid: {', '.join(CONFIGS)}")
     if args.action == "device":
         run_args = ["--configs", ",".join(configs)] + ["--no-p1"] * args.no_p1
-        return device(Path(args.part) if args.part else None, Path(args.out), args.wait, run_args)
+        part = Path(args.part) if args.part else None
+        return device(part, Path(args.out), args.wait, run_args, rerun=args.rerun)
     if args.action == "orchestrate":
         return orchestrate(Path(args.work), configs=configs, p1=not args.no_p1)
     return dry_run(Path(args.out), configs)

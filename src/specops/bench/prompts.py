@@ -106,7 +106,15 @@ class ServerTokenizer:
 
     async def decode(self, ids: list[int]) -> str:
         data = await self._post("/detokenize", {"model": self._model, "tokens": ids})
-        return str(data["prompt"])
+        # vLLM answers {"prompt": ...}; SGLang 0.5.11 {"text": ...} (DetokenizeResponse),
+        # measured on the H200 (tests/fixtures/gpu-serving/h200-sglang-2026-12-03/).
+        for key in ("prompt", "text"):
+            if isinstance(data.get(key), str):
+                return str(data[key])
+        raise SpecopsError(
+            f"{self._client.base_url}/detokenize answered neither 'prompt' nor 'text': "
+            f"{sorted(data)}"
+        )
 
     async def count_chat(self, content: str) -> int:
         data = await self._post(
