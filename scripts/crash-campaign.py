@@ -96,7 +96,7 @@ class Segment:
     output: str
     seconds: float
     tasks: int  # task banners seen
-    orphans: int = 0  # workers that finished their task after the kill
+    orphans: int = 0  # processes of workers let finish their task after the kill
     orphans_left: list[int] = field(default_factory=list)  # still running after the wait
 
     def changed(self) -> dict[str, int]:
@@ -139,6 +139,23 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+def _stat(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _ppid(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[1]) if fields else None
+
+
+def _sid(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[3]) if fields else None
+
+
 def _pgid(pid: int) -> int | None:
     try:
         return os.getpgid(pid)
@@ -154,19 +171,47 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _kill_controller(pid: int, workers: str) -> set[int]:
+    """SIGKILL the controller's process group. Ansible's workers run in their own
+    sessions (WorkerProcess._detach: setsid). ``kill``: they die with the controller,
+    and so does what they started in their session (the module under way: over ssh it
+    would die with its connection); a daemon that made its own session lives on, as on
+    a real node. ``finish``: each worker finishes the task it runs, then finds no one to
+    report to; returns their processes, to wait for."""
+    below = _descendants(pid)
+    orphans: set[int] = set()
+    if workers == "kill":
+        # The workers: session leaders whose parent is in the controller's session
+        # (ansible-playbook itself, or the script that started it).
+        sessions = {pid} | {p for p in below if _sid(p) == p and _sid(_ppid(p) or 0) == pid}
+        for _ in range(2):  # twice: a fork between the listing and the kill
+            for p in _descendants(pid) + below:
+                if _sid(p) in sessions:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(p, signal.SIGKILL)
+    else:
+        orphans.update(p for p in below if _pgid(p) != pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    return orphans
+
+
 def run_segment(
     argv: Sequence[str],
     kill_at: KillAt | None,
     *,
     env: dict[str, str] | None = None,
     timeout: float = 1800,
+    workers: str = "kill",
     orphan_timeout: float = 900,
     log: Path | None = None,
 ) -> Segment:
     """Run ``argv`` in the repository in a new session; with ``kill_at``, SIGKILL its
     whole process group as soon as the ``kill_at``-th ``TASK [`` banner (or the first
-    banner holding the text ``kill_at``) is printed, then wait (``orphan_timeout``) for
-    the workers that run on in their own sessions to end."""
+    banner holding the text ``kill_at``) is printed; ``workers`` (``kill`` or
+    ``finish``) says what becomes of Ansible's workers (see ``_kill_controller``)."""
+    if workers not in ("kill", "finish"):
+        raise ValueError(f"workers: {workers!r}; valid: kill, finish")
     run_env = dict(os.environ if env is None else env)
     run_env.update(PYTHONUNBUFFERED="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
     start = time.monotonic()
@@ -185,12 +230,7 @@ def run_segment(
     orphans: set[int] = set()
 
     def kill() -> None:
-        # Ansible's workers run in their own sessions (WorkerProcess._detach: setsid):
-        # a lost controller takes its process group, while each worker finishes the
-        # task it runs, as a module on a remote node would. Remember them to wait.
-        orphans.update(p for p in _descendants(proc.pid) if _pgid(p) != proc.pid)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        orphans.update(_kill_controller(proc.pid, workers))
 
     def kill_point() -> None:
         killed.set()

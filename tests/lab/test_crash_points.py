@@ -25,8 +25,8 @@ _PLAY = """\
 
 
 def _playbook(tmp: Path, n: int) -> Path:
-    """Task i touches ``i.done``; task 3 first sleeps 5 s in a child and marks
-    ``3.late``."""
+    """Task i touches ``i.done``; task 3 first writes its shell's pid, sleeps 5 s and
+    marks ``3.late``."""
     tasks = []
     for i in range(1, n + 1):
         cmd = f"touch {tmp}/{i}.done"
@@ -63,7 +63,9 @@ def test_a_kill_mid_task_lets_the_worker_finish_and_nothing_after(tmp_path: Path
     module on a remote node would); the controller is gone, so no later task starts.
     The segment returns once that worker has ended."""
     play = _playbook(tmp_path, 5)
-    seg = crash.run_segment(_argv(play), crash.KillAt("Step 3.", after_s=2.0), env=_env())
+    seg = crash.run_segment(
+        _argv(play), crash.KillAt("Step 3.", after_s=2.0), env=_env(), workers="finish"
+    )
     assert seg.killed, seg.output[-2000:]
     assert seg.orphans >= 1
     assert seg.orphans_left == []
@@ -71,6 +73,18 @@ def test_a_kill_mid_task_lets_the_worker_finish_and_nothing_after(tmp_path: Path
     assert (tmp_path / "3.done").exists()
     time.sleep(1)
     assert not (tmp_path / "4.done").exists()
+
+
+def test_a_kill_mid_task_takes_the_workers_and_the_module(tmp_path: Path) -> None:
+    """The default: the workers' sessions die with the controller, the module under way
+    with them (over ssh it would die with its connection)."""
+    play = _playbook(tmp_path, 5)
+    seg = crash.run_segment(_argv(play), crash.KillAt("Step 3.", after_s=2.0), env=_env())
+    assert seg.killed, seg.output[-2000:]
+    assert (tmp_path / "3.pid").is_file(), "the kill came after task 3 started its child"
+    time.sleep(5)
+    assert not (tmp_path / "3.late").exists(), "the module outlived the controller"
+    assert not (tmp_path / "3.done").exists()
 
 
 def test_a_chain_of_kills_ends_with_a_complete_run(tmp_path: Path) -> None:
