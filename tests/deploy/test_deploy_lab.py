@@ -201,6 +201,14 @@ def first_run(crashed: CrashedRun) -> Iterator[Run]:
     _destroy_lab()
 
 
+def test_check_on_a_clean_lab_plans_the_container_and_makes_nothing(fresh_check: Run) -> None:
+    assert fresh_check.rc == 0, fresh_check.output[-6000:]
+    assert re.search(r"would create CT 801 \(lab-ct801\) on\s+pve-b", fresh_check.output)
+    assert fresh_check.recap()[CT]["changed"] >= 1
+    node = Cluster.load(LAB / "cluster").node("pve-b")
+    assert not node.ct_conf(801).exists(), "a check run creates nothing"
+
+
 def test_first_run_crashed_at_each_point_and_left_nothing_broken(crashed: CrashedRun) -> None:
     """Every kill point was reached (the run before it had not ended), and after each
     kill every PVE config parses and renders back, none holds a lock, no per-guest lock
@@ -212,14 +220,6 @@ def test_first_run_crashed_at_each_point_and_left_nothing_broken(crashed: Crashe
         if not s.killed
     ]
     assert crashed.after_kill == [[]] * len(CRASH_POINTS), crashed.after_kill
-
-
-def test_check_on_a_clean_lab_plans_the_container_and_makes_nothing(fresh_check: Run) -> None:
-    assert fresh_check.rc == 0, fresh_check.output[-6000:]
-    assert re.search(r"would create CT 801 \(lab-ct801\) on\s+pve-b", fresh_check.output)
-    assert fresh_check.recap()[CT]["changed"] >= 1
-    node = Cluster.load(LAB / "cluster").node("pve-b")
-    assert not node.ct_conf(801).exists(), "a check run creates nothing"
 
 
 @pytest.fixture(scope="module")
