@@ -378,6 +378,22 @@ def _held_locks() -> list[str]:
     return held
 
 
+def settle(timeout: float = 600) -> list[str]:
+    """Wait until what a killed run left going on the nodes is done (PVE's tasks run on
+    in the API stand-in, as on PVE): no ``lock:`` in a config, no lock file held.
+    Returns what is still locked at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        locked = _held_locks() + [
+            f"{path}: lock: {pve_conf.parse(data.decode(), kind=_kind(path)).get('lock')}"
+            for path, data in lab_state().confs.items()
+            if re.search(rb"^lock:", data, re.MULTILINE)
+        ]
+        if not locked or time.monotonic() > deadline:
+            return locked
+        time.sleep(2)
+
+
 def conf_problems(before: LabState, reference: dict[str, bytes] | None = None) -> list[str]:
     """PVE configs, locks and VM-held cards: what a kill must never leave broken."""
     now = lab_state()
@@ -524,7 +540,7 @@ def deploy_campaign(
         killed: list[str] = []
 
         def after_kill(seg: Segment) -> None:
-            killed.extend(conf_problems(before))
+            killed.extend(settle() or conf_problems(before))
 
         segs = chain(
             DEPLOY, [KillAt(k) for k in ks], env=_env(), after_kill=after_kill, logs=logs / "chain"
@@ -542,7 +558,7 @@ def deploy_campaign(
         start = time.monotonic()
         before = _fresh_lab()
         seg = run_segment(DEPLOY, KillAt(k), env=_env(), log=logs / f"k{k:03d}-killed.log")
-        problems = [f"after the kill: {p}" for p in conf_problems(before)]
+        problems = [f"after the kill: {p}" for p in settle() or conf_problems(before)]
         if not seg.killed:
             problems.append(f"the run ended (rc {seg.rc}) before its task {k}")
         final = run_segment(DEPLOY, None, env=_env(), log=logs / f"k{k:03d}-rerun.log")
@@ -619,7 +635,7 @@ def migrate_campaign(points: str, *, logs: Path, state_root: Path) -> list[Outco
         state = state_root / f"k{k:03d}"
         argv = _migrate_argv(where, other, state, previous)
         seg = run_segment(argv, KillAt(k), env=_env(), log=logs / f"k{k:03d}-killed.log")
-        problems = [f"after the kill: {p}" for p in conf_problems(before)]
+        problems = [f"after the kill: {p}" for p in settle() or conf_problems(before)]
         at = where_is()
         if (
             len([w for w in at if w.endswith(":conf")]) != 1

@@ -190,7 +190,7 @@ def crashed(fresh_check: Run, machine_before: dict[str, float | None]) -> Crashe
         out.segments.append(seg)
         if not seg.killed:
             break
-        out.after_kill.append(crash.conf_problems(before))
+        out.after_kill.append(crash.settle() or crash.conf_problems(before))
     return out
 
 
@@ -253,12 +253,38 @@ def _migrate(extra: dict[str, object]) -> Run:
     )
 
 
+# The migration is killed (issue 31) in the middle of the move (PVE's migrate task runs
+# on in the API stand-in) and as the target's GPU lines are written, before the run
+# that completes it.
+MIGRATE_CRASH_POINTS = (
+    crash.KillAt("migrate : Bring the container to the target", after_s=4),
+    crash.KillAt("migrate : Write the chosen cards' GPU lines"),
+)
+
+
+@dataclass
+class MigrateKill:
+    killed: bool
+    where: list[str]  # crash.where_is() once the node's tasks are done
+    problems: list[str]
+
+
+@pytest.fixture(scope="module")
+def migrate_kills(first_run: Run, check_run: Run) -> list[MigrateKill]:
+    """Filled by the migration fixture: what each kill left."""
+    return []
+
+
 @pytest.fixture(scope="module")
 def migration(
-    first_run: Run, check_run: Run, tmp_path_factory: pytest.TempPathFactory
+    first_run: Run,
+    check_run: Run,
+    migrate_kills: list[MigrateKill],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Run, Path]]:
     """lab-ct801 moved pve-b -> pve-a with playbooks/migrate.yml (lab inventory), its
-    target-host phase preparing pve-a with the host roles."""
+    target-host phase preparing pve-a with the host roles; killed at
+    MIGRATE_CRASH_POINTS in turn, then run to its end."""
     assert first_run.rc == 0, "the deploy failed; see its test"
     state = tmp_path_factory.mktemp("migrate-state")
     extra = {
@@ -278,9 +304,39 @@ def migration(
         "migrate_bench_throughput_drop": "off",
         "migrate_bench_latency_rise": "off",
     }
+    before = crash.lab_state()
+    argv = [str(REPO / ".venv/bin/ansible-playbook"), "-i", "inventory/lab",
+            "playbooks/migrate.yml", "-e", json.dumps(extra)]  # fmt: skip
+    for i, point in enumerate(MIGRATE_CRASH_POINTS):
+        seg = crash.run_segment(argv, point, log=LOGS / f"migrate-crash-{i:02d}.log")
+        locked = crash.settle()
+        migrate_kills.append(
+            MigrateKill(seg.killed, crash.where_is(), locked or crash.conf_problems(before))
+        )
+        if not seg.killed:
+            break
     run = _migrate(extra)
     yield run, state
     _destroy_lab()
+
+
+def test_migration_killed_leaves_the_container_on_one_node(
+    migration: tuple[Run, Path], migrate_kills: list[MigrateKill]
+) -> None:
+    """After each kill (and the node's own tasks done) CT 801 has its config on exactly
+    one node and runs nowhere else; PVE configs parse, no lock is left, the VMs' cards stay
+    theirs. The completing run is test_migrated_container_serves_on_the_new_node."""
+    assert [k.killed for k in migrate_kills] == [True] * len(MIGRATE_CRASH_POINTS), [
+        str(p) for p, k in zip(MIGRATE_CRASH_POINTS, migrate_kills, strict=False) if not k.killed
+    ]
+    for point, kill in zip(MIGRATE_CRASH_POINTS, migrate_kills, strict=True):
+        confs = [w for w in kill.where if w.endswith(":conf")]
+        running = [w for w in kill.where if w.endswith(":running")]
+        assert len(confs) == 1, (str(point), kill.where)
+        # Running on that node, or stopped there by the phase the kill cut (the GPU
+        # lines are written on a stopped CT): never anywhere else.
+        assert set(running) <= {confs[0].replace(":conf", ":running")}, (str(point), kill.where)
+        assert kill.problems == [], (str(point), kill.problems)
 
 
 def test_first_run_deploys_and_reports(first_run: Run) -> None:
