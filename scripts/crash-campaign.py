@@ -205,11 +205,13 @@ def run_segment(
     workers: str = "kill",
     orphan_timeout: float = 900,
     log: Path | None = None,
+    on_point: Callable[[], None] | None = None,
 ) -> Segment:
     """Run ``argv`` in the repository in a new session; with ``kill_at``, SIGKILL its
     whole process group as soon as the ``kill_at``-th ``TASK [`` banner (or the first
     banner holding the text ``kill_at``) is printed; ``workers`` (``kill`` or
-    ``finish``) says what becomes of Ansible's workers (see ``_kill_controller``)."""
+    ``finish``) says what becomes of Ansible's workers (see ``_kill_controller``).
+    With ``on_point``, that is called at the point instead and the run goes on."""
     if workers not in ("kill", "finish"):
         raise ValueError(f"workers: {workers!r}; valid: kill, finish")
     run_env = dict(os.environ if env is None else env)
@@ -233,6 +235,9 @@ def run_segment(
         orphans.update(_kill_controller(proc.pid, workers))
 
     def kill_point() -> None:
+        if on_point is not None:
+            on_point()
+            return
         killed.set()
         kill()
 
@@ -250,7 +255,9 @@ def run_segment(
                 if kill_at is not None and delayed is None and kill_at.reached(tasks, line):
                     if not kill_at.after_s:
                         kill_point()
-                        break
+                        if on_point is None:
+                            break
+                        continue
                     delayed = threading.Timer(kill_at.after_s, kill_point)
                     delayed.start()
         rc = proc.wait()
@@ -461,11 +468,19 @@ def record_problems(*dirs: Path) -> list[str]:
                 except (ValueError, UnicodeDecodeError) as exc:
                     problems.append(f"{path}: does not parse: {exc}")
                     continue
-                if path.name == "results.json":
-                    bad = [c for c in data.get("cells", []) if c.get("status") != "ok"]
-                    if not data.get("cells") or bad:
-                        problems.append(f"{path}: cells not measured: {bad or 'none'}")
+                if path.name == "results.json" and not isinstance(data.get("cells"), list):
+                    problems.append(f"{path}: no cells")
     return problems
+
+
+def latest_results_problems() -> list[str]:
+    """The newest results.json (the run the last deploy names) has every cell measured."""
+    found = sorted(_results_dir().glob("*/results.json"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        return [f"no results.json under {_results_dir()}"]
+    cells = json.loads(found[-1].read_text()).get("cells") or []
+    bad = [c.get("status") for c in cells if c.get("status") != "ok"]
+    return [f"{found[-1]}: cells not all measured: {bad or 'none'}"] if bad or not cells else []
 
 
 # ------------------------------------------------------------------ scenarios
@@ -515,6 +530,7 @@ def check_after(
     problems += conf_problems(before, reference)
     problems += serving_problems()
     problems += record_problems(_results_dir())
+    problems += latest_results_problems()
     if idempotent:
         again = run_segment(final.argv, None, env=_env())
         changed = {h: c for h, c in again.changed().items() if c}
@@ -660,6 +676,97 @@ def migrate_campaign(points: str, *, logs: Path, state_root: Path) -> list[Outco
     return outcomes
 
 
+UNIT = "specops-tiny-qwen.service"
+
+
+def _ct_systemctl(*args: str) -> subprocess.CompletedProcess[str]:
+    """systemctl in CT 801 on the node that holds it."""
+    cluster = Cluster.load(LAB / "cluster")
+    node = next(n for n in cluster.nodes.values() if n.ct_conf(VMID).exists())
+    return subprocess.run(
+        ["lxc-attach", "-n", node.lxc_name(VMID), "-P", str(node.lxcpath), "--",
+         "systemctl", *args],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+
+
+def kill_engine() -> None:
+    """SIGKILL the engine: the main process of its unit (by the unit's name)."""
+    pid = _ct_systemctl("show", "-p", "MainPID", "--value", UNIT).stdout.strip()
+    done = _ct_systemctl("kill", "-s", "KILL", "--kill-whom=main", UNIT)
+    print(f"engine: {UNIT} main PID {pid} SIGKILLed (rc {done.returncode})", flush=True)
+
+
+def _said(pattern: str, output: str) -> bool:
+    """``pattern`` (a regex, its spaces matching the callback's folding) in the output."""
+    return re.search(pattern.replace(" ", r"\s+"), output) is not None
+
+
+def fault_campaign(scenario: str, *, logs: Path) -> list[Outcome]:
+    """A fault that is no controller kill, on a lab deployed from the hard real state;
+    then a deploy re-run must converge with nothing lost.
+
+    - ``engine-bench``: the engine SIGKILLed during a benchmark cell
+      (playbooks/benchmark.yml, reuse off): the run names the failed cells, the results
+      it writes parse;
+    - ``engine-gate``: the service stopped, deploy.yml starts it, the engine SIGKILLed
+      while the readiness gate waits: the run fails naming the gate, or the gate sees the
+      restarted server; nothing half-changed;
+    - ``reboot-fail``: pve-a's emulated reboot does not come back
+      (specops.lab.node.NO_RETURN_FAULT), reboot timeout 30 s: the run fails naming
+      pve-a and the reboot; the node brought back, the re-run converges.
+    """
+    from specops.lab.node import NO_RETURN_FAULT, boot  # noqa: PLC0415
+
+    start = time.monotonic()
+    before = _fresh_lab()
+    problems: list[str] = []
+    env = _env()
+    if scenario == "reboot-fail":
+        root = Cluster.load(LAB / "cluster").node("pve-a").root
+        (root / NO_RETURN_FAULT).parent.mkdir(parents=True, exist_ok=True)
+        (root / NO_RETURN_FAULT).write_text("issue 31\n")
+        seg = run_segment(
+            [*DEPLOY, "-e", "nvidia_driver_reboot_timeout=30"], None, env=env,
+            log=logs / "faulted.log",
+        )  # fmt: skip
+        if seg.rc == 0:
+            problems.append("the run passed with pve-a down")
+        if not _said(r"fatal: \[pve-a\]", seg.output) or not _said("boot", seg.output):
+            problems.append("the failure does not name pve-a and its boot")
+        problems += [f"with pve-a down: {p}" for p in conf_problems(before)]
+        (root / NO_RETURN_FAULT).unlink()
+        boot(root)
+    else:
+        deploy = run_segment(DEPLOY, None, env=env, log=logs / "deploy.log")
+        if deploy.rc != 0:
+            raise SystemExit(f"deploy failed (rc {deploy.rc}); see {logs / 'deploy.log'}")
+        before = lab_state()
+        if scenario == "engine-bench":
+            argv: tuple[str, ...] = (
+                *DEPLOY[:3],
+                "playbooks/benchmark.yml",
+                "-e",
+                "benchmark_reuse=false",
+            )
+            point = KillAt("benchmark : Run the benchmark against", after_s=4)
+        else:
+            _ct_systemctl("stop", UNIT)
+            argv = DEPLOY
+            point = KillAt("inference_service : Ensure the server runs this unit", after_s=8)
+        seg = run_segment(argv, point, env=env, log=logs / "faulted.log", on_point=kill_engine)
+        print(f"{scenario}: rc {seg.rc}", flush=True)
+        if seg.rc != 0 and not re.search(r"fatal: \[lab-ct801", seg.output):
+            problems.append(f"rc {seg.rc} without a task that names the failure")
+        problems += [f"after the fault: {p}" for p in settle() or conf_problems(before)]
+        problems += record_problems(_results_dir())
+    final = run_segment(DEPLOY, None, env=env, log=logs / "rerun.log")
+    problems += check_after(final, before, None, idempotent=True)
+    outcome = Outcome(scenario, "1", not problems, problems, time.monotonic() - start)
+    print(_row(outcome), flush=True)
+    return [outcome]
+
+
 def parse_points(points: str, total: int) -> list[int]:
     """``all`` (1..total), ``N`` (N spread points) or a list ``k1,k2,...``."""
     if points == "all":
@@ -704,7 +811,10 @@ def _lab_down_after() -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenario", choices=("deploy", "migrate"), action="append")
+    parser.add_argument(
+        "--scenario", action="append",
+        choices=("deploy", "migrate", "engine-bench", "engine-gate", "reboot-fail"),
+    )  # fmt: skip
     parser.add_argument("--points", default="4", help="all | N (spread) | k1,k2,...")
     parser.add_argument(
         "--chain", action="store_true",
@@ -724,10 +834,12 @@ def main(argv: list[str] | None = None) -> int:
                     ns.points, chained=ns.chain, idempotent_every=ns.idempotent_every,
                     logs=logs / "deploy",
                 )  # fmt: skip
-            else:
+            elif scenario == "migrate":
                 outcomes += migrate_campaign(
                     ns.points, logs=logs / "migrate", state_root=logs / "migrate-state"
                 )
+            else:
+                outcomes += fault_campaign(scenario, logs=logs / scenario)
     print(table(outcomes))
     print(f"logs: {logs}")
     return 0 if all(o.converged for o in outcomes) else 1
