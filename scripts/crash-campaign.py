@@ -26,7 +26,11 @@ Scenarios: ``deploy`` (deploy.yml on the lab from the hard real state: ``specops
 down --destroy`` and ``up`` before each point, a clean run first gives the number of
 tasks and the reference configs) and ``migrate`` (playbooks/migrate.yml on a deployed
 lab, CT 801 moved back and forth between pve-b and pve-a: after each kill the container
-is on exactly one node, and the re-run completes the move). ``--chain`` kills one run
+is on exactly one node, and the re-run completes the move). Faults that are no
+controller kill: ``engine`` (the engine SIGKILLed by its unit during a benchmark cell and
+during the readiness gate) and ``reboot-fail`` (a lab node's emulated reboot does not
+come back): each must fail clearly, change nothing by half, and a re-run converge.
+``--chain`` kills one run
 at every point in turn (counted in each run) and lets the last re-run finish: the cost
 of one run plus the repeated prefixes (the CI test does this).
 
@@ -702,69 +706,76 @@ def _said(pattern: str, output: str) -> bool:
     return re.search(pattern.replace(" ", r"\s+"), output) is not None
 
 
-def fault_campaign(scenario: str, *, logs: Path) -> list[Outcome]:
-    """A fault that is no controller kill, on a lab deployed from the hard real state;
-    then a deploy re-run must converge with nothing lost.
-
-    - ``engine-bench``: the engine SIGKILLed during a benchmark cell
-      (playbooks/benchmark.yml, reuse off): the run names the failed cells, the results
-      it writes parse;
-    - ``engine-gate``: the service stopped, deploy.yml starts it, the engine SIGKILLed
-      while the readiness gate waits: the run fails naming the gate, or the gate sees the
-      restarted server; nothing half-changed;
-    - ``reboot-fail``: pve-a's emulated reboot does not come back
-      (specops.lab.node.NO_RETURN_FAULT), reboot timeout 30 s: the run fails naming
-      pve-a and the reboot; the node brought back, the re-run converges.
-    """
+def reboot_fail_campaign(*, logs: Path) -> list[Outcome]:
+    """pve-a's emulated reboot does not come back (specops.lab.node.NO_RETURN_FAULT) in
+    a deploy from the hard real state, reboot timeout 30 s: the run must fail naming
+    pve-a and its boot, with nothing half-changed; the node brought back, a re-run must
+    converge."""
     from specops.lab.node import NO_RETURN_FAULT, boot  # noqa: PLC0415
 
     start = time.monotonic()
     before = _fresh_lab()
     problems: list[str] = []
-    env = _env()
-    if scenario == "reboot-fail":
-        root = Cluster.load(LAB / "cluster").node("pve-a").root
-        (root / NO_RETURN_FAULT).parent.mkdir(parents=True, exist_ok=True)
-        (root / NO_RETURN_FAULT).write_text("issue 31\n")
-        seg = run_segment(
-            [*DEPLOY, "-e", "nvidia_driver_reboot_timeout=30"], None, env=env,
-            log=logs / "faulted.log",
-        )  # fmt: skip
-        if seg.rc == 0:
-            problems.append("the run passed with pve-a down")
-        if not _said(r"fatal: \[pve-a\]", seg.output) or not _said("boot", seg.output):
-            problems.append("the failure does not name pve-a and its boot")
-        problems += [f"with pve-a down: {p}" for p in conf_problems(before)]
-        (root / NO_RETURN_FAULT).unlink()
-        boot(root)
-    else:
-        deploy = run_segment(DEPLOY, None, env=env, log=logs / "deploy.log")
-        if deploy.rc != 0:
-            raise SystemExit(f"deploy failed (rc {deploy.rc}); see {logs / 'deploy.log'}")
+    root = Cluster.load(LAB / "cluster").node("pve-a").root
+    (root / NO_RETURN_FAULT).parent.mkdir(parents=True, exist_ok=True)
+    (root / NO_RETURN_FAULT).write_text("issue 31\n")
+    seg = run_segment(
+        [*DEPLOY, "-e", "nvidia_driver_reboot_timeout=30"], None, env=_env(),
+        log=logs / "faulted.log",
+    )  # fmt: skip
+    if seg.rc == 0:
+        problems.append("the run passed with pve-a down")
+    if not _said(r"fatal: \[pve-a\]", seg.output) or not _said("boot", seg.output):
+        problems.append("the failure does not name pve-a and its boot")
+    problems += [f"with pve-a down: {p}" for p in conf_problems(before)]
+    (root / NO_RETURN_FAULT).unlink()
+    boot(root)
+    final = run_segment(DEPLOY, None, env=_env(), log=logs / "rerun.log")
+    problems += check_after(final, before, None, idempotent=True)
+    outcome = Outcome("reboot-fail", "pve-a", not problems, problems, time.monotonic() - start)
+    print(_row(outcome), flush=True)
+    return [outcome]
+
+
+def engine_campaign(*, logs: Path) -> list[Outcome]:
+    """On a lab deployed from the hard real state, the engine SIGKILLed (its unit's main
+    PID) during a benchmark cell (playbooks/benchmark.yml, reuse off) and during the
+    readiness gate (the service stopped; deploy.yml starts it and waits): each run fails
+    naming its task, or sees the restarted server (Restart=on-failure); the results it
+    writes parse, nothing half-changed; a deploy re-run then converges."""
+    _fresh_lab()
+    deploy = run_segment(DEPLOY, None, env=_env(), log=logs / "deploy.log")
+    if deploy.rc != 0:
+        raise SystemExit(f"deploy failed (rc {deploy.rc}); see {logs / 'deploy.log'}")
+    bench: tuple[str, ...] = (
+        *DEPLOY[:3], "playbooks/benchmark.yml", "-e", "benchmark_reuse=false"
+    )  # fmt: skip
+    cases = (
+        ("benchmark cell", bench, KillAt("benchmark : Run the benchmark against", after_s=4)),
+        ("readiness gate", DEPLOY,
+         KillAt("inference_service : Ensure the server runs this unit", after_s=8)),
+    )  # fmt: skip
+    outcomes: list[Outcome] = []
+    for name, argv, point in cases:
+        start = time.monotonic()
         before = lab_state()
-        if scenario == "engine-bench":
-            argv: tuple[str, ...] = (
-                *DEPLOY[:3],
-                "playbooks/benchmark.yml",
-                "-e",
-                "benchmark_reuse=false",
-            )
-            point = KillAt("benchmark : Run the benchmark against", after_s=4)
-        else:
+        if name == "readiness gate":
             _ct_systemctl("stop", UNIT)
-            argv = DEPLOY
-            point = KillAt("inference_service : Ensure the server runs this unit", after_s=8)
-        seg = run_segment(argv, point, env=env, log=logs / "faulted.log", on_point=kill_engine)
-        print(f"{scenario}: rc {seg.rc}", flush=True)
+        tag = name.replace(" ", "-")
+        seg = run_segment(argv, point, env=_env(), log=logs / f"{tag}.log", on_point=kill_engine)
+        problems: list[str] = []
         if seg.rc != 0 and not re.search(r"fatal: \[lab-ct801", seg.output):
             problems.append(f"rc {seg.rc} without a task that names the failure")
         problems += [f"after the fault: {p}" for p in settle() or conf_problems(before)]
         problems += record_problems(_results_dir())
-    final = run_segment(DEPLOY, None, env=env, log=logs / "rerun.log")
-    problems += check_after(final, before, None, idempotent=True)
-    outcome = Outcome(scenario, "1", not problems, problems, time.monotonic() - start)
-    print(_row(outcome), flush=True)
-    return [outcome]
+        final = run_segment(DEPLOY, None, env=_env(), log=logs / f"{tag}-rerun.log")
+        problems += check_after(final, before, None, idempotent=True)
+        outcomes.append(
+            Outcome(f"engine kill ({name})", f"{point} rc {seg.rc}", not problems, problems,
+                    time.monotonic() - start)
+        )  # fmt: skip
+        print(_row(outcomes[-1]), flush=True)
+    return outcomes
 
 
 def parse_points(points: str, total: int) -> list[int]:
@@ -813,7 +824,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--scenario", action="append",
-        choices=("deploy", "migrate", "engine-bench", "engine-gate", "reboot-fail"),
+        choices=("deploy", "migrate", "engine", "reboot-fail"),
     )  # fmt: skip
     parser.add_argument("--points", default="4", help="all | N (spread) | k1,k2,...")
     parser.add_argument(
@@ -838,8 +849,10 @@ def main(argv: list[str] | None = None) -> int:
                 outcomes += migrate_campaign(
                     ns.points, logs=logs / "migrate", state_root=logs / "migrate-state"
                 )
+            elif scenario == "engine":
+                outcomes += engine_campaign(logs=logs / scenario)
             else:
-                outcomes += fault_campaign(scenario, logs=logs / scenario)
+                outcomes += reboot_fail_campaign(logs=logs / scenario)
     print(table(outcomes))
     print(f"logs: {logs}")
     return 0 if all(o.converged for o in outcomes) else 1
