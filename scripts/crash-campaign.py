@@ -58,6 +58,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 for _p in (REPO / "src", REPO / "collections"):
@@ -778,6 +779,122 @@ def engine_campaign(*, logs: Path) -> list[Outcome]:
     return outcomes
 
 
+# The rollout scenario: two docker systemd nodes serving the tiny model
+# (specops.lab.tune_nodes, as tests/tune/test_real_rollout.py), starting on no
+# speculation; the profile rolled out is ngram 6 draft tokens (5 speculative tokens).
+_OLD: dict[str, object] = {"method": "none"}
+_NEW: dict[str, object] = {
+    "method": "ngram",
+    "num_draft_tokens": 6,
+    "prompt_lookup_min": 2,
+    "prompt_lookup_max": 4,
+}
+_NEW_MARK = '"num_speculative_tokens":5'
+_SMOKE: dict[str, object] = {
+    "concurrency": [2], "context_lengths": [128], "output_len": 32,
+    "requests_per_cell": 4, "warmup_per_cell": 1, "humaneval": {"max_tokens": 48},
+}  # fmt: skip
+
+
+def _node_identity(node: str) -> dict[str, str]:
+    out = subprocess.run(
+        ["docker", "exec", node, "systemctl", "show", UNIT, "-p", "MainPID", "-p",
+         "ActiveState", "-p", "ExecStart", "-p", "NeedDaemonReload"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    found = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    pid = found.get("MainPID", "0")
+    cmdline = subprocess.run(
+        ["docker", "exec", node, "cat", f"/proc/{pid}/cmdline"],
+        capture_output=True, check=False,
+    ).stdout.replace(b"\0", b" ").decode(errors="replace")  # fmt: skip
+    found["cmdline"] = cmdline
+    return found
+
+
+def rollout_problems(nodes: Sequence[Any]) -> list[str]:
+    """Each node serves one profile, the old or the new: its unit and its running
+    process agree (never the unit of one and the process of the other), and it answers."""
+    from ansible_collections.specops.infra.plugins.module_utils.readiness import (  # noqa: PLC0415
+        wait_ready,
+    )
+
+    problems: list[str] = []
+    for node in nodes:
+        ident = _node_identity(node.name)
+        unit_new = _NEW_MARK in ident.get("ExecStart", "")
+        proc_new = "num_speculative_tokens" in ident["cmdline"].replace(" ", "")
+        if ident.get("ActiveState") != "active" or not ident["cmdline"]:
+            problems.append(f"{node.name}: not serving ({ident.get('ActiveState')})")
+        elif unit_new != proc_new or ident.get("NeedDaemonReload") == "yes":
+            unit, run = ("new" if x else "old" for x in (unit_new, proc_new))
+            reload = ident.get("NeedDaemonReload")
+            problems.append(f"{node.name}: unit on {unit}, process on {run} (reload {reload})")
+        elif not wait_ready(node.base_url, "tiny-qwen", timeout=120).ready:
+            problems.append(f"{node.name}: does not answer")
+    return problems
+
+
+def rollout_campaign(points: Sequence[KillAt], *, logs: Path) -> list[Outcome]:
+    """playbooks/rollout.yml over two nodes, killed at each point (each time from the old
+    profile: the nodes are put back on it by a rollout of the old one), then re-run."""
+    from specops.lab.tune_nodes import remove_nodes, start_nodes, write_inventory  # noqa: PLC0415
+
+    outcomes: list[Outcome] = []
+    nodes = start_nodes(2)
+    try:
+        inventory = write_inventory(nodes, logs / "hosts.json", _OLD)
+        setup = run_segment(
+            [*DEPLOY[:1], "-i", str(inventory), "tests/fixtures/tune/lab-nodes.yml"], None,
+            log=logs / "setup.log",
+        )  # fmt: skip
+        if setup.rc != 0:
+            raise SystemExit(f"the nodes' setup failed; see {logs / 'setup.log'}")
+
+        def rollout(profile: dict[str, object], tag: str) -> tuple[str, ...]:
+            data = {
+                "speculative_rollout_profile": profile,
+                "speculative_rollout_smoke_plan": _SMOKE,
+                "speculative_rollout_throughput_drop": None,
+                "speculative_rollout_baseline_dir": str(logs / "baselines"),
+                "speculative_rollout_report_dir": str(logs / f"nodes-{tag}"),
+                "speculative_rollout_plain_baseline_dir": str(logs / "plain"),
+            }
+            path = logs / f"vars-{tag}.json"
+            path.write_text(json.dumps(data))
+            return (*DEPLOY[:1], "-i", str(inventory), "playbooks/rollout.yml", "-e", f"@{path}")
+
+        for i, point in enumerate(points):
+            start = time.monotonic()
+            seg = run_segment(rollout(_NEW, f"{i}"), point, log=logs / f"{i:02d}-killed.log")
+            problems = [] if seg.killed else [f"the run ended before {point}"]
+            problems += [f"after the kill: {p}" for p in rollout_problems(nodes)]
+            final = run_segment(rollout(_NEW, f"{i}"), None, log=logs / f"{i:02d}-rerun.log")
+            if final.rc != 0:
+                problems.append(f"re-run rc {final.rc}")
+            for node in nodes:
+                if _NEW_MARK not in _node_identity(node.name).get("ExecStart", ""):
+                    problems.append(f"{node.name}: not on the new profile after the re-run")
+            problems += rollout_problems(nodes)
+            problems += record_problems(logs / f"nodes-{i}")
+            outcomes.append(Outcome("rollout", str(point), not problems, problems,
+                                    time.monotonic() - start))  # fmt: skip
+            print(_row(outcomes[-1]), flush=True)
+            if i + 1 < len(points):
+                back = run_segment(rollout(_OLD, f"back{i}"), None, log=logs / f"{i:02d}-back.log")
+                if back.rc != 0:
+                    raise SystemExit(f"rolling back to the old profile failed; see {logs}")
+    finally:
+        remove_nodes(2)
+    return outcomes
+
+
+ROLLOUT_POINTS = (
+    KillAt("speculative_rollout : Apply the new profile", after_s=5),
+    KillAt("speculative_rollout : Run the smoke benchmark and compare", after_s=3),
+)
+
+
 def parse_points(points: str, total: int) -> list[int]:
     """``all`` (1..total), ``N`` (N spread points) or a list ``k1,k2,...``."""
     if points == "all":
@@ -824,7 +941,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--scenario", action="append",
-        choices=("deploy", "migrate", "engine", "reboot-fail"),
+        choices=("deploy", "migrate", "rollout", "engine", "reboot-fail"),
     )  # fmt: skip
     parser.add_argument("--points", default="4", help="all | N (spread) | k1,k2,...")
     parser.add_argument(
@@ -849,6 +966,8 @@ def main(argv: list[str] | None = None) -> int:
                 outcomes += migrate_campaign(
                     ns.points, logs=logs / "migrate", state_root=logs / "migrate-state"
                 )
+            elif scenario == "rollout":
+                outcomes += rollout_campaign(ROLLOUT_POINTS, logs=logs / scenario)
             elif scenario == "engine":
                 outcomes += engine_campaign(logs=logs / scenario)
             else:
