@@ -167,7 +167,7 @@ CRASH_POINTS = (
     crash.KillAt("pve_container : Create the container from its template."),
     crash.KillAt("lxc_gpu_passthrough : Reboot the container"),
     crash.KillAt("inference_service : Ensure the server runs this unit", after_s=15),
-    crash.KillAt("benchmark : Run the benchmark against", after_s=10),
+    crash.KillAt("benchmark : Run the benchmark against", after_s=2),
 )
 
 
