@@ -341,7 +341,12 @@ def lab_state() -> LabState:
     for name, node in cluster.nodes.items():
         for conf in sorted(node.host_path("/etc/pve").rglob("*.conf")):
             state.confs[str(conf)] = conf.read_bytes()
-        for card in gather_facts(HostRoots.under(str(node.root))).gpus:
+        try:
+            cards = gather_facts(HostRoots.under(str(node.root))).gpus
+        except Exception as exc:  # noqa: BLE001  (a node that is down: say so, go on)
+            state.vm_cards[f"{name}:facts"] = (f"unreadable: {exc}", None)
+            continue
+        for card in cards:
             if card.held_by_running_vm is not None:
                 state.vm_cards[f"{name}:{card.address}"] = (card.driver, card.held_by_running_vm)
     return state
