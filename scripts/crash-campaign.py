@@ -68,6 +68,7 @@ for _p in (REPO / "src", REPO / "collections"):
 import httpx  # noqa: E402
 from ansible_collections.specops.infra.plugins.module_utils import pve_conf  # noqa: E402
 from ansible_collections.specops.infra.plugins.module_utils.gpu import (  # noqa: E402
+    GpuFactsError,
     HostRoots,
     gather_facts,
 )
@@ -343,7 +344,7 @@ def lab_state() -> LabState:
             state.confs[str(conf)] = conf.read_bytes()
         try:
             cards = gather_facts(HostRoots.under(str(node.root))).gpus
-        except Exception as exc:  # noqa: BLE001  (a node that is down: say so, go on)
+        except (GpuFactsError, OSError) as exc:  # a node that is down: say so, go on
             state.vm_cards[f"{name}:facts"] = (f"unreadable: {exc}", None)
             continue
         for card in cards:
