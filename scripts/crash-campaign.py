@@ -288,6 +288,11 @@ def run_segment(
     return segment
 
 
+def _banner_name(line: str) -> str:
+    """``TASK [role : Name.] ****`` -> ``role : Name.`` as a banner holds it."""
+    return line[len("TASK [") :].rstrip("* \n").removesuffix("]")
+
+
 def chain(
     argv: Sequence[str],
     points: Sequence[KillAt],
@@ -569,9 +574,13 @@ def deploy_campaign(
         def after_kill(seg: Segment) -> None:
             killed.extend(settle() or conf_problems(before))
 
+        # Each point is the clean run's k-th task, found by its name in the re-run that
+        # follows the last kill (a re-run skips what is done: its counts differ).
+        names = [_banner_name(x) for x in clean.output.splitlines() if _TASK.match(x)]
         segs = chain(
-            DEPLOY, [KillAt(k) for k in ks], env=_env(), after_kill=after_kill, logs=logs / "chain"
-        )
+            DEPLOY, [KillAt(names[k - 1]) for k in ks], env=_env(), after_kill=after_kill,
+            logs=logs / "chain",
+        )  # fmt: skip
         problems = [f"after a kill: {p}" for p in killed]
         if not segs[-1].killed and len(segs) <= len(ks):
             problems.append(f"run {len(segs)} ended before its task {ks[len(segs) - 1]}")
