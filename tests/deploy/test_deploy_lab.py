@@ -253,12 +253,13 @@ def _migrate(extra: dict[str, object]) -> Run:
     )
 
 
-# The migration is killed (issue 31) in the middle of the move (PVE's migrate task runs
-# on in the API stand-in) and as the target's GPU lines are written, before the run
-# that completes it.
+# The migration is killed (issue 31) 4 s into the move (PVE's migrate task runs on in
+# the API stand-in; on this lab the move is done by then and the kill lands in the GPU
+# phase) and as the target's GPU lines are written (lxc_gpu_passthrough, imported by
+# the gpu_config phase), before the run that completes it.
 MIGRATE_CRASH_POINTS = (
     crash.KillAt("migrate : Bring the container to the target", after_s=4),
-    crash.KillAt("migrate : Write the chosen cards' GPU lines"),
+    crash.KillAt("lxc_gpu_passthrough : Ensure the container's GPU lines match"),
 )
 
 
@@ -318,25 +319,6 @@ def migration(
     run = _migrate(extra)
     yield run, state
     _destroy_lab()
-
-
-def test_migration_killed_leaves_the_container_on_one_node(
-    migration: tuple[Run, Path], migrate_kills: list[MigrateKill]
-) -> None:
-    """After each kill (and the node's own tasks done) CT 801 has its config on exactly
-    one node and runs nowhere else; PVE configs parse, no lock is left, the VMs' cards stay
-    theirs. The completing run is test_migrated_container_serves_on_the_new_node."""
-    assert [k.killed for k in migrate_kills] == [True] * len(MIGRATE_CRASH_POINTS), [
-        str(p) for p, k in zip(MIGRATE_CRASH_POINTS, migrate_kills, strict=False) if not k.killed
-    ]
-    for point, kill in zip(MIGRATE_CRASH_POINTS, migrate_kills, strict=True):
-        confs = [w for w in kill.where if w.endswith(":conf")]
-        running = [w for w in kill.where if w.endswith(":running")]
-        assert len(confs) == 1, (str(point), kill.where)
-        # Running on that node, or stopped there by the phase the kill cut (the GPU
-        # lines are written on a stopped CT): never anywhere else.
-        assert set(running) <= {confs[0].replace(":conf", ":running")}, (str(point), kill.where)
-        assert kill.problems == [], (str(point), kill.problems)
 
 
 def test_first_run_deploys_and_reports(crashed: CrashedRun, first_run: Run) -> None:
@@ -532,6 +514,25 @@ def test_the_container_network_is_real(first_run: Run) -> None:
     assert re.search(rf"http://{re.escape(CT_ADDRESS)}:{PORT}", first_run.output), (
         "the benchmark dialed the container's address"
     )
+
+
+def test_migration_killed_leaves_the_container_on_one_node(
+    migration: tuple[Run, Path], migrate_kills: list[MigrateKill]
+) -> None:
+    """After each kill (and the node's own tasks done) CT 801 has its config on exactly
+    one node and runs nowhere else; PVE configs parse, no lock is left, the VMs' cards stay
+    theirs. The completing run is test_migrated_container_serves_on_the_new_node."""
+    assert [k.killed for k in migrate_kills] == [True] * len(MIGRATE_CRASH_POINTS), [
+        str(p) for p, k in zip(MIGRATE_CRASH_POINTS, migrate_kills, strict=False) if not k.killed
+    ]
+    for point, kill in zip(MIGRATE_CRASH_POINTS, migrate_kills, strict=True):
+        confs = [w for w in kill.where if w.endswith(":conf")]
+        running = [w for w in kill.where if w.endswith(":running")]
+        assert len(confs) == 1, (str(point), kill.where)
+        # Running on that node, or stopped there by the phase the kill cut (the GPU
+        # lines are written on a stopped CT): never anywhere else.
+        assert set(running) <= {confs[0].replace(":conf", ":running")}, (str(point), kill.where)
+        assert kill.problems == [], (str(point), kill.problems)
 
 
 def test_migrated_container_serves_on_the_new_node(migration: tuple[Run, Path]) -> None:
