@@ -104,6 +104,7 @@ class Segment:
     tasks: int  # task banners seen
     orphans: int = 0  # processes of workers let finish their task after the kill
     orphans_left: list[int] = field(default_factory=list)  # still running after the wait
+    log: Path | None = None  # where its output was written
 
     def changed(self) -> dict[str, int]:
         """Per host, ``changed`` summed over the recaps of all imported playbooks."""
@@ -280,7 +281,7 @@ def run_segment(
     left = sorted(p for p in orphans if _alive(p))
     segment = Segment(
         tuple(argv), kill_at, killed.is_set(), rc, "".join(lines), time.monotonic() - start,
-        tasks, len(orphans), left,
+        tasks, len(orphans), left, log,
     )  # fmt: skip
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -548,7 +549,8 @@ def check_after(
     problems += record_problems(_results_dir())
     problems += latest_results_problems()
     if idempotent:
-        again = run_segment(final.argv, None, env=_env())
+        log = final.log.with_name(final.log.stem + "-again.log") if final.log else None
+        again = run_segment(final.argv, None, env=_env(), log=log)
         changed = {h: c for h, c in again.changed().items() if c}
         if again.rc != 0 or changed:
             problems.append(f"a further run: rc {again.rc}, changed {changed}")
