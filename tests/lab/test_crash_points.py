@@ -114,3 +114,23 @@ def test_points(points: str, total: int, want: list[int]) -> None:
 def test_points_refused(points: str) -> None:
     with pytest.raises(SystemExit, match="--points"):
         crash.parse_points(points, 10)
+
+
+def test_banner_names_find_the_task_again() -> None:
+    line = "TASK [benchmark : Run the benchmark against http://10.0.0.1:8000.] ******\n"
+    name = crash._banner_name(line)
+    assert name == "benchmark : Run the benchmark against http://10.0.0.1:8000."
+    assert crash.KillAt(name).reached(1, line)
+    assert not crash.KillAt(name).reached(1, "TASK [benchmark : Record where the results are.]")
+
+
+def test_records_half_written_or_unreadable_are_found(tmp_path: Path) -> None:
+    run = tmp_path / "20261203T000000Z-abc"
+    run.mkdir()
+    (run / "results.json").write_text('{"cells": []}')
+    (run / "run.json").write_text('{"finished_at": null}')
+    assert crash.record_problems(tmp_path) == []
+    (run / "results.json.tmp").write_text("{")
+    (run / "cells.json").write_text('{"cells": [')
+    found = crash.record_problems(tmp_path)
+    assert [Path(p.split(":")[0]).name for p in found] == ["cells.json", "results.json.tmp"]
