@@ -156,8 +156,8 @@ def machine_before(fresh_check: Run) -> dict[str, float | None]:
 
 crash = load_script("crash-campaign.py")
 # The first run is killed (issue 31): its whole process group and Ansible's workers
-# SIGKILLed, as a lost controller, at each of these points in turn (each counted in the
-# re-run that follows the last kill), then run to its end. One point per phase: a node's
+# SIGKILLed, as a lost controller, at each of these points in turn (the first banner of
+# that task in the re-run that follows the last kill), then run to its end. One point per phase: a node's
 # emulated reboot, the container's creation through the API, its reboot for its GPU
 # lines, the service's readiness gate (mid-gate), a benchmark cell (mid-cell). The
 # second run's changed=0 and the --check --diff run prove the convergence; after each
