@@ -170,3 +170,22 @@ def test_apt_is_refused_on_a_lab_node(root: Path) -> None:
     out = run(root, "apt-get", "install", "-y", "dkms")
     assert out.returncode == 1
     assert "not emulated on a lab node" in out.stderr
+
+
+def test_a_reboot_that_does_not_come_back(root: Path) -> None:
+    """The lab fault of issue 31: with NO_RETURN_FAULT set, a reboot takes the node down
+    (no boot id: the reboot's boot check fails) and boots nothing; once it is removed,
+    a boot brings the node back as a reboot would."""
+    boot_id = root / "proc/sys/kernel/random/boot_id"
+    (root / labnode.NO_RETURN_FAULT).write_text("issue 31\n")
+    (root / "etc/modprobe.d/blacklist-nouveau.conf").write_text("blacklist nouveau\n")
+    assert run(root, "update-initramfs", "-u").returncode == 0
+    assert run(root, "shutdown", "-r", "now").returncode == 0
+    assert not boot_id.exists()
+    assert facts(root)["nouveau"] is True, "nothing booted: the kernel's view is as it was"
+    calls = (root / "var/log/specops-lab/boot-tools.calls").read_text()
+    assert "down: the reboot does not come back (lab fault)" in calls
+    (root / labnode.NO_RETURN_FAULT).unlink()
+    assert run(root, "reboot").returncode == 0
+    assert boot_id.read_text().strip()
+    assert facts(root)["nouveau"] is False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -18,5 +19,7 @@ def load_script(name: str) -> ModuleType:
     if spec is None or spec.loader is None:
         raise ImportError(f"{path}: not a Python script")
     module = importlib.util.module_from_spec(spec)
+    # Registered before it runs: dataclasses look their module up by name.
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module

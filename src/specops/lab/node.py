@@ -59,6 +59,7 @@ from specops.lab.paths import BOOT_CMDLINE, INITRAMFS_DIR, LAB_ETC
 # (systemctl, update-initramfs) never read one.
 if TYPE_CHECKING:
     from specops.lab.hosttree import HostSpec
+    from specops.lab.pve.layout import Node
 
 __all__ = [
     "HARDWARE_FILE",
@@ -383,13 +384,10 @@ def booted_spec(root: Path) -> HostSpec:
     return replace(spec, nvidia=nvidia, modules=modules, cards=tuple(cards), cmdline=cmdline)
 
 
-def boot(root: Path, say: Any = print) -> None:
-    """The node reboots now: processes end, containers stop, the kernel's view is
-    rebuilt as the boot finds it, the enabled units and onboot containers start."""
-    _record(root, "reboot")
-    from specops.lab.hosttree import build_tree  # noqa: PLC0415  (boot only)
+def _go_down(root: Path, say: Any) -> Node | None:
+    """The first half of a reboot: the running containers stop, the node's processes end."""
     from specops.lab.pve.layout import Node  # noqa: PLC0415  (boot only)
-    from specops.lab.pve.pct import ct_start, ct_status, ct_stop, list_cts, load_ct_conf  # noqa: PLC0415
+    from specops.lab.pve.pct import ct_status, ct_stop, list_cts  # noqa: PLC0415
 
     node = Node.from_root(root) if (root / "etc" / "specops-lab-node.json").is_file() else None
     if node is not None:
@@ -398,6 +396,30 @@ def boot(root: Path, say: Any = print) -> None:
                 ct_stop(node, vmid)
                 say(f"{node.name}: CT {vmid} stopped by the reboot")
     stop_node_processes(root)
+    return node
+
+
+# A lab fault (issue 31): the node's next reboot does not come back. While this file is
+# under the node's root, a reboot takes the node down (its containers stop, its
+# processes end, its boot id goes: the boot check fails) and starts nothing.
+# Remove the file and boot the node (`python -m specops.lab.node --root ROOT reboot`)
+# to bring it back.
+NO_RETURN_FAULT = LAB_ETC / "fault-reboot-does-not-return"
+
+
+def boot(root: Path, say: Any = print) -> None:
+    """The node reboots now: processes end, containers stop, the kernel's view is
+    rebuilt as the boot finds it, the enabled units and onboot containers start."""
+    _record(root, "reboot")
+    if (root / NO_RETURN_FAULT).is_file():
+        _go_down(root, say)
+        (root / "proc/sys/kernel/random/boot_id").unlink(missing_ok=True)
+        _record(root, "down: the reboot does not come back (lab fault)")
+        say(f"{root.name}: down, not coming back ({NO_RETURN_FAULT} is set)")
+        return
+    from specops.lab.hosttree import build_tree  # noqa: PLC0415  (boot only)
+
+    node = _go_down(root, say)
     spec = booted_spec(root)
     build_tree(spec, root, replace_existing=True, system_files=False)
     state = root / UNIT_STATE
@@ -408,6 +430,8 @@ def boot(root: Path, say: Any = print) -> None:
         rc = Units(root).start(unit, quiet=True)
         say(f"{spec.node}: boot started {unit} ({'ok' if rc == 0 else 'failed'})")
     if node is not None:
+        from specops.lab.pve.pct import ct_start, list_cts, load_ct_conf  # noqa: PLC0415
+
         for vmid in list_cts(node):
             conf, _ = load_ct_conf(node, vmid)
             if str(conf.get("onboot") or "0") == "1":
