@@ -713,6 +713,11 @@ class Server:
             host = Path(self.ctx.host_path(path))
             files[path] = host.read_text() if host.is_file() else None
         env = self.svc.final_environment(files)
+        for run_dir in self.svc.runtime_paths():  # RuntimeDirectory=, as systemd makes it
+            mode = f"{self.svc.runtime_directory_mode:o}"
+            rc, text = self.ctx.attach(["/bin/mkdir", "-p", "-m", mode, run_dir], env)
+            if rc != 0:
+                raise RuntimeError(f"RuntimeDirectory {run_dir} ({rc}): {text[-500:]}")
         for pre in self.svc.exec_start_pre:
             rc, text = self.ctx.attach(unit_exec.expand_command(pre.words, env), env)
             if rc != 0 and not pre.ignore_failure:

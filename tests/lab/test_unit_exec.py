@@ -107,3 +107,20 @@ def test_prefixes_and_missing_environment_file() -> None:
 def test_what_systemd_would_refuse_is_named(line: str, message: str) -> None:
     with pytest.raises(unit_exec.UnitError, match=message):
         unit_exec.parse_unit(f"[Service]\n{line}\n")
+
+
+def test_runtime_directory_is_read_as_systemd_makes_it() -> None:
+    svc = unit_exec.parse_unit(
+        "[Service]\nRuntimeDirectory=specops-a specops-a/sub\nRuntimeDirectoryMode=0700\n"
+        "ExecStart=/bin/true\n"
+    )
+    assert svc.runtime_paths() == ["/run/specops-a", "/run/specops-a/sub"]
+    assert svc.runtime_directory_mode == 0o700
+    assert unit_exec.parse_unit("[Service]\nExecStart=/bin/true\n").runtime_directory_mode == 0o755
+    for bad, said in (
+        ("RuntimeDirectory=/run/x", "a relative path under /run"),
+        ("RuntimeDirectory=a/../../etc", "a relative path under /run"),
+        ("RuntimeDirectoryMode=rwx", "an octal mode"),
+    ):
+        with pytest.raises(unit_exec.UnitError, match=said):
+            unit_exec.parse_unit(f"[Service]\n{bad}\nExecStart=/bin/true\n")

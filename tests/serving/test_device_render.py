@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
 from plugins.scripts import load_script
 
 from specops.lab import unit_exec
@@ -58,3 +61,49 @@ def test_the_role_renders_the_device_units_for_vllm_0_20_1(tmp_path: Path) -> No
     assert gate["record"] is False
     assert gate["load"] == script.GATE_LOAD
     assert script.gate_config(gate).load == script.GATE_LOAD
+
+
+def test_the_sglang_unit_keeps_its_key_off_every_command_line(tmp_path: Path) -> None:
+    """SGLang takes its key from --api-key only: the role's unit writes it from the
+    EnvironmentFile into a 0600 YAML file of the service's runtime directory and names
+    that file with --config. Here the unit's ExecStartPre runs as systemd would (its
+    words expanded from the unit's final environment), into a tmp runtime directory."""
+    script = _script()
+    script.use_engine("sglang")
+    secret = "k3y 'with' \"quotes\", a #hash: and $dollar\\"  # noqa: S105 (a test value)
+    key = tmp_path / "api-key"
+    key.write_text(secret + "\n")
+    key.chmod(0o600)
+    dest = tmp_path / "units"
+    rendered = script.render_units(
+        dest, engine="sglang", version="0.5.11", venv="/opt/torch/.venv", model="/srv/models/r1b",
+        draft="/srv/models/tiny", key_file=key, names=("plain",),
+    )  # fmt: skip
+    unit_text = (dest / "plain.service").read_text()
+    svc = unit_exec.parse_unit(unit_text)
+    env_file = dest / "plain.env"
+    env = svc.final_environment({rendered["plain"]["environment_file"]: env_file.read_text()})
+    assert env["SPECOPS_API_KEY"] == secret  # from the root-only EnvironmentFile
+    assert secret not in unit_text
+    argv = svc.argv(env)
+    assert "--api-key" not in argv
+    assert all(secret not in word for word in argv)
+    config = argv[argv.index("--config") + 1]
+    assert svc.runtime_paths() == [str(Path(config).parent)]
+    assert svc.runtime_directory_mode == 0o700
+    assert config.startswith("/run/")
+    assert config.endswith(".yaml")  # SGLang's merger refuses another suffix
+    # SGLang's launcher finds its venv's ninja and CUDA's nvcc by name (flashinfer's JIT).
+    assert env["PATH"].split(":")[:2] == ["/opt/torch/.venv/bin", "/usr/local/cuda/bin"]
+
+    (pre,) = [p for p in svc.exec_start_pre if not p.privileged]
+    words = unit_exec.expand_command(pre.words, env)
+    assert all(secret not in word for word in words)  # the writer's own command line
+    assert words[0] == "/opt/torch/.venv/bin/python"
+    assert words[-1] == config
+    written = tmp_path / "run" / "secrets.yaml"
+    written.parent.mkdir()
+    subprocess.run([sys.executable, *words[1:-1], str(written)], env=env, check=True, timeout=60)
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600
+    # What SGLang's ConfigArgumentMerger reads (yaml.safe_load) and turns into --api-key.
+    assert yaml.safe_load(written.read_text()) == {"api-key": secret}

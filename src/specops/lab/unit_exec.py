@@ -4,8 +4,8 @@ Where the serving container has no systemd (the accelerator machine's LXC contai
 binds the host's ``/usr``, which has none), ``scripts/serve-gpu-device.py`` starts the
 server from the unit the ``inference_service`` role renders, so the command line that
 runs is the role's own. This module is systemd's side of that: it reads
-``Environment=``, ``EnvironmentFile=``, ``UnsetEnvironment=``, ``ExecStartPre=`` and
-``ExecStart=`` as systemd.exec(5) and systemd.service(5) define them:
+``Environment=``, ``EnvironmentFile=``, ``UnsetEnvironment=``, ``RuntimeDirectory=``,
+``ExecStartPre=`` and ``ExecStart=`` as systemd.exec(5) and systemd.service(5) define them:
 
 - words are split on whitespace; a word may be double- or single-quoted, with C
   escapes (``\\"``, ``\\\\``, ``\\n``, ``\\t``) inside double quotes;
@@ -75,6 +75,13 @@ class ServiceExec:
     exec_start: Command | None = None
     user: str = ""
     working_directory: str = ""
+    # RuntimeDirectory=: names under /run that systemd makes (owned by User=, mode
+    # RuntimeDirectoryMode=, 0755 by default) before ExecStartPre= and removes at stop.
+    runtime_directories: list[str] = field(default_factory=list)
+    runtime_directory_mode: int = 0o755
+
+    def runtime_paths(self) -> list[str]:
+        return [f"/run/{name}" for name in self.runtime_directories]
 
     def final_environment(self, files: Mapping[str, str | None]) -> dict[str, str]:
         """systemd's PATH, Environment=, then each EnvironmentFile= (``files``: path ->
@@ -199,10 +206,26 @@ def _set(svc: ServiceExec, key: str, value: str) -> None:
         if svc.exec_start is not None:
             raise UnitError("ExecStart=: more than one (Type=simple takes one)")
         svc.exec_start = _command(value, where)
+    elif key.startswith("RuntimeDirectory"):
+        _set_runtime_directory(svc, key, value)
     elif key == "User":
         svc.user = value
     elif key == "WorkingDirectory":
         svc.working_directory = value
+
+
+def _set_runtime_directory(svc: ServiceExec, key: str, value: str) -> None:
+    """``RuntimeDirectory=`` (names relative to /run) and ``RuntimeDirectoryMode=``."""
+    if key == "RuntimeDirectory":
+        for name in split_words(value, f"{key}="):
+            if name.startswith("/") or ".." in name.split("/"):
+                raise UnitError(f"RuntimeDirectory={name!r}: a relative path under /run")
+            svc.runtime_directories.append(name)
+    elif key == "RuntimeDirectoryMode":
+        try:
+            svc.runtime_directory_mode = int(value, 8)
+        except ValueError:
+            raise UnitError(f"RuntimeDirectoryMode={value!r}: an octal mode") from None
 
 
 def parse_unit(text: str) -> ServiceExec:
