@@ -66,7 +66,10 @@ for _p in (REPO / "src", REPO / "collections"):
         sys.path.insert(0, str(_p))
 
 import httpx  # noqa: E402
-from ansible_collections.specops.infra.plugins.module_utils import pve_conf  # noqa: E402
+from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: E402
+    gpu_catalogue,
+    pve_conf,
+)
 from ansible_collections.specops.infra.plugins.module_utils.gpu import (  # noqa: E402
     GpuFactsError,
     HostRoots,
@@ -607,8 +610,14 @@ def deploy_campaign(
     return outcomes
 
 
-_PRO6000 = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
-_MODEL = {"pve-a": "NVIDIA RTX A6000", "pve-b": _PRO6000}
+def _catalogue_name(product_id: str) -> str:
+    product = gpu_catalogue.by_id(product_id)
+    assert product is not None, product_id
+    return product.name
+
+
+# The card each lab node serves from (inventory/lab/hardware/), by catalogue id.
+_MODEL = {"pve-a": _catalogue_name("rtx-a6000"), "pve-b": _catalogue_name("rtx-pro-6000")}
 
 
 def _migrate_argv(source: str, target: str, state: Path, previous: Path) -> tuple[str, ...]:
