@@ -60,6 +60,9 @@ def test_threshold_measured_on_real_vllm(
     # The gate's own loaded-batch decode: the prompts inside a batch of 4 other requests.
     loaded = og.decode_under_load(vllm_plain_server.base_url, "tiny-qwen", DEFAULT, load=4)
     assert loaded.started == 4, "every other request streamed before the prompts went"
+    # ... and the batch stayed loaded until the last prompt returned (the others stream
+    # requests back to back until then, however fast the server or slow this process).
+    assert loaded.in_flight == 4, "every other stream still open when the prompts returned"
     reference = _reference(plain)
     runs = {
         "plain again": og.decode(vllm_plain_server.base_url, "tiny-qwen", DEFAULT),

@@ -289,7 +289,12 @@ class LoadedDecode:
     outputs: list[Decoded]
     load: int  # other requests started
     started: int  # of those, how many had streamed a first token before the prompts went
-    in_flight: int  # of those, how many were still decoding when the last prompt returned
+    in_flight: int  # of those, how many were still streaming when the last prompt returned
+
+
+# A filler streams requests back to back until the gate prompts are back; this bounds it
+# in count too (each request is bounded by the gate's request timeout).
+_FILLER_MAX_REQUESTS = 64
 
 
 def _stream_filler(
@@ -299,16 +304,21 @@ def _stream_filler(
     *,
     timeout: float,
     first: threading.Event,
+    stop: threading.Event,
     done: threading.Event,
 ) -> None:
-    req = _request(url, body, api_key, "text/event-stream")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
-            for line in resp:
-                if line.startswith(b"data:"):
-                    first.set()
-                if line.strip() == b"data: [DONE]":
-                    break
+        for _ in range(_FILLER_MAX_REQUESTS):
+            if stop.is_set():
+                break
+            req = _request(url, body, api_key, "text/event-stream")
+            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+                for line in resp:
+                    if line.startswith(b"data:"):
+                        first.set()
+                    # Closing the stream early aborts the request on the server.
+                    if stop.is_set() or line.strip() == b"data: [DONE]":
+                        break
     except (urllib.error.URLError, OSError, TimeoutError, ValueError):
         pass  # load, not a measurement: the prompts' own answers decide
     finally:
@@ -326,37 +336,48 @@ def decode_under_load(
 ) -> LoadedDecode:
     """Decode every gate prompt at once while ``load`` other requests decode.
 
-    The others are streamed (so their first token shows they are in the batch), ask for
-    four times the gate's tokens with ``ignore_eos`` (vLLM and SGLang both take it) so
-    they outlast the prompts, and are waited for at the end (bounded by the request
-    timeout). RuntimeError when a gate prompt cannot be decoded.
+    Each of the ``load`` others is a stream of requests sent back to back (``ignore_eos``,
+    four times the gate's tokens each; vLLM and SGLang both take it) until the prompts are
+    back, then its open stream is closed (the server aborts that request): the batch
+    stays loaded however fast the server decodes and however late this process gets the
+    CPU. ``started`` counts the others that streamed before the prompts went and had not
+    failed; ``in_flight`` those still streaming when the last prompt returned.
+    RuntimeError when a gate prompt cannot be decoded.
     """
     url = base_url.rstrip("/") + "/v1/completions"
     firsts = [threading.Event() for _ in range(load)]
     dones = [threading.Event() for _ in range(load)]
+    stop = threading.Event()
     with ThreadPoolExecutor(max_workers=load + len(config.prompts)) as pool:
-        for n in range(load):
-            body = {
-                "model": served_model_name, "prompt": _FILLER.format(n=n),
-                "max_tokens": config.max_tokens * 4 + 64, "temperature": 0, "stream": True,
-                "ignore_eos": True,
-            }  # fmt: skip
-            pool.submit(
-                _stream_filler, url, body, api_key,
-                timeout=config.request_timeout, first=firsts[n], done=dones[n],
-            )  # fmt: skip
-        deadline = time.monotonic() + config.request_timeout
-        for event in firsts:
-            event.wait(max(0.0, deadline - time.monotonic()))
-        started = sum(1 for n in range(load) if firsts[n].is_set() and not dones[n].is_set())
-        futures = [
-            pool.submit(
-                decode, base_url, served_model_name, replace_prompts(config, (p,)), api_key=api_key
-            )
-            for p in config.prompts
-        ]
-        outputs = [f.result()[0] for f in futures]
-        in_flight = sum(1 for d in dones if not d.is_set())
+        try:
+            for n in range(load):
+                body = {
+                    "model": served_model_name, "prompt": _FILLER.format(n=n),
+                    "max_tokens": config.max_tokens * 4 + 64, "temperature": 0, "stream": True,
+                    "ignore_eos": True,
+                }  # fmt: skip
+                pool.submit(
+                    _stream_filler, url, body, api_key, timeout=config.request_timeout,
+                    first=firsts[n], stop=stop, done=dones[n],
+                )  # fmt: skip
+            deadline = time.monotonic() + config.request_timeout
+            for event in firsts:
+                event.wait(max(0.0, deadline - time.monotonic()))
+            started = sum(1 for n in range(load) if firsts[n].is_set() and not dones[n].is_set())
+            futures = [
+                pool.submit(
+                    decode,
+                    base_url,
+                    served_model_name,
+                    replace_prompts(config, (p,)),
+                    api_key=api_key,
+                )
+                for p in config.prompts
+            ]
+            outputs = [f.result()[0] for f in futures]
+            in_flight = sum(1 for d in dones if not d.is_set())
+        finally:
+            stop.set()  # the fillers close their streams; the pool then waits for them
     return LoadedDecode(outputs, load, started, in_flight)
 
 
