@@ -839,6 +839,9 @@ def _node_identity(node: str) -> dict[str, str]:
     return found
 
 
+_SETTLING = ("activating", "deactivating", "reloading")
+
+
 def rollout_problems(nodes: Sequence[Any]) -> list[str]:
     """Each node serves one profile, the old or the new: its unit and its running
     process agree (never the unit of one and the process of the other), and it answers."""
@@ -849,6 +852,12 @@ def rollout_problems(nodes: Sequence[Any]) -> list[str]:
     problems: list[str] = []
     for node in nodes:
         ident = _node_identity(node.name)
+        # A start or stop the killed run asked for goes on without it (systemd on the
+        # node): judge the node once that job is done (bounded by the unit's timeouts).
+        deadline = time.monotonic() + 300
+        while ident.get("ActiveState") in _SETTLING and time.monotonic() < deadline:
+            time.sleep(2)
+            ident = _node_identity(node.name)
         unit_new = _NEW_MARK in ident.get("ExecStart", "")
         proc_new = "num_speculative_tokens" in ident["cmdline"].replace(" ", "")
         if ident.get("ActiveState") != "active" or not ident["cmdline"]:
@@ -917,7 +926,10 @@ def rollout_campaign(points: Sequence[KillAt], *, logs: Path) -> list[Outcome]:
 
 
 ROLLOUT_POINTS = (
-    KillAt("speculative_rollout : Apply the new profile", after_s=5),
+    # In the new profile's restart and readiness gate on the first node: the apply step
+    # is an include at play level (its banner carries no role name); its validation
+    # tasks take a few seconds, the restart and gate about a minute.
+    KillAt("Apply the new profile (one restart", after_s=8),
     KillAt("speculative_rollout : Run the smoke benchmark and compare", after_s=3),
 )
 
