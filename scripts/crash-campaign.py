@@ -69,6 +69,7 @@ import httpx  # noqa: E402
 from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: E402
     gpu_catalogue,
     pve_conf,
+    service_stop,
 )
 from ansible_collections.specops.infra.plugins.module_utils.gpu import (  # noqa: E402
     GpuFactsError,
@@ -84,7 +85,8 @@ VMID = 801
 CT_HOST = "lab-ct801"
 PORT = 8000
 _TASK = re.compile(r"^TASK \[")
-_RECAP = re.compile(
+# An ansible-playbook recap line (tests/deploy/test_deploy_lab.py reads runs with it too).
+RECAP = re.compile(
     r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
     r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)",
     re.MULTILINE,
@@ -112,7 +114,7 @@ class Segment:
     def changed(self) -> dict[str, int]:
         """Per host, ``changed`` summed over the recaps of all imported playbooks."""
         totals: dict[str, int] = {}
-        for m in _RECAP.finditer(self.output):
+        for m in RECAP.finditer(self.output):
             totals[m["host"]] = totals.get(m["host"], 0) + int(m["changed"])
         return totals
 
@@ -134,19 +136,8 @@ class KillAt:
 
 
 def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (from /proc), children first."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found: list[int] = []
-    todo = list(children.get(pid, []))
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        todo += children.get(p, [])
-    return found
+    """Every live process below ``pid`` (the service_stop module's reading of /proc)."""
+    return [p for p in service_stop.descendants(pid) if p != pid]
 
 
 def _stat(pid: int) -> list[str]:

@@ -74,11 +74,7 @@ _THIS_MACHINE = (
     Path("/var/lib/nvidia/specops-standin-kernel-module"),
 )
 HOSTS = {"localhost", "pve-a", "pve-b", CT}  # every host of the lab inventory's plays
-_RECAP = re.compile(
-    r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
-    r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)",
-    re.MULTILINE,
-)
+crash = load_script("crash-campaign.py")
 
 
 @dataclass(frozen=True)
@@ -90,7 +86,7 @@ class Run:
     def recap(self) -> dict[str, dict[str, int]]:
         """Per host, the counts summed over the recaps of all imported playbooks."""
         totals: dict[str, dict[str, int]] = {}
-        for m in _RECAP.finditer(self.output):
+        for m in crash.RECAP.finditer(self.output):
             host = totals.setdefault(
                 m["host"], dict.fromkeys(("changed", "failed", "unreachable"), 0)
             )
@@ -155,7 +151,6 @@ def machine_before(fresh_check: Run) -> dict[str, float | None]:
     return _machine_state()
 
 
-crash = load_script("crash-campaign.py")
 # The first run is killed (issue 31): its whole process group and Ansible's workers
 # SIGKILLed, as a lost controller, at each of these points in turn (the first banner of
 # that task in the re-run that follows the last kill), then run to its end. One point

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from plugins.scripts import load_script
 
+from specops.lab import network
+
 crash = load_script("crash-campaign.py")
 
 _PLAY = """\
@@ -117,9 +119,10 @@ def test_points_refused(points: str) -> None:
 
 
 def test_banner_names_find_the_task_again() -> None:
-    line = "TASK [benchmark : Run the benchmark against http://10.0.0.1:8000.] ******\n"
+    url = f"http://{network.load().address(801)}:8000"  # the lab's own address for CT 801
+    line = f"TASK [benchmark : Run the benchmark against {url}.] ******\n"
     name = crash._banner_name(line)
-    assert name == "benchmark : Run the benchmark against http://10.0.0.1:8000."
+    assert name == f"benchmark : Run the benchmark against {url}."
     assert crash.KillAt(name).reached(1, line)
     assert not crash.KillAt(name).reached(1, "TASK [benchmark : Record where the results are.]")
 
