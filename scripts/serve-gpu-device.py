@@ -310,11 +310,7 @@ def vllm_trimmed(cache: Path) -> Path:
 def deps_site(cache: Path) -> Path:
     """The packages the device lacks, installed into one folder, xz'd (cached)."""
     listing = REPO / "scripts/device/vllm-0.20.1-deps.txt"
-    reqs = [
-        ln.strip()
-        for ln in listing.read_text().splitlines()
-        if ln.strip() and not ln.startswith("#")
-    ]
+    reqs = _requirements(listing)
     key = hashlib.sha256("\n".join(reqs).encode()).hexdigest()[:12]
     out = cache / f"deps-{key}.tar.xz"
     if out.exists():
@@ -323,15 +319,7 @@ def deps_site(cache: Path) -> Path:
     whl = cache / f"deps-whl-{key}"
     _pip_download(whl, reqs)
     site = cache / f"deps-site-{key}"
-    shutil.rmtree(site, ignore_errors=True)
-    plat = [a for p in PLATFORMS for a in ("--platform", p)]
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
-         "--target", str(site),
-         "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", *plat,
-         *map(str, sorted(whl.glob("*.whl")))],
-        check=True,
-    )  # fmt: skip
+    _install_site(whl, site)
     # Tokenizer data for Mistral models and country-name translations: 58 MB, unused.
     for rel in ("mistral_common/data", "pycountry/locales", "bin"):
         shutil.rmtree(site / rel, ignore_errors=True)
@@ -340,22 +328,17 @@ def deps_site(cache: Path) -> Path:
     return out
 
 
-def sglang_site(cache: Path) -> Path:
-    """SGLang, its kernels and the packages the device lacks, one trimmed site, xz'd (cached)."""
-    listing = REPO / "scripts/device/sglang-0.5.11-deps.txt"
-    reqs = [
+def _requirements(listing: Path) -> list[str]:
+    """A requirements listing's lines, without blanks and comments."""
+    return [
         ln.strip()
         for ln in listing.read_text().splitlines()
         if ln.strip() and not ln.startswith("#")
     ]
-    key = hashlib.sha256("\n".join(reqs + list(SGLANG_TRIM)).encode()).hexdigest()[:12]
-    out = cache / f"sglang-{SGLANG_VERSION}-site-{key}.tar.xz"
-    if out.exists():
-        return out
-    log(f"bundle: SGLang {SGLANG_VERSION} and {len(reqs) - 1} packages for Python 3.12")
-    whl = cache / f"sglang-whl-{key}"
-    _pip_download(whl, reqs)
-    site = cache / f"sglang-site-{key}"
+
+
+def _install_site(whl: Path, site: Path) -> None:
+    """The downloaded wheels unpacked into ``site`` for the device's CPython 3.12."""
     shutil.rmtree(site, ignore_errors=True)
     plat = [a for p in PLATFORMS for a in ("--platform", p)]
     subprocess.run(
@@ -365,6 +348,21 @@ def sglang_site(cache: Path) -> Path:
          *map(str, sorted(whl.glob("*.whl")))],
         check=True,
     )  # fmt: skip
+
+
+def sglang_site(cache: Path) -> Path:
+    """SGLang, its kernels and the packages the device lacks, one trimmed site, xz'd (cached)."""
+    listing = REPO / "scripts/device/sglang-0.5.11-deps.txt"
+    reqs = _requirements(listing)
+    key = hashlib.sha256("\n".join(reqs + list(SGLANG_TRIM)).encode()).hexdigest()[:12]
+    out = cache / f"sglang-{SGLANG_VERSION}-site-{key}.tar.xz"
+    if out.exists():
+        return out
+    log(f"bundle: SGLang {SGLANG_VERSION} and {len(reqs) - 1} packages for Python 3.12")
+    whl = cache / f"sglang-whl-{key}"
+    _pip_download(whl, reqs)
+    site = cache / f"sglang-site-{key}"
+    _install_site(whl, site)
     for rel in SGLANG_TRIM:
         target = site / rel
         if target.is_dir():
