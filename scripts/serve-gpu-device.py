@@ -104,9 +104,6 @@ from specops.lab.pve.layout import Node  # noqa: E402
 from specops.lab.pve.lxcconf import build_lxc_config, machine_cgroup_version  # noqa: E402
 from specops.lab.vllm_install import lab_paths  # noqa: E402
 from specops.lab.vllm_model import model_dir  # noqa: E402
-from specops.tune.apply import ApplyError, ApplyOutcome, generates  # noqa: E402
-from specops.tune.config import load_config  # noqa: E402
-from specops.tune.sweep import run_sweep  # noqa: E402
 
 VLLM_VERSION = "0.20.1"
 # What a dense model on sm90 never loads (FA3 serves Hopper; no MoE, no MLA).
@@ -1143,6 +1140,8 @@ class DeviceApplier:
         self.starts: list[dict[str, Any]] = []
 
     def unit_for(self, profile: Any) -> str:
+        from specops.tune.apply import ApplyError
+
         method = profile.get("method") or "none"
         if method == "none":
             return "plain"
@@ -1152,7 +1151,9 @@ class DeviceApplier:
             raise ApplyError(f"no unit was rendered for {dict(profile)} (rendered: {rendered})")
         return name
 
-    def apply(self, profile: Any) -> ApplyOutcome:
+    def apply(self, profile: Any) -> Any:  # ApplyOutcome
+        from specops.tune.apply import ApplyOutcome  # after unpack: the payload's orjson
+
         began = time.monotonic()
         name = self.unit_for(profile)
         server = self.server
@@ -1180,6 +1181,8 @@ class DeviceApplier:
         )  # fmt: skip
         log(f"sweep: {name} ready={ready.ready} after {row['ready_s']} s")
         if not ready.ready:
+            from specops.tune.apply import ApplyError
+
             raise ApplyError(f"{name}: not ready: {ready.last.stage}: {ready.last.detail}")
         return ApplyOutcome(True, before, self.identity, time.monotonic() - began, self.roofline)
 
@@ -1193,6 +1196,10 @@ def sweep_step(ctx: Ctx, rec: Record, host_model: str) -> None:
     """``specops sweep``'s own driver (grid over the rendered num_steps, no speculation
     beside it) on the device's server, the plain config's bench run standing for ``none``.
     The output gate is off here: the configs above record its verdict on each method."""
+    from specops.tune.apply import generates  # after unpack: the payload's orjson
+    from specops.tune.config import load_config
+    from specops.tune.sweep import run_sweep
+
     url = f"http://127.0.0.1:{PORT}"
     with rec.step("sweep") as e:
         plan = yaml.safe_load(write_plan(ctx, "sweep", url, host_model).read_text())
