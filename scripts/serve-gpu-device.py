@@ -1140,7 +1140,7 @@ class DeviceApplier:
         self.starts: list[dict[str, Any]] = []
 
     def unit_for(self, profile: Any) -> str:
-        from specops.tune.apply import ApplyError
+        from specops.tune.apply import ApplyError  # noqa: PLC0415 - after unpack (orjson)
 
         method = profile.get("method") or "none"
         if method == "none":
@@ -1152,7 +1152,7 @@ class DeviceApplier:
         return name
 
     def apply(self, profile: Any) -> Any:  # ApplyOutcome
-        from specops.tune.apply import ApplyOutcome  # after unpack: the payload's orjson
+        from specops.tune.apply import ApplyOutcome  # noqa: PLC0415 - after unpack (orjson)
 
         began = time.monotonic()
         name = self.unit_for(profile)
@@ -1181,7 +1181,7 @@ class DeviceApplier:
         )  # fmt: skip
         log(f"sweep: {name} ready={ready.ready} after {row['ready_s']} s")
         if not ready.ready:
-            from specops.tune.apply import ApplyError
+            from specops.tune.apply import ApplyError  # noqa: PLC0415 - after unpack (orjson)
 
             raise ApplyError(f"{name}: not ready: {ready.last.stage}: {ready.last.detail}")
         return ApplyOutcome(True, before, self.identity, time.monotonic() - began, self.roofline)
@@ -1196,9 +1196,9 @@ def sweep_step(ctx: Ctx, rec: Record, host_model: str) -> None:
     """``specops sweep``'s own driver (grid over the rendered num_steps, no speculation
     beside it) on the device's server, the plain config's bench run standing for ``none``.
     The output gate is off here: the configs above record its verdict on each method."""
-    from specops.tune.apply import generates  # after unpack: the payload's orjson
-    from specops.tune.config import load_config
-    from specops.tune.sweep import run_sweep
+    from specops.tune.apply import generates  # noqa: PLC0415 - after unpack (orjson)
+    from specops.tune.config import load_config  # noqa: PLC0415 - after unpack (orjson)
+    from specops.tune.sweep import run_sweep  # noqa: PLC0415 - after unpack (orjson)
 
     url = f"http://127.0.0.1:{PORT}"
     with rec.step("sweep") as e:
