@@ -1196,6 +1196,8 @@ def sweep_step(ctx: Ctx, rec: Record, host_model: str) -> None:
     """``specops sweep``'s own driver (grid over the rendered num_steps, no speculation
     beside it) on the device's server, the plain config's bench run standing for ``none``.
     The output gate is off here: the configs above record its verdict on each method."""
+    if importlib.util.find_spec("orjson") is None:  # the payload's site, unpacked above
+        sys.path.insert(0, str(ctx.work / "site"))
     from specops.tune.apply import generates  # noqa: PLC0415 - after unpack (orjson)
     from specops.tune.config import load_config  # noqa: PLC0415 - after unpack (orjson)
     from specops.tune.sweep import run_sweep  # noqa: PLC0415 - after unpack (orjson)
