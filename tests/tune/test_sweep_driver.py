@@ -30,7 +30,7 @@ from specops.errors import ValidationError
 from specops.tune.apply import ApplyError, ApplyOutcome
 from specops.tune.config import load_config
 from specops.tune.ledger import Ledger
-from specops.tune.sweep import run_sweep
+from specops.tune.sweep import report_sweep, run_sweep
 
 from .conftest import NGRAM_BASE
 
@@ -310,3 +310,42 @@ def test_plain_config_names_the_field() -> None:
     cfg = load_config(config(plain={"results": "r.json"}))
     assert cfg.plain.results == ("r.json",)
     assert cfg.progress_bound() == 8 * 3 + 2 + 1  # 8 candidates x max_repeats, plain x 2
+
+
+def test_report_writes_the_outputs_again_from_the_ledger_alone(applier, tmp_path: Path) -> None:
+    cfg = load_config(config())  # ascent: raced repeats and dropped candidates replay too
+    ran = sweep(cfg, applier, tmp_path)
+    restarts = applier.restarts
+    first = {
+        p.name: p.read_text()
+        for p in (tmp_path / "leaderboard.csv", tmp_path / "chosen-profile.yml")
+    }
+    for name in ("leaderboard.md", "leaderboard.csv", "chosen-profile.yml", "objective.png"):
+        (tmp_path / name).unlink()
+    again = report_sweep(cfg, tmp_path)
+    assert applier.restarts == restarts  # nothing started, nothing measured
+    assert again.outcome.pick is not None
+    assert ran.outcome.pick is not None
+    assert again.outcome.pick.candidate.key == ran.outcome.pick.candidate.key
+    assert again.outcome.plain_verdict == ran.outcome.plain_verdict
+    assert again.left_on == ran.left_on
+    assert {n: (tmp_path / n).read_text() for n in first} == first
+    assert (
+        f"**Pick: {ran.outcome.pick.candidate.key}**" in (tmp_path / "leaderboard.md").read_text()
+    )
+
+
+def test_report_of_an_unfinished_sweep_names_the_missing_run(applier, tmp_path: Path) -> None:
+    cfg = load_config(config(mode="grid"))
+    sweep(cfg, applier, tmp_path)
+    ledger = tmp_path / "sweep.jsonl"
+    lines = ledger.read_text().splitlines()
+    last_run = max(i for i, line in enumerate(lines) if json.loads(line)["kind"] == "run")
+    ledger.write_text("\n".join(lines[:last_run]) + "\n")
+    with pytest.raises(
+        ValidationError,
+        match=r"sweep\.jsonl has no run \d+ of num_draft_tokens=\d+: the sweep did not finish",
+    ):
+        report_sweep(cfg, tmp_path)
+    with pytest.raises(ValidationError, match="no sweep results file"):
+        report_sweep(cfg, tmp_path / "elsewhere")

@@ -131,22 +131,33 @@ async def _preflight(client: httpx.AsyncClient, plan: Plan) -> tuple[str, int | 
     return str(chosen["id"]), int(max_len) if isinstance(max_len, int) else None
 
 
+def sglang_identity(
+    info: dict[str, Any], base_url: str, model: str, max_len: int | None
+) -> ServerIdentity:
+    """What SGLang's ``/get_server_info`` says of the server. It lists every
+    ``speculative_*`` argument whether or not the server speculates (0.5.11: 28 of them,
+    the NGRAM and threshold defaults set, measured on the H200): the server speculates
+    only when ``speculative_algorithm`` names an algorithm, and then the arguments that
+    are set describe it."""
+    spec = {k: v for k, v in info.items() if k.startswith("speculative_") and v is not None}
+    return ServerIdentity(
+        base_url=base_url,
+        model=model,
+        engine="sglang",
+        engine_version=str(info.get("version")) if info.get("version") else None,
+        max_model_len=max_len,
+        speculative=spec if info.get("speculative_algorithm") else None,
+        speculative_source="/get_server_info",
+        spec_counters=False,
+    )
+
+
 async def _identity(
     client: httpx.AsyncClient, plan: Plan, model: str, max_len: int | None
 ) -> ServerIdentity:
     sg = await _get_json(client, "/get_server_info")
     if isinstance(sg, dict) and ("speculative_algorithm" in sg or "tp_size" in sg):
-        spec = {k: v for k, v in sg.items() if k.startswith("speculative_")}
-        return ServerIdentity(
-            base_url=plan.base_url,
-            model=model,
-            engine="sglang",
-            engine_version=str(sg.get("version")) if sg.get("version") else None,
-            max_model_len=max_len,
-            speculative=spec or None,
-            speculative_source="/get_server_info",
-            spec_counters=False,
-        )
+        return sglang_identity(sg, plan.base_url, model, max_len)
     version = await _get_json(client, "/version")
     counters = await _snapshot(client)
     speculative: dict[str, Any] | None = None

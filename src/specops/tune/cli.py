@@ -45,7 +45,7 @@ from specops.tune.rollout import (
     smoke_step,
     summary,
 )
-from specops.tune.sweep import run_sweep
+from specops.tune.sweep import report_sweep, run_sweep
 
 __all__ = ["register"]
 
@@ -77,6 +77,7 @@ def register(subparsers: Any) -> None:
         help="the server's API key (a 0600 file): every benchmark and readiness probe sends it",
     )
     run.set_defaults(func=_sweep_run)
+    _register_sweep_report(ssub)
     plan = ssub.add_parser(
         "plan", help="what a sweep would do: candidates and the most progress lines (JSON)"
     )
@@ -274,6 +275,35 @@ def _sweep_run(args: argparse.Namespace) -> int:
             f"pick: {pick.candidate.key if pick else 'nothing usable'};"
             f" restarts {result.restarts_total}; leaderboard {result.files['leaderboard_md']};"
             f" snippet {result.files['snippet']}"
+        )
+        if result.outcome.plain_verdict:
+            print(f"against no speculation: {result.outcome.plain_verdict}")
+    return 0 if pick is not None else 1
+
+
+def _register_sweep_report(ssub: Any) -> None:
+    rep = ssub.add_parser(
+        "report",
+        help="write a finished sweep's leaderboard, CSV, plot and snippet again from its"
+        " ledger (OUT/sweep.jsonl); nothing is measured or restarted",
+    )
+    rep.add_argument("config", type=Path, help="the config the sweep ran")
+    rep.add_argument("--out", type=Path, required=True, help="the sweep's results dir")
+    rep.add_argument("--json", action="store_true", help="one JSON line: the pick and files")
+    rep.set_defaults(func=_sweep_report)
+
+
+def _sweep_report(args: argparse.Namespace) -> int:
+    cfg = load_config_file(input_file(args.config, "config"))
+    result = report_sweep(cfg, args.out)
+    pick = result.outcome.pick
+    if args.json:
+        json.dump(result.summary(), sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        print(
+            f"pick: {pick.candidate.key if pick else 'nothing usable'};"
+            f" leaderboard {result.files['leaderboard_md']}; snippet {result.files['snippet']}"
         )
         if result.outcome.plain_verdict:
             print(f"against no speculation: {result.outcome.plain_verdict}")

@@ -34,17 +34,18 @@ from typing import Any
 from specops.bench.plan import Plan
 from specops.bench.results import Results
 from specops.bench.runner import run_plan
+from specops.errors import ValidationError
 from specops.tune.apply import Applier, ApplyError, generates, prove_restart
 from specops.tune.config import SweepConfig
 from specops.tune.ledger import Ledger
 from specops.tune.objective import measurement_from_results
 from specops.tune.output_gate import OutputCheck, api_key_of
-from specops.tune.plain import standing_plain
+from specops.tune.plain import PLAIN_KEY, standing_plain
 from specops.tune.report import write_outputs
 from specops.tune.search import Measurement, Outcome, Standing, ascend, grid, measure_plain
 from specops.tune.space import Candidate
 
-__all__ = ["SweepEvaluator", "SweepResult", "run_sweep"]
+__all__ = ["SweepEvaluator", "SweepResult", "report_sweep", "run_sweep"]
 
 BenchFn = Callable[[Plan], Results]
 
@@ -300,4 +301,49 @@ def run_sweep(
         f" restarts {result.restarts_total}; leaderboard {result.files['leaderboard_md']}",
         final=True,
     )
+    return result
+
+
+class _Replay:
+    """The evaluator of a recorded sweep: every run read from its ledger, none measured."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    def measure(self, candidate: Candidate, repeat: int) -> Measurement:
+        recorded = self.ledger.run(candidate.key, repeat)
+        if recorded is None:
+            raise ValidationError(
+                "results",
+                f"{self.ledger.path} has no run {repeat + 1} of {candidate.key}: the sweep did"
+                " not finish; `specops sweep run` with the same config and --out measures"
+                " what is missing",
+            )
+        return recorded.measurement
+
+    def invalid(self, candidate: Candidate) -> None:
+        """Recorded by the run that made the ledger (nothing to add)."""
+
+
+def report_sweep(cfg: SweepConfig, out: Path) -> SweepResult:
+    """The outputs of a sweep whose runs are all in ``out/sweep.jsonl`` (written again
+    from the ledger, no server touched): for a sweep measured where the reports could
+    not be written, or whose outputs were lost. The search walks the recorded runs as
+    :func:`run_sweep` walked them, so the pick is the one the sweep made."""
+    path = out / "sweep.jsonl"
+    if not path.is_file():
+        raise ValidationError("out", f"{path}: no sweep results file (run `specops sweep run`)")
+    ledger = Ledger(path, cfg.fingerprint())
+    replay = _Replay(ledger)
+    runs = sum(1 for key, _ in ledger.runs if key == PLAIN_KEY)
+    plain = measure_plain(replay, runs or cfg.scoring.min_repeats)
+    if cfg.mode == "grid":
+        outcome = grid(cfg.space, replay, cfg.scoring, plain)
+    else:
+        outcome = ascend(
+            cfg.space, replay, cfg.scoring, cfg.max_rounds, cfg.max_candidates, plain=plain
+        )
+    final = [e for e in ledger.events if e.get("kind") == "final"]
+    result = SweepResult(outcome, 0, ledger.restarts, final[-1].get("left_on") if final else None)
+    result.files = write_outputs(cfg, outcome, ledger, out)
     return result
