@@ -89,6 +89,17 @@ def test_specops_bench_reads_acceptance_from_sglangs_own_fields() -> None:
         assert acc.per_position
         assert acc.per_position == sorted(acc.per_position, reverse=True)
         assert 0 < acc.per_position[0] < 1
+    # the draft model (STANDALONE, 3 steps): one of the sweep's runs
+    draft = load_results(RUN / "sweep" / "runs" / "num_steps=3-r1.json")
+    assert draft.server.speculative is not None
+    assert draft.server.speculative["speculative_algorithm"] == "STANDALONE"
+    assert draft.server.speculative["speculative_num_steps"] == 3
+    for cell in draft.cells:
+        assert cell.acceptance.source == "sglang-meta_info"
+        assert cell.acceptance.mean_acceptance_length == pytest.approx(
+            cell.stats.total_output_tokens / cell.acceptance.drafts
+        )
+        assert len(cell.acceptance.per_position) <= 3
     plain = load_results(RUN / "bench-plain" / "results.json")
     assert all(c.acceptance.accepted == 0 for c in plain.cells)
     assert all(c.stats.failed == 0 for c in plain.cells)
