@@ -154,15 +154,15 @@ def machine_before(fresh_check: Run) -> dict[str, float | None]:
 # The first run is killed (issue 31): its whole process group and Ansible's workers
 # SIGKILLed, as a lost controller, at each of these points in turn (the first banner of
 # that task in the re-run that follows the last kill), then run to its end. One point
-# per phase: a node's emulated reboot, the container's creation through the API, its
-# reboot for its GPU lines, the service's readiness gate (mid-gate), a benchmark cell
-# (mid-cell). The
+# per phase: a node's emulated reboot, the container's creation through the API, the
+# service's readiness gate (mid-gate), a benchmark cell (mid-cell); the container's GPU
+# lines are a kill point of the migration below, and every point of the first run is
+# one of `scripts/crash-campaign.py --scenario deploy`'s. The
 # second run's changed=0 and the --check --diff run prove the convergence; after each
 # kill the PVE configs parse, no lock is held and the VMs' cards stay theirs.
 CRASH_POINTS = (
     crash.KillAt("nvidia_driver : Reboot the host, one node at a time."),
     crash.KillAt("pve_container : Create the container from its template."),
-    crash.KillAt("lxc_gpu_passthrough : Reboot the container"),
     crash.KillAt("inference_service : Ensure the server runs this unit", after_s=15),
     crash.KillAt("benchmark : Run the benchmark against", after_s=2),
 )

@@ -349,14 +349,6 @@ def test_profile_change_restarts_exactly_once(host: Any, profile: str) -> None:
         assert accepted > 0, delta
 
 
-def test_rerun_with_the_same_profile_changes_nothing(host: Any) -> None:
-    before = _show(host)
-    result = _converge("-e", "specops_lab_profile=draft_model")
-    assert result.returncode == 0, result.stdout[-4000:]
-    assert _recap_changed(result.stdout) == 0, result.stdout[-4000:]
-    assert _show(host)["InvocationID"] == before["InvocationID"]
-
-
 def test_check_mode_changes_nothing(host: Any) -> None:
     unit_before = host.check_output(f"sha256sum {UNIT_PATH}")
     before = _show(host)
