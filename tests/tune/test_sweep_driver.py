@@ -161,6 +161,20 @@ def test_sweep_runs_writes_outputs_and_leaves_the_winner(applier, tmp_path: Path
     runs = [json.loads(x) for x in (tmp_path / "sweep.jsonl").read_text().splitlines()[1:]]
     for run in (r for r in runs if r["kind"] == "run"):
         assert (tmp_path / run["results"]).exists()
+    # `sweep report`: the same outputs again from the ledger alone (raced repeats and
+    # dropped candidates of the ascent replay too), nothing started or measured
+    restarts = applier.restarts
+    kept = {n: (tmp_path / n).read_text() for n in ("leaderboard.csv", "chosen-profile.yml")}
+    for name in ("leaderboard.md", *kept, "objective.png"):
+        (tmp_path / name).unlink()
+    again = report_sweep(cfg, tmp_path)
+    assert applier.restarts == restarts
+    assert again.outcome.pick is not None
+    assert again.outcome.pick.candidate.key == pick.candidate.key
+    assert again.outcome.plain_verdict == result.outcome.plain_verdict
+    assert again.left_on == result.left_on
+    assert {n: (tmp_path / n).read_text() for n in kept} == kept
+    assert f"**Pick: {pick.candidate.key}**" in (tmp_path / "leaderboard.md").read_text()
 
 
 def test_grid_records_failed_starts_and_restore(applier, tmp_path: Path) -> None:
@@ -173,6 +187,16 @@ def test_grid_records_failed_starts_and_restore(applier, tmp_path: Path) -> None
     assert applier.profile is not None
     assert applier.profile["num_draft_tokens"] == 4
     assert result.restarts_total == 8 + 1  # no speculation is measured beside the grid
+    # `sweep report` of a ledger cut before its last run names the run that is missing
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    lines = (tmp_path / "sweep.jsonl").read_text().splitlines()
+    last_run = max(i for i, line in enumerate(lines) if json.loads(line)["kind"] == "run")
+    (cut / "sweep.jsonl").write_text("\n".join(lines[:last_run]) + "\n")
+    with pytest.raises(ValidationError, match=r"sweep\.jsonl has no run \d+ of num_draft_"):
+        report_sweep(cfg, cut)
+    with pytest.raises(ValidationError, match="no sweep results file"):
+        report_sweep(cfg, tmp_path / "elsewhere")
 
 
 def test_interrupted_sweep_resumes_without_measuring_again(applier, tmp_path: Path) -> None:
@@ -310,42 +334,3 @@ def test_plain_config_names_the_field() -> None:
     cfg = load_config(config(plain={"results": "r.json"}))
     assert cfg.plain.results == ("r.json",)
     assert cfg.progress_bound() == 8 * 3 + 2 + 1  # 8 candidates x max_repeats, plain x 2
-
-
-def test_report_writes_the_outputs_again_from_the_ledger_alone(applier, tmp_path: Path) -> None:
-    cfg = load_config(config())  # ascent: raced repeats and dropped candidates replay too
-    ran = sweep(cfg, applier, tmp_path)
-    restarts = applier.restarts
-    first = {
-        p.name: p.read_text()
-        for p in (tmp_path / "leaderboard.csv", tmp_path / "chosen-profile.yml")
-    }
-    for name in ("leaderboard.md", "leaderboard.csv", "chosen-profile.yml", "objective.png"):
-        (tmp_path / name).unlink()
-    again = report_sweep(cfg, tmp_path)
-    assert applier.restarts == restarts  # nothing started, nothing measured
-    assert again.outcome.pick is not None
-    assert ran.outcome.pick is not None
-    assert again.outcome.pick.candidate.key == ran.outcome.pick.candidate.key
-    assert again.outcome.plain_verdict == ran.outcome.plain_verdict
-    assert again.left_on == ran.left_on
-    assert {n: (tmp_path / n).read_text() for n in first} == first
-    assert (
-        f"**Pick: {ran.outcome.pick.candidate.key}**" in (tmp_path / "leaderboard.md").read_text()
-    )
-
-
-def test_report_of_an_unfinished_sweep_names_the_missing_run(applier, tmp_path: Path) -> None:
-    cfg = load_config(config(mode="grid"))
-    sweep(cfg, applier, tmp_path)
-    ledger = tmp_path / "sweep.jsonl"
-    lines = ledger.read_text().splitlines()
-    last_run = max(i for i, line in enumerate(lines) if json.loads(line)["kind"] == "run")
-    ledger.write_text("\n".join(lines[:last_run]) + "\n")
-    with pytest.raises(
-        ValidationError,
-        match=r"sweep\.jsonl has no run \d+ of num_draft_tokens=\d+: the sweep did not finish",
-    ):
-        report_sweep(cfg, tmp_path)
-    with pytest.raises(ValidationError, match="no sweep results file"):
-        report_sweep(cfg, tmp_path / "elsewhere")
