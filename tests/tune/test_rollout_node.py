@@ -24,9 +24,8 @@ from ansible_collections.specops.infra.plugins.filter.rollout import (
     rollout_record,
     rollout_restore,
 )
+from ansible_collections.specops.infra.plugins.module_utils import rollout_node as rn
 from jinja2 import Environment
-
-from specops.tune import rollout_node as rn
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -25,9 +25,12 @@ from typing import Any
 import pytest
 import yaml
 from ansible_collections.specops.infra.plugins.module_utils import gpu
+from ansible_collections.specops.infra.plugins.plugin_utils.inventory import (
+    inventory_problems,
+    node_card_problems,
+)
 from plugins.problems import assert_named
 
-from specops.inventory import inventory_problems, node_card_problems
 from specops.lab import hosttree
 
 REPO = Path(__file__).resolve().parents[2]

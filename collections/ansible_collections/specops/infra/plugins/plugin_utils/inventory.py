@@ -47,6 +47,10 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.parsing.dataloader import DataLoader
 from ansible.parsing.vault import VaultHelper, is_encrypted_file
 from ansible.template import Templar
+from ansible_collections.specops.infra.plugins.module_utils.errors import (
+    SpecopsError,
+    ValidationError,
+)
 from ansible_collections.specops.infra.plugins.module_utils.gpu import PciAddress
 from ansible_collections.specops.infra.plugins.module_utils.gpu_catalogue import CATALOGUE
 from ansible_collections.specops.infra.plugins.module_utils.gpu_select import (
@@ -56,14 +60,19 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_select import (
     select_free,
 )
 from ansible_collections.specops.infra.plugins.module_utils.service_unit import SECRET_KEY
+from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import (
+    ENGINE_NAMES,
+    Engine,
+    known_versions,
+)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+    SpeculativeProfile,
+)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import to_argv
 from ansible_collections.specops.infra.plugins.module_utils.vfio import (
     VfioReleaseError,
     parse_request,
 )
-
-from specops.errors import SpecopsError, ValidationError
-from specops.speculative import Engine, SpeculativeProfile, known_versions, to_argv
-from specops.speculative.engines import ENGINE_NAMES
 
 __all__ = [
     "CONTAINER_GPU_VARS",
