@@ -206,7 +206,7 @@ def _data_files() -> dict[tuple[str, str], str]:
     for entry in FLAG_LISTS.iterdir():
         name = entry.name
         if name.endswith("-flags.json"):
-            family, _, version = name.removesuffix("-flags.json").partition("-")
+            family, _sep, version = name.removesuffix("-flags.json").partition("-")
             out[(family, version)] = name
     return out
 

@@ -3,20 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specops.infra.plugins.module_utils.engine_flags import (
-    FLAGS_FILE,
-    FlagSetError,
-    capabilities,
-    load_flag_set,
-    read_flag_set,
-    save_flag_set,
-)
-
 DOCUMENTATION = r"""
 ---
 module: engine_flags
@@ -83,6 +69,21 @@ speculative:
   returned: always
   type: dict
 """
+
+
+import os
+import tempfile
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.engine_flags import (
+    FLAGS_FILE,
+    FlagSetError,
+    capabilities,
+    load_flag_set,
+    read_flag_set,
+    save_flag_set,
+)
 
 
 def run_module() -> None:

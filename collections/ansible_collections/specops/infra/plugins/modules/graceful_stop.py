@@ -3,11 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specops.infra.plugins.module_utils.service_stop import stop_unit
-
 DOCUMENTATION = r"""
 ---
 module: graceful_stop
@@ -60,6 +55,12 @@ gpu_checked:
   returned: always
   type: bool
 """
+
+
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.service_stop import stop_unit
 
 
 def run_module() -> None:

@@ -253,9 +253,9 @@ def _published_facts(roles: Path, role: str) -> dict[str, Any]:
 def role_problems(host: str, raw: Mapping[str, Any], roles: Path) -> list[str]:
     """The roles' own asserts (:data:`ROLE_ASSERTS`) for one serving host, evaluated by
     Ansible's templar with Ansible's precedence (role defaults < the host's variables <
-    role vars); each failure is the role's own message under the host and variable. An
-    assert whose variables do not render on the controller (a template that needs the
-    node) is left to the role."""
+    role vars); each failure is the role's own message under the host and variable. A
+    role's assert whose variables do not render on the controller (a template that needs
+    the node) is left to the role."""
     problems: list[str] = []
     for role, name, variable, before in ROLE_ASSERTS:
         tasks = _role_file(roles, role, "tasks/preflight.yml") or ()
