@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Extract an inference engine's real CLI flag list into specops' data files.
 
-The speculative translator (src/specops/speculative/) checks every flag it renders,
-and every ``extra_args`` entry, against these lists, so they must come from the
-engine's own source, never from memory.
+The speculative translator (the collection's module_utils/speculative_*.py) checks
+every flag it renders, and every ``extra_args`` entry, against these lists, so they must
+come from the engine's own source, never from memory.
 
 The lists live in the collection, beside the translator that reads them:
     FLAG_LISTS=collections/ansible_collections/specops/infra/plugins/module_utils/engine_flag_lists

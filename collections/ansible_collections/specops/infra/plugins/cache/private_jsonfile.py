@@ -27,7 +27,7 @@ description:
     secrets included) is never written.
   - Files an earlier cache left in the folder are made private and rewritten without
     C(ansible_env) when the plugin starts.
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   _uri:
     required: true

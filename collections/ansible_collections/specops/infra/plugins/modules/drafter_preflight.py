@@ -27,7 +27,7 @@ description:
     passes with a warning that lists what could not be checked. Changes nothing.
   - The same code backs C(specops profile check-drafter) on the controller.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   method:
     description: The profile's method.

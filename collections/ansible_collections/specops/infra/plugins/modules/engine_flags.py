@@ -16,7 +16,7 @@ description:
     translator checks profiles and engine arguments against) unless a valid file is there.
   - Returns the capabilities the build's flags show (C(ddtree), C(draft_window)).
 version_added: "0.3.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   venv:
     description: The engine venv (its C(bin/python) runs the parser).

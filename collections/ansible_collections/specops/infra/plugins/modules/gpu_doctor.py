@@ -14,7 +14,7 @@ description:
     renders the summary table. Pure, it reads its arguments only.
   - Runs on the controller (delegated to localhost); check mode is the same run.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   records:
     description:

@@ -20,7 +20,7 @@ description:
   - Returns C(evidence) and C(ansible_facts.specops_gpu_doctor_container).
   - Writes nothing; check mode is the same run.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   paths:
     description: Device paths to look at (the node evidence's C(paths)).

@@ -18,7 +18,7 @@ description:
     the C(gpu_doctor_container) and C(gpu_doctor) modules read it.
   - Read-only (C(pct status) is the only command); check mode is the same run.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   vmids:
     description: Containers of this node to read.

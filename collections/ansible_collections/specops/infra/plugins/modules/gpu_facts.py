@@ -13,7 +13,7 @@ description:
   - Read-only. Runs no command (no lspci, qm or pveversion); check mode is the same run.
   - Each root can be pointed at a simulated or recorded host tree for tests.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   root:
     description: File system root; every other root defaults to a path under it.

@@ -16,7 +16,7 @@ description:
   - Fails when the processes or their GPU memory outlive I(timeout).
   - An inactive or unknown unit is left as it is (C(changed=false)).
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   unit:
     description: The systemd unit to stop.

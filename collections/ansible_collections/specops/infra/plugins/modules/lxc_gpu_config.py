@@ -21,7 +21,7 @@ description:
   - Does not restart the container; the role C(lxc_gpu_passthrough) does when this
     module reports a change and the container runs.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   vmid:
     description: The container's VMID; its conf must exist on this node.

@@ -21,7 +21,7 @@ description:
   - Only the main section changes; snapshot sections stay byte-identical. The file is
     written under PVE's per-guest config lock, atomically.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   vmid:
     description: The container's VMID; its conf must exist on this node.

@@ -18,7 +18,7 @@ description:
   - With I(missing_ok) a directory without weights is not a failure; C(found) is then
     false and C(reason) says why.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   path:
     description: The model directory (config.json, *.safetensors, index).

@@ -19,7 +19,7 @@ description:
     "Driver/library version mismatch".
   - Read-only; check mode is the same run.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   root:
     description: Root the container's files are read under.

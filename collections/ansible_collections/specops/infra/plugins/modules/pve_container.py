@@ -21,7 +21,7 @@ description:
     needs (C(create)). When the container is absent and I(apply=true), check mode reports
     the creation as the planned change.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   api_host:
     description: PVE API host (a node of the cluster).

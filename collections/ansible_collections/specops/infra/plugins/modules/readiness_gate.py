@@ -18,7 +18,7 @@ description:
     C(ansible_collections.specops.infra.plugins.module_utils.readiness), which the
     controller-side sweep and rollout import too.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   url:
     description: Base URL of the server, as seen from the managed host.

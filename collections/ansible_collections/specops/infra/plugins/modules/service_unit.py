@@ -36,7 +36,7 @@ description:
   - One round trip from the controller for the whole change; the returned identities
     (before and after) are what a rollout or sweep records.
 version_added: "0.2.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   name:
     description: The systemd unit (e.g. C(specops-qwen3.6-27b.service)).

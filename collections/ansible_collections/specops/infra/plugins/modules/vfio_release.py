@@ -29,7 +29,7 @@ description:
     released cards' IDs from C(options vfio-pci ids=) lines and C(vfio-pci.ids=).
   - Check mode reports the plan and writes nothing.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   addresses:
     description: Cards to release, by PCI address (C(0000:01:00.0), C(0000:01:00) or C(01:00)).

@@ -19,7 +19,7 @@ description:
   - Ansible's C(ansible.builtin.host_group_vars) (its functions; same files, order and options).
   - A file that does not parse fails with C(<file>:<line>:<column>) in front of Ansible's message
     (the builtin drops the file name).
-author: specops maintainers
+author: specops maintainers (!UNKNOWN)
 options:
   stage:
     ini:
