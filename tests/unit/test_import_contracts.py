@@ -29,6 +29,10 @@ def _tree(dest: Path) -> Path:
     )
     shutil.copytree(REPO / "src/specops", dest / "src/specops", ignore=only_py)
     shutil.copytree(REPO / PLUGINS, dest / PLUGINS, ignore=only_py)
+    # The copy alone is the collection: as a regular package it hides the collection
+    # installed in the venv (scripts/setup.sh links it into site-packages), which would
+    # otherwise be a second portion of the namespace package, read in its place at random.
+    (dest / PLUGINS.parent / "__init__.py").touch()
     (dest / "scripts").mkdir()
     shutil.copy2(REPO / "scripts/import_contracts.py", dest / "scripts")
     shutil.copy2(REPO / "pyproject.toml", dest)
