@@ -1,4 +1,4 @@
-"""The rollout's per-node verdict (specops.tune.rollout_node) and its filters.
+"""The rollout's per-node verdict (the collection's module_utils rollout_node) and its filters.
 
 The cases are the rescue's paths as the role meets them: a start that never got ready
 (undone by service_unit itself), the output gate, the smoke gate (with and without its
