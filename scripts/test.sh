@@ -82,6 +82,9 @@ run_lint() {
   # The layers (pyproject.toml [tool.importlinter]): module_utils stdlib-only, the core
   # never imports the lab, no cycles in specops.tune.
   check import-contracts env PYTHONPATH="$ROOT/src:$ROOT/collections" lint-imports --no-cache
+  # The collection on its own: import, ansible-doc, validate-modules, pylint, pep8, ...
+  # (~1.5 min with its tools' venvs in place; the first run makes them, ~3 min).
+  check "collection sanity (ansible-test)" "$ROOT/scripts/collection-sanity.sh"
   check argument-specs python3 scripts/check-argument-specs.py
   check "lab inventory = example + stand-in wiring" python3 scripts/check-lab-inventory.py
   check "profile table (docs/speculative.md)" specops profile table --check docs/speculative.md

@@ -1,10 +1,11 @@
 """Errors that name what is wrong and what would be valid.
 
-Besides the error classes, the checks every command makes of the paths it is given
-(a file to read, a directory to write into) and the one-line description of a YAML or
-JSON syntax error: each raises :class:`ValidationError` naming the argument, before
-anything is created, so ``specops`` turns it into one line and exit 2
-(:mod:`specops.cli`).
+The error classes live in the collection (``module_utils/errors.py``: its filters raise
+them); this module re-exports them for the controller package. Besides them, the checks
+every command makes of the paths it is given (a file to read, a directory to write into)
+and the one-line description of a YAML or JSON syntax error: each raises
+:class:`ValidationError` naming the argument, before anything is created, so ``specops``
+turns it into one line and exit 2 (:mod:`specops.cli`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ansible_collections.specops.infra.plugins.module_utils.errors import (
+    SpecopsError,
+    ValidationError,
+)
 
 __all__ = [
     "SpecopsError",
@@ -28,23 +33,6 @@ __all__ = [
     "output_file",
     "syntax_problem",
 ]
-
-
-class SpecopsError(Exception):
-    """Base class: the message is shown to the operator as is, on one line."""
-
-
-class ValidationError(SpecopsError):
-    """Bad input, caught before anything changes.
-
-    ``field`` is the dotted name of the variable or key at fault, so a message reads
-    ``speculative.num_steps: must be >= 1 (got 0)``.
-    """
-
-    def __init__(self, field: str, problem: str) -> None:
-        self.field = field
-        self.problem = problem
-        super().__init__(f"{field}: {problem}")
 
 
 def bool_field(data: Mapping[str, Any], key: str, default: bool) -> bool:

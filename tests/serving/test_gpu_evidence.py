@@ -20,6 +20,11 @@ import pytest
 from ansible_collections.specops.infra.plugins.module_utils import lxc_gpu, pve_conf
 from ansible_collections.specops.infra.plugins.module_utils import output_gate as og
 from ansible_collections.specops.infra.plugins.module_utils.gpu_catalogue import find
+from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import Engine
+from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+    SpeculativeProfile,
+)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import to_argv
 
 from specops.bench import fidelity
 from specops.bench.compare import speedup_rows
@@ -28,9 +33,6 @@ from specops.bench.report import render_markdown
 from specops.bench.results import Results, load_results
 from specops.bench.roofline import roofline_rows
 from specops.lab import unit_exec
-from specops.speculative.engines import Engine
-from specops.speculative.profile import SpeculativeProfile
-from specops.speculative.translate import to_argv
 from specops.tune.rollout import plain_gate
 
 RUN = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-serving" / "h200-2026-12-03"

@@ -18,13 +18,18 @@ from typing import Any
 
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils import output_gate as og
+from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import (
+    FLAG_LISTS,
+    Engine,
+)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+    SpeculativeProfile,
+)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import to_argv
 from plugins.scripts import REPO, load_script
 
 from specops.bench.metrics import acceptance_from_sglang
 from specops.lab import unit_exec
-from specops.speculative.engines import Engine
-from specops.speculative.profile import SpeculativeProfile
-from specops.speculative.translate import to_argv
 
 RUN = REPO / "tests" / "fixtures" / "gpu-serving" / "h200-sglang-2026-12-03"
 RECORD: dict[str, Any] = json.loads((RUN / "record.json").read_text())
@@ -83,9 +88,7 @@ def test_sglang_ran_what_was_asked(name: str, algorithm: str, draft_tokens: int)
 def test_the_flag_list_read_by_sglangs_own_parser_is_the_shipped_one() -> None:
     script = load_script("serve-gpu-device.py")
     installed = _json("sglang-0.5.11-flags.json")
-    shipped = json.loads(
-        (REPO / "src/specops/speculative/data/sglang-0.5.11-flags.json").read_text()
-    )
+    shipped = json.loads((FLAG_LISTS / "sglang-0.5.11-flags.json").read_text())
     diff = script.compare_sglang_flags(installed, shipped)
     assert diff["only_installed"] == []
     assert diff["only_ast"] == []

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import FLAG_LISTS
 
 pytestmark = pytest.mark.slow
 
@@ -279,9 +280,7 @@ def test_installed_flag_set_decides_what_is_accepted(repo_root: Path, tmp_path: 
     """A flag set in the venv (as engine_flags writes it) is what the unit is checked
     against: a version with no recorded list is accepted, a flag it lacks is refused."""
     venv = _venv(tmp_path)
-    recorded = json.loads(
-        (repo_root / "src/specops/speculative/data/vllm-0.32.0-flags.json").read_text()
-    )
+    recorded = json.loads((FLAG_LISTS / "vllm-0.32.0-flags.json").read_text())
     flags = dict(recorded["flags"])
     del flags["--max-num-seqs"]  # this build has no such flag
     (venv / ".specops-engine-flags.json").write_text(json.dumps({

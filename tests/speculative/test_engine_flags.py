@@ -15,13 +15,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import FlagList
+from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
+    vllm_speculative_config,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specops.errors import ValidationError
 from specops.speculative import Engine, SpeculativeProfile, from_argv, to_argv
-from specops.speculative.engines import FlagList
-from specops.speculative.translate import vllm_speculative_config
 
 
 def argparser(flags: FlagList) -> argparse.ArgumentParser:

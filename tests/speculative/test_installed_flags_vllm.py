@@ -21,6 +21,7 @@ from ansible_collections.specops.infra.plugins.module_utils.engine_flags import 
     capabilities,
     read_flag_set,
 )
+from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import FLAG_LISTS
 
 from specops.errors import ValidationError
 from specops.lab.vllm import LabPaths
@@ -38,9 +39,7 @@ def installed(vllm_lab: LabPaths, tmp_path_factory: pytest.TempPathFactory) -> d
 
 
 def test_the_installed_parser_is_the_recorded_list(installed: dict[str, Any]) -> None:
-    recorded = json.loads(
-        (REPO / "src/specops/speculative/data/vllm-0.32.0-flags.json").read_text()
-    )
+    recorded = json.loads((FLAG_LISTS / "vllm-0.32.0-flags.json").read_text())
     assert installed["version"].startswith("0.32.0")
     assert installed["launch"] == "vllm.entrypoints.openai.api_server"
     assert set(installed["flags"]) == set(recorded["flags"])

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from specops.speculative import engines
-from specops.speculative.profile import SpeculativeProfile
-from specops.speculative.translate import to_argv
+from ansible_collections.specops.infra.plugins.module_utils import speculative_engines as engines
+from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+    SpeculativeProfile,
+)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import to_argv
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,7 +60,7 @@ def test_the_pins_include_the_operators_versions() -> None:
 @pytest.mark.parametrize(("engine", "version"), sorted(_pinned()))
 def test_every_pinned_version_renders_offline(engine: str, version: str) -> None:
     assert version in engines.known_versions(engine), (
-        f"{engine} {version} is pinned but has no flag list in src/specops/speculative/data/"
+        f"{engine} {version} is pinned but has no flag list in {engines.FLAG_LISTS}/"
     )
     ngram = SpeculativeProfile.from_mapping({"method": "ngram", "num_draft_tokens": 5})
     build = engines.Engine.parse(engine, version)

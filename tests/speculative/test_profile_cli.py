@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.specops.infra.plugins.filter.speculative import FilterModule
+from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import FLAG_LISTS
 
 from specops import cli
 from specops.speculative import table
@@ -15,7 +16,6 @@ from specops.speculative import table
 REPO = Path(__file__).resolve().parents[2]
 # The generated "method x engine -> flags" table lives in the speculative profiles page.
 PROFILES_DOC = REPO / "docs" / "speculative.md"
-DATA = REPO / "src" / "specops" / "speculative" / "data"
 
 
 def test_render_prints_the_argv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -120,7 +120,7 @@ def test_render_against_an_installed_flag_set(
 ) -> None:
     """vLLM 0.21.0 (say, a PR build's version) has no recorded list; its installed build's
     flag set renders it."""
-    recorded = json.loads((DATA / "vllm-0.32.0-flags.json").read_text(encoding="utf-8"))
+    recorded = json.loads((FLAG_LISTS / "vllm-0.32.0-flags.json").read_text(encoding="utf-8"))
     flags = tmp_path / "flags.json"
     flags.write_text(json.dumps({**recorded, "version": "0.21.0", "source": "a PR build"}))
     profile = tmp_path / "p.yml"

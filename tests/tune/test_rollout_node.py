@@ -1,4 +1,4 @@
-"""The rollout's per-node verdict (specops.tune.rollout_node) and its filters.
+"""The rollout's per-node verdict (the collection's module_utils rollout_node) and its filters.
 
 The cases are the rescue's paths as the role meets them: a start that never got ready
 (undone by service_unit itself), the output gate, the smoke gate (with and without its
@@ -24,9 +24,8 @@ from ansible_collections.specops.infra.plugins.filter.rollout import (
     rollout_record,
     rollout_restore,
 )
+from ansible_collections.specops.infra.plugins.module_utils import rollout_node as rn
 from jinja2 import Environment
-
-from specops.tune import rollout_node as rn
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -252,8 +251,9 @@ def test_filters_are_the_packages_functions() -> None:
 
 def test_the_filters_under_ansible(tmp_path: Path) -> None:
     out = tmp_path / "verdict.json"
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-           "PYTHONPATH": str(REPO / "src")}  # fmt: skip
+    # The filters are the collection's alone: no PYTHONPATH to the controller package.
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+           "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}  # fmt: skip
     run = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c",
          "local", "-e", f"out={out}", "-e", f"ansible_python_interpreter={sys.executable}",

@@ -208,8 +208,7 @@ def test_the_roles_plain_baseline_decisions_under_ansible(tmp_path: Path) -> Non
              for n, m, new, run, check, b, _ in CASES]  # fmt: skip
     (tmp_path / "cases.json").write_text(json.dumps({"cases": cases}))
     out = tmp_path / "out.json"
-    env = {**os.environ, "ANSIBLE_CONFIG": str(repo / "ansible.cfg"),
-           "PYTHONPATH": str(repo / "src")}  # fmt: skip
+    env = {**os.environ, "ANSIBLE_CONFIG": str(repo / "ansible.cfg")}
     run = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c",
          "local", "-e", f"out={out}", "-e", f"@{tmp_path / 'cases.json'}",

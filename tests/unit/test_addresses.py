@@ -1,8 +1,12 @@
 from __future__ import annotations
 
 import pytest
+from ansible_collections.specops.infra.plugins.module_utils.addresses import (
+    container_address,
+    service_url,
+    subnet_address,
+)
 
-from specops.addresses import container_address, service_url, subnet_address
 from specops.errors import ValidationError
 from specops.lab import network
 

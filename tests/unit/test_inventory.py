@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specops.inventory import inventory_problems
+from ansible_collections.specops.infra.plugins.plugin_utils.inventory import inventory_problems
 
 NODES = {"pve_nodes": ["pve-a", "pve-b"]}
 

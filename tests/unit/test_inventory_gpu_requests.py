@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 import yaml
+from ansible_collections.specops.infra.plugins.plugin_utils.inventory import inventory_problems
 from plugins.problems import assert_named
-
-from specops.inventory import inventory_problems
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "inventory" / "example"

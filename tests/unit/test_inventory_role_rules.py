@@ -22,9 +22,8 @@ import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.parsing.vault import EncryptedString
+from ansible_collections.specops.infra.plugins.plugin_utils.inventory import inventory_problems
 from plugins.problems import assert_named
-
-from specops.inventory import inventory_problems
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "inventory" / "example"

@@ -5,7 +5,7 @@ A PVE node stand-in built in a tmp dir from the lab's hardware description
 203; two RTX 3090 held by the RUNNING VMs 201 (``host=``) and 202 (``mapping=``)). Each
 row places containers on it and asks for cards; the node's GPU facts are read from the
 tree (``gpu.gather_facts``, what ``specops.infra.gpu_facts`` returns) and judged by
-``specops.inventory.node_card_problems``: each problem names the node, the container
+``plugin_utils/inventory.node_card_problems``: each problem names the node, the container
 and the variable and says what would be valid, and the node's tree is byte for byte as
 before (a checksum of every file, link and mode). The last tests run the real playbooks
 (``playbooks/host.yml``, which imports ``preflight-nodes.yml`` first) on a small
@@ -25,9 +25,12 @@ from typing import Any
 import pytest
 import yaml
 from ansible_collections.specops.infra.plugins.module_utils import gpu
+from ansible_collections.specops.infra.plugins.plugin_utils.inventory import (
+    inventory_problems,
+    node_card_problems,
+)
 from plugins.problems import assert_named
 
-from specops.inventory import inventory_problems, node_card_problems
 from specops.lab import hosttree
 
 REPO = Path(__file__).resolve().parents[2]

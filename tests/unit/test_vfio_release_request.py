@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 import yaml
 from ansible_collections.specops.infra.plugins.filter.inventory import FilterModule
+from ansible_collections.specops.infra.plugins.plugin_utils.inventory import (
+    NodeRelease,
+    vfio_release_request,
+)
 
 from specops.errors import ValidationError
-from specops.inventory import NodeRelease, vfio_release_request
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import FLAG_LISTS
 
 from specops.speculative import Engine, SpeculativeProfile, to_argv
 
@@ -180,12 +181,7 @@ def test_installed_flags_are_kept_with_the_build(host: Any) -> None:
     assert flags["launch"] == "vllm.entrypoints.openai.api_server"
     assert "--speculative-config" in flags["flags"]
     assert "dflash" in flags["speculative"]["methods"]
-    recorded = json.loads(
-        (
-            Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
-            / "src/specops/speculative/data/vllm-0.32.0-flags.json"
-        ).read_text()
-    )
+    recorded = json.loads((FLAG_LISTS / "vllm-0.32.0-flags.json").read_text())
     assert set(flags["flags"]) == set(recorded["flags"]), "the recorded list is this parser's"
 
 

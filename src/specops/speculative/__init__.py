@@ -1,8 +1,14 @@
 """Speculative decoding: the engine-neutral profile, its translator, the drafter preflight.
 
-- :class:`SpeculativeProfile` (``profile``): what an inventory says.
-- :class:`Engine` (``engines``): which engine build serves it, with its real flag list.
-- :func:`to_argv` / :func:`to_env` (``translate``): the profile as that engine's flags.
+The profile, the engines and the translator live in the collection ``specops.infra``
+(``plugins/module_utils/speculative_{profile,engines,translate}.py``: its filters render
+a profile with them); this package re-exports them for the controller:
+
+- :class:`SpeculativeProfile` (``speculative_profile``): what an inventory says.
+- :class:`Engine` (``speculative_engines``): which engine build serves it, with its real
+  flag list.
+- :func:`to_argv` / :func:`to_env` (``speculative_translate``): the profile as that
+  engine's flags.
 - :func:`check_drafter` (``drafter``): a DFlash drafter's config.json against its target.
 
 The unit template (via the ``specops.infra.speculative_argv`` filter), the sweep and
@@ -11,9 +17,20 @@ the table in docs/speculative.md all go through these functions; nothing else sp
 
 from __future__ import annotations
 
-from specops.speculative.engines import Engine, known_versions
-from specops.speculative.profile import INT_FIELDS, METHODS, SpeculativeProfile
-from specops.speculative.translate import from_argv, to_argv, to_env
+from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import (
+    Engine,
+    known_versions,
+)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+    INT_FIELDS,
+    METHODS,
+    SpeculativeProfile,
+)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
+    from_argv,
+    to_argv,
+    to_env,
+)
 
 __all__ = [
     "INT_FIELDS",

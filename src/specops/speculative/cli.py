@@ -14,6 +14,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import (
+    ENGINE_NAMES,
+    Engine,
+)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+    SpeculativeProfile,
+)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
+    to_argv,
+    to_env,
+)
+
 from specops.errors import (
     SpecopsError,
     ValidationError,
@@ -23,10 +35,7 @@ from specops.errors import (
     syntax_problem,
 )
 from specops.speculative.drafter import DRAFTER_METHODS, check
-from specops.speculative.engines import ENGINE_NAMES, Engine
-from specops.speculative.profile import SpeculativeProfile
 from specops.speculative.table import check_file, render_table, write_file
-from specops.speculative.translate import to_argv, to_env
 
 __all__ = ["register"]
 

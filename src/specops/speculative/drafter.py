@@ -3,8 +3,8 @@
 The check itself lives in the collection's stdlib-only module_utils
 (``ansible_collections.specops.infra.plugins.module_utils.dflash_drafter``) because the
 ``specops.infra.drafter_preflight`` module runs it on managed hosts; this module
-imports it from there, so there is one home. In a checkout (editable install or
-``PYTHONPATH=src``) ``specops/__init__`` puts the collection next to ``src/`` on the path.
+imports it from there, so there is one home (the collection installed where Ansible
+finds it: ``scripts/setup.sh venv``).
 """
 
 from __future__ import annotations

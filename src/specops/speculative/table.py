@@ -12,10 +12,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import (
+    Engine,
+    known_versions,
+)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+    SpeculativeProfile,
+)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
+    to_argv,
+    to_env,
+)
+
 from specops.errors import SpecopsError, ValidationError
-from specops.speculative.engines import Engine, known_versions
-from specops.speculative.profile import SpeculativeProfile
-from specops.speculative.translate import to_argv, to_env
 
 __all__ = ["END", "EXAMPLES", "START", "check_file", "render_table", "write_file"]
 

@@ -14,7 +14,6 @@
 - :mod:`~specops.tune.sweep`: the sweep driver (evaluation, the canary's final state).
 - :mod:`~specops.tune.report`: the sweep's leaderboard, plot and vars snippet.
 - :mod:`~specops.tune.rollout`: rollout gates and the rollout report.
-- :mod:`~specops.tune.rollout_node`: a rolled-out node's rescue verdict and record.
 """
 
 from __future__ import annotations

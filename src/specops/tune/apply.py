@@ -174,9 +174,6 @@ class AnsibleApplier:
             )
             env = dict(os.environ)
             env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (str(REPO / "src"), env.get("PYTHONPATH", "")) if p
-            )
             rc, out = self._run(self._command(vars_file), env)
             if self.log:
                 with self.log.open("a", encoding="utf-8") as fh:

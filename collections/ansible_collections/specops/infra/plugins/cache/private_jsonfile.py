@@ -17,17 +17,6 @@ play of this repository, against any inventory, caches facts through it:
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import stat
-import tempfile
-from typing import Any
-
-from ansible.errors import AnsibleError
-from ansible.plugins.cache.jsonfile import CacheModule as JsonFileCacheModule
-from ansible.utils.display import Display
-
 DOCUMENTATION = r"""
 ---
 name: private_jsonfile
@@ -38,7 +27,7 @@ description:
     secrets included) is never written.
   - Files an earlier cache left in the folder are made private and rewritten without
     C(ansible_env) when the plugin starts.
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   _uri:
     required: true
@@ -66,6 +55,18 @@ options:
         section: defaults
     type: integer
 """
+
+
+import contextlib
+import json
+import os
+import stat
+import tempfile
+from typing import Any
+
+from ansible.errors import AnsibleError
+from ansible.plugins.cache.jsonfile import CacheModule as JsonFileCacheModule
+from ansible.utils.display import Display
 
 __all__ = ["CacheModule", "without_secrets"]
 

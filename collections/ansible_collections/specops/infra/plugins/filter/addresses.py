@@ -1,4 +1,4 @@
-"""Filters for where a serving container is reached (logic in ``specops.addresses``).
+"""Filters for where a serving container is reached (logic in ``module_utils/addresses.py``).
 
 {{ pve_container_net | specops.infra.container_address }}        -> 10.20.1.129
 {{ '10.216.0.0/24' | specops.infra.subnet_address(33, prefix=true) }} -> 10.216.0.33/24
@@ -10,10 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from specops.addresses import container_address as _container_address
-from specops.addresses import service_url as _service_url
-from specops.addresses import subnet_address as _subnet_address
-from specops.errors import SpecopsError
+from ansible_collections.specops.infra.plugins.module_utils.addresses import (
+    container_address as _container_address,
+)
+from ansible_collections.specops.infra.plugins.module_utils.addresses import (
+    service_url as _service_url,
+)
+from ansible_collections.specops.infra.plugins.module_utils.addresses import (
+    subnet_address as _subnet_address,
+)
+from ansible_collections.specops.infra.plugins.module_utils.errors import SpecopsError
 
 __all__ = ["FilterModule"]
 

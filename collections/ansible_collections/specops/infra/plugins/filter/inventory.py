@@ -1,4 +1,4 @@
-"""Filters over the whole inventory (logic in ``specops.inventory``; this file only
+"""Filters over the whole inventory (logic in ``plugin_utils/inventory.py``; this file only
 adapts it to Ansible's hostvars).
 
     {{ groups | specops.infra.inventory_problems(hostvars, roles=playbook_dir ~ '/../roles') }}
@@ -26,11 +26,21 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specops.errors import SpecopsError
-from specops.inventory import CONTAINER_GPU_VARS, NODE_GPU_VARS, spec_options
-from specops.inventory import inventory_problems as _problems
-from specops.inventory import node_card_problems as _card_problems
-from specops.inventory import vfio_release_request as _release
+from ansible_collections.specops.infra.plugins.module_utils.errors import SpecopsError
+from ansible_collections.specops.infra.plugins.plugin_utils.inventory import (
+    CONTAINER_GPU_VARS,
+    NODE_GPU_VARS,
+    spec_options,
+)
+from ansible_collections.specops.infra.plugins.plugin_utils.inventory import (
+    inventory_problems as _problems,
+)
+from ansible_collections.specops.infra.plugins.plugin_utils.inventory import (
+    node_card_problems as _card_problems,
+)
+from ansible_collections.specops.infra.plugins.plugin_utils.inventory import (
+    vfio_release_request as _release,
+)
 
 __all__ = ["FilterModule"]
 

@@ -4,9 +4,7 @@
     {{ _restore | specops.infra.rollout_restore(node=..., failure=..., record_path=...) }}
     {{ inventory_hostname | specops.infra.rollout_record(outcome=..., ...) | to_nice_json }}
 
-The logic is ``specops.tune.rollout_node``'s; this file only adapts errors. The
-controller's Python must import ``specops`` (installed in the venv, or
-``PYTHONPATH=src`` in a checkout).
+The logic is ``module_utils/rollout_node.py``'s; this file only adapts errors.
 """
 
 from __future__ import annotations
@@ -15,8 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-
-from specops.tune import rollout_node
+from ansible_collections.specops.infra.plugins.module_utils import rollout_node
 
 __all__ = ["FilterModule", "rollout_failure", "rollout_record", "rollout_restore"]
 

@@ -1,4 +1,4 @@
-"""Filters that expose the speculative profile translator (``specops.speculative``).
+"""Filters that expose the speculative profile translator (``module_utils/speculative_*``).
 
     {{ profile | specops.infra.speculative_argv('sglang', '0.5.11') }}
     {{ profile | specops.infra.speculative_argv('sglang', '0.5.11', ['ddtree']) }}
@@ -13,9 +13,9 @@ it; without it, the recorded list of the released version.
 
 ``speculative_argv`` returns the engine flags as a list (quote it for ExecStart with
 ``map('quote') | join(' ')``); ``speculative_validate`` returns the normalised profile
-mapping or fails the task with ``field: problem``. The logic is the ``specops``
-package's; this file only adapts errors. The controller's Python must import
-``specops`` (installed in the venv, or ``PYTHONPATH=src`` in a checkout).
+mapping or fails the task with ``field: problem``. The logic is the collection's
+module_utils (``speculative_profile``, ``speculative_engines``,
+``speculative_translate``); this file only adapts errors.
 """
 
 from __future__ import annotations
@@ -24,9 +24,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-
-from specops.errors import SpecopsError, ValidationError
-from specops.speculative import Engine, SpeculativeProfile, to_argv, to_env
+from ansible_collections.specops.infra.plugins.module_utils.errors import (
+    SpecopsError,
+    ValidationError,
+)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import Engine
+from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+    SpeculativeProfile,
+)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
+    to_argv,
+    to_env,
+)
 
 __all__ = ["FilterModule"]
 

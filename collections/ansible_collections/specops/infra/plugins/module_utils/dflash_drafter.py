@@ -129,7 +129,7 @@ def _check_mask(
         return [DrafterFinding(field, mask_id, "an integer token id of the target vocabulary")]
     if vocab is not None and not 0 <= mask_id < vocab:
         return [DrafterFinding(field, mask_id, f"0 <= id < target vocab_size ({vocab})")]
-    _, mask_token = _dflash_value(drafter, "mask_token")
+    _found, mask_token = _dflash_value(drafter, "mask_token")
     token = mask_token if isinstance(mask_token, str) and mask_token else DEFAULT_MASK_TOKEN
     known = _added_token_id(tokenizer, token) if tokenizer is not None else None
     if known is not None and known != mask_id:

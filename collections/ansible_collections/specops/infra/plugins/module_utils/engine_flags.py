@@ -2,7 +2,7 @@
 
 The speculative translator checks every flag it renders (and every ``extra_args`` /
 ``inference_service_engine_args`` entry) against a flag set. Recorded lists in
-``src/specops/speculative/data`` cover released versions offline; an engine built from a
+``engine_flag_lists/`` (beside this file) cover released versions offline; an engine built from a
 pull-request ref, or a release without a recorded list (vLLM 0.20.1), is checked
 against what that build itself accepts. After every build the ``engine_flags`` module
 runs :data:`INTROSPECT` with the venv's interpreter: it starts the very module the unit

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from ansible.module_utils.urls import ConnectionError as UrlConnectionError
+from ansible.module_utils.urls import open_url
 
 __all__ = ["RUNNING_GAUGES", "IdleResult", "running_requests", "wait_idle"]
 
@@ -45,7 +47,8 @@ class IdleResult:
 
 
 def _fetch(url: str, timeout: float) -> str:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - URL from the role
+    # Ansible's open_url: the proxy environment and TLS verification as every module has them.
+    with open_url(url, timeout=timeout) as resp:
         return str(resp.read().decode("utf-8", errors="replace"))
 
 
@@ -67,7 +70,7 @@ def wait_idle(
         try:
             running = running_requests(fetch(base_url.rstrip("/") + "/metrics", 10.0))
             error = "" if running is not None else "no running-requests gauge in /metrics"
-        except (OSError, urllib.error.URLError) as exc:
+        except (OSError, urllib.error.URLError, UrlConnectionError) as exc:
             running, error = None, f"/metrics: {exc}"
         if running == 0:
             return IdleResult(True, 0.0, clock() - began, polls)

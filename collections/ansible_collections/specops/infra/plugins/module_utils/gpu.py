@@ -102,7 +102,7 @@ def gpu_name(pci_id: str) -> KnownGpu:
     product = gpu_catalogue.by_pci_id(pci_id)
     if product is not None:
         return KnownGpu(product.name, product.architecture, product.open_module_required)
-    vendor, _, _device = pci_id.lower().partition(":")
+    vendor, _sep, _device = pci_id.lower().partition(":")
     if vendor == NVIDIA_VENDOR:
         return KnownGpu(f"NVIDIA GPU {pci_id.lower()}", "unknown")
     return KnownGpu(f"PCI display device {pci_id.lower()}", "unknown")
@@ -641,7 +641,7 @@ def parse_pci_mapping_cfg(text: str, file: str) -> dict[str, list[PciMapping]]:
             continue
         if current is None:
             raise GpuFactsError(f"{file}:{number}: property outside a section: {raw.strip()!r}")
-        key, _, value = raw.strip().partition(" ")
+        key, _sep, value = raw.strip().partition(" ")
         if key != "map":
             continue
         props: dict[str, str] = {}

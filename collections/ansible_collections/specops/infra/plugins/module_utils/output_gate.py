@@ -45,12 +45,13 @@ import re
 import threading
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ansible.module_utils.urls import ConnectionError as UrlConnectionError
+from ansible.module_utils.urls import open_url
 from ansible_collections.specops.infra.plugins.module_utils.atomic_file import write_atomic
 
 __all__ = [
@@ -219,23 +220,23 @@ def prompts_digest(prompts: Sequence[str]) -> str:
     return hashlib.sha256(json.dumps(list(prompts)).encode()).hexdigest()
 
 
-def _request(url: str, body: dict[str, Any], api_key: str | None, accept: str) -> Any:
-    """A JSON POST to the server, with its API key when it has one."""
+def _open(url: str, body: dict[str, Any], api_key: str | None, accept: str, timeout: float) -> Any:
+    """A JSON POST to the server, with its API key when it has one, through Ansible's
+    open_url (the proxy environment and TLS verification, as every module has them)."""
     headers = {"Content-Type": "application/json", "Accept": accept}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    return urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)  # noqa: S310 - the role's server URL
+    return open_url(url, data=json.dumps(body).encode(), headers=headers, timeout=timeout)
 
 
 def _post(url: str, body: dict[str, Any], timeout: float, api_key: str | None) -> dict[str, Any]:
-    req = _request(url, body, api_key, "application/json")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+        with _open(url, body, api_key, "application/json", timeout) as resp:
             data = json.loads(resp.read().decode("utf-8", errors="replace"))
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode("utf-8", errors="replace")[:300]
         raise RuntimeError(f"{url} answered {exc.code}: {detail}") from None
-    except (urllib.error.URLError, OSError, TimeoutError, ValueError) as exc:
+    except (urllib.error.URLError, OSError, TimeoutError, ValueError, UrlConnectionError) as exc:
         raise RuntimeError(f"{url}: {getattr(exc, 'reason', exc)}") from None
     if not isinstance(data, dict):
         raise RuntimeError(f"{url}: not a JSON object")
@@ -308,18 +309,17 @@ def _stream_filler(
     done: threading.Event,
 ) -> None:
     try:
-        for _ in range(_FILLER_MAX_REQUESTS):
+        for _attempt in range(_FILLER_MAX_REQUESTS):
             if stop.is_set():
                 break
-            req = _request(url, body, api_key, "text/event-stream")
-            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+            with _open(url, body, api_key, "text/event-stream", timeout) as resp:
                 for line in resp:
                     if line.startswith(b"data:"):
                         first.set()
                     # Closing the stream early aborts the request on the server.
                     if stop.is_set() or line.strip() == b"data: [DONE]":
                         break
-    except (urllib.error.URLError, OSError, TimeoutError, ValueError):
+    except (urllib.error.URLError, OSError, TimeoutError, ValueError, UrlConnectionError):
         pass  # load, not a measurement: the prompts' own answers decide
     finally:
         first.set()
@@ -345,8 +345,8 @@ def decode_under_load(
     RuntimeError when a gate prompt cannot be decoded.
     """
     url = base_url.rstrip("/") + "/v1/completions"
-    firsts = [threading.Event() for _ in range(load)]
-    dones = [threading.Event() for _ in range(load)]
+    firsts = [threading.Event() for _stream in range(load)]
+    dones = [threading.Event() for _stream in range(load)]
     stop = threading.Event()
     with ThreadPoolExecutor(max_workers=load + len(config.prompts)) as pool:
         try:
@@ -506,14 +506,22 @@ def _listed_root(
 ) -> str | None:
     """The model path ``/v1/models`` reports for the served name (vLLM's ``root``), if any."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    req = urllib.request.Request(base_url.rstrip("/") + "/v1/models", headers=headers)  # noqa: S310
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+        with open_url(
+            base_url.rstrip("/") + "/v1/models", headers=headers, timeout=timeout
+        ) as resp:
             data = json.loads(resp.read().decode("utf-8", errors="replace"))
         for entry in data.get("data", []):
             if entry.get("id") == served_model_name and entry.get("root"):
                 return str(entry["root"])
-    except (urllib.error.URLError, OSError, TimeoutError, ValueError, AttributeError):
+    except (
+        urllib.error.URLError,
+        OSError,
+        TimeoutError,
+        ValueError,
+        AttributeError,
+        UrlConnectionError,
+    ):
         return None
     return None
 

@@ -429,7 +429,7 @@ class PveConf:
         """Whether PVE starts the container in a user namespace (its root is not the
         host's): ``unprivileged`` set, or any ``lxc.idmap`` line (pve-container
         ``PVE::LXC::update_lxc_config``: ``$conf->{unprivileged} || $custom_idmap``)."""
-        return self.get_bool("unprivileged") or any(k == "lxc.idmap" for k, _ in self.lxc())
+        return self.get_bool("unprivileged") or any(k == "lxc.idmap" for k, _value in self.lxc())
 
     def indexed(self, prefix: str) -> dict[int, str]:
         """``devN``/``mpN``/``hostpciN``/``netN`` entries of the main section by N."""

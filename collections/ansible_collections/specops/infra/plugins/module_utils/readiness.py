@@ -11,7 +11,8 @@ A server is *ready* when, in one probe, all three hold:
 :func:`wait_ready` probes until ready or a deadline. Runs on the managed host (the
 ``specops.infra.readiness_gate`` module) and on the controller (the sweep and rollout
 import it as ``ansible_collections.specops.infra.plugins.module_utils.readiness``);
-``urllib`` only, so nothing needs installing in the container.
+the standard library and Ansible's ``open_url`` (which every module carries), so nothing
+needs installing in the container.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ import json
 import subprocess
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from ansible.module_utils.urls import ConnectionError as UrlConnectionError
+from ansible.module_utils.urls import open_url
 
 __all__ = [
     "STAGES",
@@ -70,9 +73,8 @@ def _request(
         headers["Content-Type"] = "application/json"
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(url, data=data, headers=headers)  # noqa: S310 - http(s) URL from the role
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+    try:  # Ansible's open_url: the proxy environment and TLS verification modules honour
+        with open_url(url, data=data, headers=headers, timeout=timeout) as resp:
             return int(resp.status), resp.read().decode("utf-8", errors="replace")
     except urllib.error.HTTPError as exc:
         return int(exc.code), exc.read().decode("utf-8", errors="replace")
@@ -155,7 +157,7 @@ def probe(
         return _checks(base, served_name, request_timeout, api_key, prompt)
     except _NotReady as exc:
         return Probe(False, exc.stage, exc.detail, exc.models)
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+    except (urllib.error.URLError, OSError, TimeoutError, UrlConnectionError) as exc:
         reason = getattr(exc, "reason", exc)
         return Probe(False, "health", f"{base}: cannot connect ({reason})")
 

@@ -416,7 +416,7 @@ def _put_back(
     if secrets is not None:
         _put_secrets(secrets)
     _systemctl(run, "daemon-reload")
-    _, restart_error = _restart(unit, True, stop_timeout, nvidia_smi, run)
+    _restarted, restart_error = _restart(unit, True, stop_timeout, nvidia_smi, run)
     back = _ready(unit, readiness) if not restart_error else None
     result.after = read_identity(unit, run)
     result.restored = back is not None and back.ready

@@ -3,16 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specops.infra.plugins.module_utils.dflash_drafter import format_findings
-from ansible_collections.specops.infra.plugins.module_utils.drafter_check import (
-    DRAFTER_METHODS,
-    check,
-    resolve,
-)
-
 DOCUMENTATION = r"""
 ---
 module: drafter_preflight
@@ -37,7 +27,7 @@ description:
     passes with a warning that lists what could not be checked. Changes nothing.
   - The same code backs C(specops profile check-drafter) on the controller.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   method:
     description: The profile's method.
@@ -124,6 +114,17 @@ config_sha256:
 """
 
 
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.dflash_drafter import format_findings
+from ansible_collections.specops.infra.plugins.module_utils.drafter_check import (
+    DRAFTER_METHODS,
+    check,
+    resolve,
+)
+
+
 def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -134,7 +135,7 @@ def run_module() -> None:
             "drafter_revision": {"type": "str", "default": "main"},
             "hub_cache": {"type": "path"},
             "window": {"type": "int"},
-            "num_draft_tokens": {"type": "int"},
+            "num_draft_tokens": {"type": "int", "no_log": False},
             "known": {"type": "dict", "default": {}},
             "config_sha256": {"type": "str", "default": ""},
         },

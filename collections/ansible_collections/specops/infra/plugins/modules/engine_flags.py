@@ -3,20 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specops.infra.plugins.module_utils.engine_flags import (
-    FLAGS_FILE,
-    FlagSetError,
-    capabilities,
-    load_flag_set,
-    read_flag_set,
-    save_flag_set,
-)
-
 DOCUMENTATION = r"""
 ---
 module: engine_flags
@@ -30,7 +16,7 @@ description:
     translator checks profiles and engine arguments against) unless a valid file is there.
   - Returns the capabilities the build's flags show (C(ddtree), C(draft_window)).
 version_added: "0.3.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   venv:
     description: The engine venv (its C(bin/python) runs the parser).
@@ -83,6 +69,21 @@ speculative:
   returned: always
   type: dict
 """
+
+
+import os
+import tempfile
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.engine_flags import (
+    FLAGS_FILE,
+    FlagSetError,
+    capabilities,
+    load_flag_set,
+    read_flag_set,
+    save_flag_set,
+)
 
 
 def run_module() -> None:

@@ -14,7 +14,7 @@ description:
     renders the summary table. Pure, it reads its arguments only.
   - Runs on the controller (delegated to localhost); check mode is the same run.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   records:
     description:
@@ -56,11 +56,11 @@ counts:
 """
 
 # Imports follow the documentation blocks, as Ansible modules lay them out.
-from collections.abc import Mapping  # noqa: E402
-from typing import Any  # noqa: E402
+from collections.abc import Mapping
+from typing import Any
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (
     Expectation,
     diagnose,
     render_table,

@@ -20,7 +20,7 @@ description:
   - Returns C(evidence) and C(ansible_facts.specops_gpu_doctor_container).
   - Writes nothing; check mode is the same run.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   paths:
     description: Device paths to look at (the node evidence's C(paths)).
@@ -72,11 +72,11 @@ evidence:
 """
 
 # Imports follow the documentation blocks, as Ansible modules lay them out.
-import sys  # noqa: E402
-from typing import Any  # noqa: E402
+import sys
+from typing import Any
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence import (  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence import (
     container_evidence,
 )
 

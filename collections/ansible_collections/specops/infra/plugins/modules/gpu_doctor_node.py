@@ -18,7 +18,7 @@ description:
     the C(gpu_doctor_container) and C(gpu_doctor) modules read it.
   - Read-only (C(pct status) is the only command); check mode is the same run.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   vmids:
     description: Containers of this node to read.
@@ -54,19 +54,19 @@ ansible_facts:
 """
 
 # Imports follow the documentation blocks, as Ansible modules lay them out.
-import os  # noqa: E402
-import subprocess  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from typing import Any  # noqa: E402
+import os
+import subprocess
+from collections.abc import Sequence
+from typing import Any
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.specops.infra.plugins.module_utils.gpu import (  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.gpu import (
     GpuFactsError,
     HostRoots,
     gather_facts,
     parse_proc_devices,
 )
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence import (  # noqa: E402
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence import (
     node_evidence,
 )
 

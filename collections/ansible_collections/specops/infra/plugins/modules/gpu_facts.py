@@ -13,7 +13,7 @@ description:
   - Read-only. Runs no command (no lspci, qm or pveversion); check mode is the same run.
   - Each root can be pointed at a simulated or recorded host tree for tests.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   root:
     description: File system root; every other root defaults to a path under it.
@@ -129,7 +129,10 @@ ansible_facts:
             version_text: {description: "First line of proc/driver/nvidia/version.", type: str}
         nouveau_loaded: {description: "sys/module/nouveau present.", type: bool}
         modules_loaded: {description: "nvidia, nvidia_uvm, nvidia_modeset, nvidia_drm, nouveau, vfio, vfio_pci, vfio_iommu_type1 -> loaded.", type: dict}
-        char_majors: {description: "Every nvidia* character device name in proc/devices -> major.", type: dict, sample: {nvidia: 195, nvidiactl: 195, nvidia-uvm: 508, nvidia-caps: 507}}
+        char_majors:
+          description: "Every nvidia* character device name in proc/devices -> major."
+          type: dict
+          sample: {nvidia: 195, nvidiactl: 195, nvidia-uvm: 508, nvidia-caps: 507}
         uvm_major: {description: "Major of nvidia-uvm (dynamic, per host); null when not loaded.", type: int, sample: 508}
         caps_major: {description: "Major of nvidia-caps; null when absent.", type: int}
         device_nodes:
@@ -160,18 +163,25 @@ ansible_facts:
             iommu_group_members: {description: "Every function in that group.", type: list, elements: str}
             iommu_group_foreign: {description: "Group members that are not this card's functions.", type: list, elements: str}
             functions:
-              description: All functions of the card, display function first (address, pci_id, vendor_id, device_id, subsystem_id, class_code, class_kind, driver, driver_override, iommu_group).
+              description: >-
+                All functions of the card, display function first (address, pci_id, vendor_id,
+                device_id, subsystem_id, class_code, class_kind, driver, driver_override, iommu_group).
               type: list
               elements: dict
             nvidia:
               description: When bound to nvidia, minor (Device Minor, the N of /dev/nvidiaN), model, uuid, bus_location, device_node (when present); else null.
               type: dict
             holders:
-              description: VMs whose current config names the card (vmid, running, config, key hostpciN or args, line, via host|mapping|args, mapping, functions, exclusive).
+              description: >-
+                VMs whose current config names the card (vmid, running, config, key hostpciN or args,
+                line, via host|mapping|args, mapping, functions, exclusive).
               type: list
               elements: dict
             open_by:
-              description: Processes with the card's vfio device open, from /proc/*/fd (pid, command, vmid of a PVE VM's QEMU or null, path /dev/vfio/GROUP, noiommu-GROUP or devices/vfioN); read only when a function is on vfio-pci.
+              description: >-
+                Processes with the card's vfio device open, from /proc/*/fd (pid, command, vmid of a
+                PVE VM's QEMU or null, path /dev/vfio/GROUP, noiommu-GROUP or devices/vfioN); read
+                only when a function is on vfio-pci.
               type: list
               elements: dict
             held_by_running_vm: {description: "vmid of a running holder (else of a QEMU with its vfio group open), else null.", type: int}
@@ -184,10 +194,10 @@ ansible_facts:
 """
 
 # Imports follow the documentation blocks, as Ansible modules lay them out.
-from typing import Any  # noqa: E402
+from typing import Any
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.specops.infra.plugins.module_utils.gpu import (  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.gpu import (
     GpuFactsError,
     HostRoots,
     gather_facts,

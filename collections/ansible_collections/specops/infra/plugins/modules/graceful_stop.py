@@ -3,11 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specops.infra.plugins.module_utils.service_stop import stop_unit
-
 DOCUMENTATION = r"""
 ---
 module: graceful_stop
@@ -21,7 +16,7 @@ description:
   - Fails when the processes or their GPU memory outlive I(timeout).
   - An inactive or unknown unit is left as it is (C(changed=false)).
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   unit:
     description: The systemd unit to stop.
@@ -60,6 +55,12 @@ gpu_checked:
   returned: always
   type: bool
 """
+
+
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.service_stop import stop_unit
 
 
 def run_module() -> None:

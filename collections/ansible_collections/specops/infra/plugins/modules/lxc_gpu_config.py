@@ -18,10 +18,10 @@ description:
     other majors, other minors) and leaving every other line and every snapshot section
     byte-identical. The file is parsed and written through module_utils C(pve_conf),
     under PVE's per-guest config lock, atomically (temporary file + rename).
-  - Does not restart the container; the role M(lxc_gpu_passthrough) does when this
+  - Does not restart the container; the role C(lxc_gpu_passthrough) does when this
     module reports a change and the container runs.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   vmid:
     description: The container's VMID; its conf must exist on this node.
@@ -161,12 +161,12 @@ warnings_kept:
 """
 
 # Imports follow the documentation blocks, as Ansible modules lay them out.
-import os  # noqa: E402
-import re  # noqa: E402
-from typing import Any  # noqa: E402
+import os
+import re
+from typing import Any
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.specops.infra.plugins.module_utils.lxc_gpu import (  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.lxc_gpu import (
     LxcGpuError,
     NodeStat,
     assigned_minors,
@@ -177,7 +177,7 @@ from ansible_collections.specops.infra.plugins.module_utils.lxc_gpu import (  # 
     privilege_problems,
     select_gpus,
 )
-from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (  # noqa: E402
+from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (
     PveConf,
     PveConfError,
     config_lock,
@@ -214,7 +214,7 @@ def other_containers(root: str, vmid: int) -> dict[int, set[int]]:
     conf_dir = _host(root, "/etc/pve/lxc")
     out: dict[int, set[int]] = {}
     for name in sorted(os.listdir(conf_dir)) if os.path.isdir(conf_dir) else []:
-        stem, _, ext = name.partition(".")
+        stem, _sep, ext = name.partition(".")
         if ext != "conf" or not stem.isdigit() or int(stem) == vmid:
             continue
         try:

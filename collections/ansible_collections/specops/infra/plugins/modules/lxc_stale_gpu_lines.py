@@ -21,7 +21,7 @@ description:
   - Only the main section changes; snapshot sections stay byte-identical. The file is
     written under PVE's per-guest config lock, atomically.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   vmid:
     description: The container's VMID; its conf must exist on this node.
@@ -75,13 +75,13 @@ kept:
   elements: str
 """
 
-import os  # noqa: E402
-import re  # noqa: E402
-from collections.abc import Mapping, Sequence  # noqa: E402
-from typing import Any  # noqa: E402
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (
     PveConf,
     PveConfError,
     config_lock,

@@ -18,7 +18,7 @@ description:
   - With I(missing_ok) a directory without weights is not a failure; C(found) is then
     false and C(reason) says why.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   path:
     description: The model directory (config.json, *.safetensors, index).
@@ -64,10 +64,10 @@ weights:
 """
 
 # Imports follow the documentation blocks, as Ansible modules lay them out.
-from typing import Any  # noqa: E402
+from typing import Any
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.specops.infra.plugins.module_utils.model_weights import (  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.model_weights import (
     ModelWeightsError,
     read_weights,
 )

@@ -19,7 +19,7 @@ description:
     "Driver/library version mismatch".
   - Read-only; check mode is the same run.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   root:
     description: Root the container's files are read under.
@@ -73,11 +73,11 @@ ansible_facts:
 """
 
 # Imports follow the documentation blocks, as Ansible modules lay them out.
-from dataclasses import asdict  # noqa: E402
-from typing import Any  # noqa: E402
+from dataclasses import asdict
+from typing import Any
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.specops.infra.plugins.module_utils.nvidia_userspace import (  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.nvidia_userspace import (
     NvmlAnswer,
     classify_nvidia_smi,
     read_state,

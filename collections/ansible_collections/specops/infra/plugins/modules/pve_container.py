@@ -3,38 +3,6 @@
 
 from __future__ import annotations
 
-import time
-import traceback
-from collections.abc import Mapping
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.specops.infra.plugins.module_utils.pve_container import (
-    ONLINE,
-    REBUILD,
-    REFUSED,
-    RESTART,
-    Change,
-    ClusterView,
-    ContainerSpec,
-    SpecError,
-    check_cluster,
-    create_params,
-    live_settings,
-    parse_spec,
-    plan_changes,
-    wanted_settings,
-)
-
-try:
-    from proxmoxer import ProxmoxAPI
-
-    HAS_PROXMOXER = True
-    PROXMOXER_ERR = ""
-except ImportError:  # pragma: no cover - reported by the module
-    HAS_PROXMOXER = False
-    PROXMOXER_ERR = traceback.format_exc()
-
 DOCUMENTATION = r"""
 ---
 module: pve_container
@@ -53,7 +21,7 @@ description:
     needs (C(create)). When the container is absent and I(apply=true), check mode reports
     the creation as the planned change.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   api_host:
     description: PVE API host (a node of the cluster).
@@ -159,6 +127,40 @@ create:
   returned: always
   type: dict
 """
+
+
+import time
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.specops.infra.plugins.module_utils.pve_container import (
+    ONLINE,
+    REBUILD,
+    REFUSED,
+    RESTART,
+    Change,
+    ClusterView,
+    ContainerSpec,
+    SpecError,
+    check_cluster,
+    create_params,
+    live_settings,
+    parse_spec,
+    plan_changes,
+    wanted_settings,
+)
+
+try:
+    from proxmoxer import ProxmoxAPI
+
+    HAS_PROXMOXER = True
+    PROXMOXER_ERR = ""
+except ImportError:  # pragma: no cover - reported by the module
+    HAS_PROXMOXER = False
+    PROXMOXER_ERR = traceback.format_exc()
+
 
 # Every PVE API call this module makes: (method, path template, parameter names). A test
 # checks each against the PVE 9.1 schema and the stand-in's request log against this list.

@@ -3,15 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specops.infra.plugins.module_utils.readiness import (
-    journal_tail,
-    unit_active_state,
-    wait_ready,
-)
-
 DOCUMENTATION = r"""
 ---
 module: readiness_gate
@@ -27,7 +18,7 @@ description:
     C(ansible_collections.specops.infra.plugins.module_utils.readiness), which the
     controller-side sweep and rollout import too.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   url:
     description: Base URL of the server, as seen from the managed host.
@@ -103,6 +94,16 @@ journal:
   returned: failure
   type: str
 """
+
+
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.readiness import (
+    journal_tail,
+    unit_active_state,
+    wait_ready,
+)
 
 
 def run_module() -> None:

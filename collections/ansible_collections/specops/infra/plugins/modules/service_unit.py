@@ -3,22 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specops.infra.plugins.module_utils.engine_build import record_running
-from ansible_collections.specops.infra.plugins.module_utils.output_gate import (
-    GateConfig,
-    NodeGate,
-)
-from ansible_collections.specops.infra.plugins.module_utils.service_unit import (
-    Readiness,
-    SecretEnvironment,
-    UnitChangeError,
-    apply_unit,
-    render_environment_file,
-)
-
 DOCUMENTATION = r"""
 ---
 module: service_unit
@@ -52,7 +36,7 @@ description:
   - One round trip from the controller for the whole change; the returned identities
     (before and after) are what a rollout or sweep records.
 version_added: "0.2.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   name:
     description: The systemd unit (e.g. C(specops-qwen3.6-27b.service)).
@@ -271,6 +255,23 @@ output_gate:
 """
 
 
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.engine_build import record_running
+from ansible_collections.specops.infra.plugins.module_utils.output_gate import (
+    GateConfig,
+    NodeGate,
+)
+from ansible_collections.specops.infra.plugins.module_utils.service_unit import (
+    Readiness,
+    SecretEnvironment,
+    UnitChangeError,
+    apply_unit,
+    render_environment_file,
+)
+
+
 def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
@@ -300,7 +301,7 @@ def run_module() -> None:
                     "record": {"type": "bool", "default": False},
                     "refresh": {"type": "bool", "default": False},
                     "threshold": {"type": "float", "default": 0.9},
-                    "max_tokens": {"type": "int", "default": 48},
+                    "max_tokens": {"type": "int", "default": 48, "no_log": False},
                     "max_run": {"type": "int", "default": 12},
                     "max_period": {"type": "int", "default": 4},
                     "min_span": {"type": "int", "default": 24},

@@ -29,7 +29,7 @@ description:
     released cards' IDs from C(options vfio-pci ids=) lines and C(vfio-pci.ids=).
   - Check mode reports the plan and writes nothing.
 version_added: "0.1.0"
-author: specops
+author: specops maintainers (!UNKNOWN)
 options:
   addresses:
     description: Cards to release, by PCI address (C(0000:01:00.0), C(0000:01:00) or C(01:00)).
@@ -55,7 +55,8 @@ options:
     default: /
   system_root:
     description:
-      - Root the host's system files are read under (O(modprobe_dir), O(grub_file), O(kernel_cmdline_file), the override hook); a lab node's directory in the lab.
+      - Root the host's system files are read under (O(modprobe_dir), O(grub_file),
+        O(kernel_cmdline_file), the override hook); a lab node's directory in the lab.
       - The returned C(boot_config) names them as the host sees them (without this root).
     type: path
     default: /
@@ -98,7 +99,9 @@ released:
   elements: dict
   sample: [{address: "0000:01:00.0", card: "0000:01:00.0", kind: gpu, from_driver: vfio-pci, to_driver: nvidia, driver_override: nvidia}]
 plan:
-  description: The decision (cards to release with their steps, cards already on the host, functions kept on vfio-pci, released IDs, one line per card on the host, warnings).
+  description: >-
+    The decision (cards to release with their steps, cards already on the host, functions kept
+    on vfio-pci, released IDs, one line per card on the host, warnings).
   returned: always
   type: dict
 boot_config:
@@ -111,17 +114,17 @@ boot_loader:
   type: str
 """
 
-import glob  # noqa: E402
-import os  # noqa: E402
-from typing import Any  # noqa: E402
+import glob
+import os
+from typing import Any
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.specops.infra.plugins.module_utils.gpu import (  # noqa: E402
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.specops.infra.plugins.module_utils.gpu import (
     GpuFactsError,
     HostRoots,
     gather_facts,
 )
-from ansible_collections.specops.infra.plugins.module_utils.vfio import (  # noqa: E402
+from ansible_collections.specops.infra.plugins.module_utils.vfio import (
     GPU_DRIVER,
     OVERRIDE_SCRIPT,
     FileSysfs,

@@ -11,12 +11,6 @@ This one loads the same files the same way (the builtin's own functions) and put
 
 from __future__ import annotations
 
-from typing import Any
-
-from ansible.errors import AnsibleError, AnsibleParserError
-from ansible.plugins.vars import BaseVarsPlugin
-from ansible.plugins.vars.host_group_vars import VarsModule as _Builtin
-
 DOCUMENTATION = r"""
 name: host_group_vars
 version_added: 0.1.0
@@ -25,7 +19,7 @@ description:
   - Ansible's C(ansible.builtin.host_group_vars) (its functions; same files, order and options).
   - A file that does not parse fails with C(<file>:<line>:<column>) in front of Ansible's message
     (the builtin drops the file name).
-author: specops maintainers
+author: specops maintainers (!UNKNOWN)
 options:
   stage:
     ini:
@@ -47,6 +41,13 @@ options:
 extends_documentation_fragment:
   - vars_plugin_staging
 """
+
+
+from typing import Any
+
+from ansible.errors import AnsibleError, AnsibleParserError
+from ansible.plugins.vars import BaseVarsPlugin
+from ansible.plugins.vars.host_group_vars import VarsModule as _Builtin
 
 
 def _where(exc: BaseException, found: str) -> str:

@@ -47,6 +47,10 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.parsing.dataloader import DataLoader
 from ansible.parsing.vault import VaultHelper, is_encrypted_file
 from ansible.template import Templar
+from ansible_collections.specops.infra.plugins.module_utils.errors import (
+    SpecopsError,
+    ValidationError,
+)
 from ansible_collections.specops.infra.plugins.module_utils.gpu import PciAddress
 from ansible_collections.specops.infra.plugins.module_utils.gpu_catalogue import CATALOGUE
 from ansible_collections.specops.infra.plugins.module_utils.gpu_select import (
@@ -56,14 +60,19 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_select import (
     select_free,
 )
 from ansible_collections.specops.infra.plugins.module_utils.service_unit import SECRET_KEY
+from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import (
+    ENGINE_NAMES,
+    Engine,
+    known_versions,
+)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+    SpeculativeProfile,
+)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import to_argv
 from ansible_collections.specops.infra.plugins.module_utils.vfio import (
     VfioReleaseError,
     parse_request,
 )
-
-from specops.errors import SpecopsError, ValidationError
-from specops.speculative import Engine, SpeculativeProfile, known_versions, to_argv
-from specops.speculative.engines import ENGINE_NAMES
 
 __all__ = [
     "CONTAINER_GPU_VARS",
@@ -244,9 +253,9 @@ def _published_facts(roles: Path, role: str) -> dict[str, Any]:
 def role_problems(host: str, raw: Mapping[str, Any], roles: Path) -> list[str]:
     """The roles' own asserts (:data:`ROLE_ASSERTS`) for one serving host, evaluated by
     Ansible's templar with Ansible's precedence (role defaults < the host's variables <
-    role vars); each failure is the role's own message under the host and variable. An
-    assert whose variables do not render on the controller (a template that needs the
-    node) is left to the role."""
+    role vars); each failure is the role's own message under the host and variable. A
+    role's assert whose variables do not render on the controller (a template that needs
+    the node) is left to the role."""
     problems: list[str] = []
     for role, name, variable, before in ROLE_ASSERTS:
         tasks = _role_file(roles, role, "tasks/preflight.yml") or ()

@@ -3,7 +3,7 @@
 ``to_argv(profile, engine)`` returns the speculative part of the engine's argv (the
 unit template appends it after the model arguments); ``to_env`` returns environment
 variables a method needs (only DDTree's top-k today). Everything the engine version
-cannot do is rejected with a :class:`~specops.errors.ValidationError` naming the
+cannot do is rejected with a :class:`~errors.ValidationError` naming the
 profile field and the valid values, before anything is deployed.
 
 ``from_argv`` reads such an argv back (the property tests render, re-read and
@@ -16,9 +16,12 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from specops.errors import ValidationError
-from specops.speculative.engines import Engine
-from specops.speculative.profile import CHAIN_METHODS, SpeculativeProfile
+from ansible_collections.specops.infra.plugins.module_utils.errors import ValidationError
+from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import Engine
+from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+    CHAIN_METHODS,
+    SpeculativeProfile,
+)
 
 __all__ = ["SGLANG_ALGORITHM", "from_argv", "to_argv", "to_env", "vllm_speculative_config"]
 

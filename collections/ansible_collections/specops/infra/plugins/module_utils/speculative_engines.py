@@ -7,7 +7,7 @@ Two sources of an engine's flags, in this order:
    (``plugins/module_utils/engine_flags.py``); a pull-request build or a release without a
    recorded list is checked against what it really accepts, and what it adds (DDTree,
    a draft window) is read from it (:func:`derived_capabilities`), never declared;
-2. offline, the recorded list in ``data/`` for a released ``(engine, version)``,
+2. offline, the recorded list in ``engine_flag_lists/`` for a released ``(engine, version)``,
    extracted from the engine's own source by ``scripts/extract-engine-flags.py``
    (SGLang: its wheel's ``server_args.py`` parsed with ``ast``; vLLM: its real argument
    parser imported in the lab's vLLM CPU venv). With a recorded list, a branch build's
@@ -22,12 +22,11 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any, Final
 
 from ansible_collections.specops.infra.plugins.module_utils import engine_flags as _installed
-
-from specops.errors import ValidationError
+from ansible_collections.specops.infra.plugins.module_utils.errors import ValidationError
 
 __all__ = [
     "CAPABILITIES",
@@ -196,13 +195,18 @@ _DDTREE_FLAGS: Final[Mapping[str, FlagSpec]] = {
 }
 
 
+# The recorded flag lists, beside this file (read by path: the collection is a directory
+# tree, installed by ansible-galaxy or carried in the controller's site-packages).
+FLAG_LISTS: Final = Path(__file__).resolve().parent / "engine_flag_lists"
+
+
 @cache
 def _data_files() -> dict[tuple[str, str], str]:
     out: dict[tuple[str, str], str] = {}
-    for entry in resources.files("specops.speculative").joinpath("data").iterdir():
+    for entry in FLAG_LISTS.iterdir():
         name = entry.name
         if name.endswith("-flags.json"):
-            family, _, version = name.removesuffix("-flags.json").partition("-")
+            family, _sep, version = name.removesuffix("-flags.json").partition("-")
             out[(family, version)] = name
     return out
 
@@ -217,9 +221,7 @@ def known_versions(engine: str) -> list[str]:
 @cache
 def _load(family: str, version: str) -> FlagList:
     name = _data_files()[(family, version)]
-    data = json.loads(
-        resources.files("specops.speculative").joinpath("data", name).read_text("utf-8")
-    )
+    data = json.loads((FLAG_LISTS / name).read_text(encoding="utf-8"))
     return FlagList(
         family=family,
         version=version,

@@ -18,7 +18,7 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specops.errors import ValidationError
+from ansible_collections.specops.infra.plugins.module_utils.errors import ValidationError
 
 __all__ = ["WILDCARDS", "container_address", "service_url", "subnet_address"]
 

@@ -2,7 +2,7 @@
 
 An inventory carries it as a mapping (``speculative:`` in host or group vars);
 :meth:`SpeculativeProfile.from_mapping` validates it, and
-:func:`specops.speculative.translate.to_argv` turns it into one engine's flags.
+:func:`speculative_translate.to_argv` turns it into one engine's flags.
 
 Counting convention (the same for every method and engine):
 
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from specops.errors import ValidationError
+from ansible_collections.specops.infra.plugins.module_utils.errors import ValidationError
 
 __all__ = [
     "CHAIN_METHODS",
