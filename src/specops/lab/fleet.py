@@ -21,7 +21,8 @@ stays where it is; the other nodes (``pve-03`` ...) host no container.
 
 - ``hardware/<node>.yml``: each node's description (the shape's, under the node's name);
 - ``inventory/``: ``hosts.yml`` (groups ``pve_nodes`` and ``serving``), ``group_vars/``
-  linking the example's and the lab's overlay of each group (as ``inventory/lab`` does),
+  linking the example's files and the lab's overlay of each group (as ``inventory/lab``
+  does) but the example's ``batching.yml``: the fleet's own batches are written there,
   ``host_vars`` linking the lab's, and one more overlay per group with the paths of THIS
   lab directory (``overlay-fleet.yml``: the node roots, the pct stand-in, the API's CA),
   which ``inventory/lab`` spells for the default lab directory.
@@ -56,6 +57,7 @@ _CYCLE = ("pro8", "nofree", "kpro5", "pro4")
 MAX_NODES = 99
 _GROUPS = ("all", "pve_nodes", "serving")
 OVERLAY = "overlay-fleet.yml"  # sorts after lab.yml: loaded last, so it wins
+BATCHING = "batching.yml"  # playbooks/host.yml reads this one file for its batches
 
 
 @dataclass(frozen=True)
@@ -129,9 +131,13 @@ def _overlays(lab_dir: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-def write_fleet(lab_dir: Path, n: int) -> FleetFiles:
+def write_fleet(
+    lab_dir: Path, n: int, *, batch: str | int = 1, max_fail_percentage: int = 0
+) -> FleetFiles:
     """Write the N nodes' descriptions and the fleet's inventory (idempotent; a node
-    dropped from the fleet loses its description)."""
+    dropped from the fleet loses its description). ``batch`` and
+    ``max_fail_percentage``: the inventory's ``group_vars/pve_nodes/batching.yml``
+    (``specops_host_batch``, ``specops_host_max_fail_percentage``)."""
     plan = fleet_plan(n)
     base = lab_dir / "fleet"
     hardware_dir = base / "hardware"
@@ -165,13 +171,27 @@ def write_fleet(lab_dir: Path, n: int) -> FleetFiles:
     for group, values in _overlays(lab_dir).items():
         gdir = inventory_dir / "group_vars" / group
         gdir.mkdir(parents=True, exist_ok=True)
-        _link(gdir / "example", example / "group_vars" / group)
+        if (gdir / "example").is_symlink():
+            (gdir / "example").unlink()
+        # The example's files one by one (the fleet writes its own batching.yml).
+        for source in sorted((example / "group_vars" / group).glob("*.yml")):
+            if not (group == "pve_nodes" and source.name == BATCHING):
+                _link(gdir / f"example-{source.name}", source)
         _link(gdir / "lab.yml", lab_inv / "group_vars" / group / "lab.yml")
         _write_if_changed(
             gdir / OVERLAY,
             "# This lab directory's paths (specops.lab.fleet), over lab.yml's defaults.\n---\n"
             + yaml.safe_dump(values, sort_keys=False, width=100),
         )
+    batching = {
+        "specops_host_batch": batch,
+        "specops_host_max_fail_percentage": max_fail_percentage,
+    }
+    _write_if_changed(
+        inventory_dir / "group_vars" / "pve_nodes" / BATCHING,
+        "# The fleet's batches (inventory/example/group_vars/pve_nodes/batching.yml).\n---\n"
+        + yaml.safe_dump(batching, sort_keys=False),
+    )
     host_vars = inventory_dir / "host_vars"
     if host_vars.is_dir() and not host_vars.is_symlink():
         shutil.rmtree(host_vars)
