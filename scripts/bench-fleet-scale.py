@@ -37,6 +37,7 @@ import argparse
 import json
 import math
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -195,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         "--table", help="print the table of these JSON files (comma-separated, merged) and exit"
     )
     args = p.parse_args(argv)
+    args.base = str(Path(args.base).resolve())
+    # A stop (SIGTERM) still takes each lab down (bench_one's finally).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.table:
         parts = [json.loads(Path(f).read_text()) for f in args.table.split(",")]
         merged = sorted((r for d in parts for r in d["rows"]), key=lambda r: r["n"])
