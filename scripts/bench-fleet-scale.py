@@ -14,7 +14,10 @@ touched) runs:
 - ``check``: the same with ``--check --diff``;
 - ``verify``: ``playbooks/verify.yml``'s node part (``--limit pve_nodes``: the GPU doctor
   on every node; the container part needs the serving container, which only the
-  shared lab runs).
+  shared lab runs);
+- ``container-check`` (not in the default list): ``playbooks/container.yml --check
+  --diff``, the one play that calls the PVE API (pve_container, from the controller): the
+  lab's serving container, absent here, is looked up and planned, not created.
 
 deploy.yml's container, serve and benchmark parts, and the rollout of a profile change
 over the serving group, work on the lab's real serving container, which the fleet does
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shutil
 import signal
 import sys
@@ -46,8 +50,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "src"), str(REPO / "collections")]
 
-from specops.lab.fleet import write_fleet  # noqa: E402
+from ansible_collections.specops.infra.plugins.module_utils.gpu import (  # noqa: E402
+    HostRoots,
+    gather_facts,
+)
+
+from specops.lab.fleet import fleet_plan, write_fleet  # noqa: E402
 from specops.lab.fleet_run import PlaybookRun, profile_summary, run_playbook  # noqa: E402
+from specops.lab.node import NO_RETURN_FAULT, boot  # noqa: E402
+from specops.lab.paths import UNREACHABLE_FAULT  # noqa: E402
 from specops.lab.pve.testing import free_port  # noqa: E402
 from specops.lab.up import LabPaths, down, up  # noqa: E402
 
@@ -56,6 +67,18 @@ STEPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "nochange": ("playbooks/host.yml", ()),
     "check": ("playbooks/host.yml", ("--check", "--diff")),
     "verify": ("playbooks/verify.yml", ("--limit", "pve_nodes")),
+    "container-check": ("playbooks/container.yml", ("--check", "--diff")),
+}
+
+
+# --tune: after the steps, the no-change run again under each of these (what to set for a
+# fleet): forks, the free strategy, no fact cache (facts gathered on every run).
+TUNE: dict[str, dict[str, str]] = {
+    "nochange forks=4": {"ANSIBLE_FORKS": "4"},
+    "nochange forks=16": {"ANSIBLE_FORKS": "16"},
+    "nochange forks=32": {"ANSIBLE_FORKS": "32"},
+    "nochange strategy=free": {"ANSIBLE_STRATEGY": "free"},
+    "nochange no fact cache": {"ANSIBLE_CACHE_PLUGIN": "memory"},
 }
 
 
@@ -68,32 +91,95 @@ def _settings_env(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
-def bench_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
+def _fresh_lab(n: int, args: argparse.Namespace) -> tuple[LabPaths, Path, float]:
     lab = Path(args.base) / f"n{n}"
-    if lab.exists():
-        down(LabPaths(lab), destroy=False)
+    paths = LabPaths(lab)
+    if lab.exists() and not args.reuse:
+        down(paths, destroy=False)
         shutil.rmtree(lab)
-    lab.mkdir(parents=True)
+    lab.mkdir(parents=True, exist_ok=True)
     template = lab / "template.tar"
     template.write_bytes(b"not a rootfs: the host plays make no container")
     files = write_fleet(lab, n, batch=args.batch, max_fail_percentage=args.max_fail)
     t0 = time.monotonic()
-    paths = LabPaths(lab)
     up(paths, hardware_dir=files.hardware_dir, template=template, cache=lab / "cache",
        port=free_port(), with_network=False)  # fmt: skip
-    row: dict[str, Any] = {"n": n, "up_s": round(time.monotonic() - t0, 1), "steps": {}}
+    return paths, files.inventory_dir, time.monotonic() - t0
+
+
+def bench_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    paths, inventory, up_s = _fresh_lab(n, args)
+    lab = paths.lab_dir
+    row: dict[str, Any] = {"n": n, "up_s": round(up_s, 1), "steps": {}}
     try:
+        if args.fail:
+            row["failure"] = failure_case(paths, inventory, args)
+            return row
         for step in args.steps:
             playbook, extra = STEPS[step]
-            run = run_playbook(lab, files.inventory_dir, playbook, *extra, env=_settings_env(args))
+            run = run_playbook(lab, inventory, playbook, *extra, env=_settings_env(args))
             row["steps"][step] = _summary(run)
             print(f"  N={n} {step}: {_line(row['steps'][step])}", flush=True)
             if run.rc != 0:
                 (Path(args.base) / f"n{n}-{step}.log").write_text(run.output)
                 print(f"  N={n} {step}: rc {run.rc}, log in {args.base}/n{n}-{step}.log")
+        for name, env in TUNE.items() if args.tune else ():
+            run = run_playbook(
+                lab, inventory, "playbooks/host.yml", env={**_settings_env(args), **env}
+            )
+            row["steps"][name] = _summary(run)
+            print(f"  N={n} {name}: {_line(row['steps'][name])}", flush=True)
     finally:
         down(paths)
     return row
+
+
+def _driver_loaded(paths: LabPaths, node: str) -> bool:
+    facts = gather_facts(HostRoots.under(str(paths.node_root(node))))
+    return facts.nvidia_module.loaded
+
+
+def failure_case(paths: LabPaths, inventory: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Two nodes fail during the first deploy: the last node cannot be reached, the
+    middle one's reboot never returns. The run must converge the others and name the two;
+    once both are back, a run limited to them must complete the fleet."""
+    nodes = sorted(p.stem for p in (paths.lab_dir / "fleet" / "hardware").glob("*.yml"))
+    order = list(fleet_plan(len(nodes)))
+    unreachable, no_return = order[-1], order[len(order) // 2 - 1]
+    for node, fault in ((unreachable, UNREACHABLE_FAULT), (no_return, NO_RETURN_FAULT)):
+        path = paths.node_root(node) / fault
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("bench-fleet-scale --fail\n")
+    fast = ("-e", json.dumps({"nvidia_driver_reboot_timeout": args.reboot_timeout}))
+    env = _settings_env(args)
+    run = run_playbook(paths.lab_dir, inventory, "playbooks/host.yml", *fast, env=env)
+    named = re.search(r"Not converged: ([^(]+) \(failed or unreachable", run.output)
+    hosts = run.hosts
+    first = {
+        **_summary(run),
+        "unreachable": sorted(h for h, c in hosts.items() if c.unreachable),
+        "failed": sorted(h for h, c in hosts.items() if c.failed),
+        "named": named[1].strip() if named else None,
+        "others_converged": all(
+            _driver_loaded(paths, n) for n in order if n not in (unreachable, no_return)
+        ),
+        "two_without_driver": not any(_driver_loaded(paths, n) for n in (unreachable, no_return)),
+    }
+    print(f"  failing nodes {unreachable} (unreachable), {no_return} (no return): {first}")
+    (paths.node_root(unreachable) / UNREACHABLE_FAULT).unlink()
+    (paths.node_root(no_return) / NO_RETURN_FAULT).unlink()
+    boot(paths.node_root(no_return), say=lambda _msg: None)  # brought back (console, BMC)
+    rerun = run_playbook(
+        paths.lab_dir, inventory, "playbooks/host.yml", "--limit", f"{unreachable},{no_return}",
+        *fast, env=env,
+    )  # fmt: skip
+    second = {**_summary(rerun), "fleet_converged": all(_driver_loaded(paths, n) for n in order)}
+    print(f"  re-run limited to the two: {second}")
+    if run.rc == 0 or rerun.rc != 0:
+        (Path(args.base) / "fail-first.log").write_text(run.output)
+        (Path(args.base) / "fail-rerun.log").write_text(rerun.output)
+    return {"unreachable_node": unreachable, "no_return_node": no_return,
+            "first": first, "rerun": second}  # fmt: skip
 
 
 def _summary(run: PlaybookRun) -> dict[str, Any]:
@@ -101,6 +187,7 @@ def _summary(run: PlaybookRun) -> dict[str, Any]:
         "rc": run.rc,
         "wall_s": round(run.wall_s, 1),
         "cpu_s": round(run.cpu_s, 1),
+        "main_cpu_s": round(run.main_cpu_s, 1),
         "tasks": run.tasks,
         "changed": run.changed,
         "api_calls": run.api_calls,
@@ -129,10 +216,11 @@ def table(rows: list[dict[str, Any]], steps: list[str]) -> str:
             s = row["steps"].get(step)
             if s is None:
                 continue
-            ratio = s["wall_s"] / base["steps"][step]["wall_s"]
+            ref = base["steps"].get(step)
+            ratio = f"{s['wall_s'] / ref['wall_s']:.2f}" if ref else "-"
             slow = s["slowest"][0] if s["slowest"] else ("-", 0.0)
             out.append(
-                f"| {row['n']} | {step} | {s['wall_s']} | {ratio:.2f} | {s.get('cpu_s', '-')} | "
+                f"| {row['n']} | {step} | {s['wall_s']} | {ratio} | {s.get('cpu_s', '-')} | "
                 f"{s['tasks']} | "
                 f"{s['changed']} | {s['api_calls']} | {s['peak_rss_mb']} | "
                 f"{slow[0]} ({slow[1]:.1f} s) |"
@@ -190,6 +278,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--forks", type=int, default=8, help="ANSIBLE_FORKS (ansible.cfg: 8)")
     p.add_argument("--strategy-free", action="store_true", help="ANSIBLE_STRATEGY=free")
     p.add_argument("--no-fact-cache", action="store_true", help="memory fact cache only")
+    p.add_argument("--tune", action="store_true", help=f"then: {', '.join(TUNE)}")
+    p.add_argument(
+        "--fail",
+        action="store_true",
+        help="the failure case instead of the steps: the first deploy with the last node "
+        "unreachable and the middle one's reboot never returning, then a run limited to them",
+    )
+    p.add_argument("--reboot-timeout", type=int, default=10, help="nvidia_driver_reboot_timeout")
+    p.add_argument("--reuse", action="store_true", help="keep the lab of an earlier run")
     p.add_argument("--base", default=str(REPO / ".cache" / "fleet-bench"), help="lab directories")
     p.add_argument("--json", help="write the rows here")
     p.add_argument(
@@ -202,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         parts = [json.loads(Path(f).read_text()) for f in args.table.split(",")]
         merged = sorted((r for d in parts for r in d["rows"]), key=lambda r: r["n"])
-        print(table(merged, parts[0]["steps"]))
+        steps = list(dict.fromkeys(k for r in merged for k in r["steps"]))
+        print(table(merged, steps))
         print("\n".join(f"- {t}" for t in targets(merged, parts[0]["settings"]["batch"])))
         return 0
     args.steps = args.steps.split(",")

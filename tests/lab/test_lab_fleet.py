@@ -15,6 +15,7 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu import HostRoots
 
 from specops.errors import ValidationError
 from specops.lab.fleet import SHAPES, fleet_plan, write_fleet
+from specops.lab.fleet_run import profile_summary, recap
 from specops.lab.hosttree import MODELS, build_tree, load_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,3 +89,30 @@ def test_the_inventory_has_the_example_shape_and_this_lab_s_paths(tmp_path: Path
     ct = hostvars["lab-ct801"]
     assert ct["pve_container_node"] == "pve-b"
     assert ct["pve_container_api_ca_file"] == str(lab / "cluster" / "pki" / "pve-ssl.pem")
+
+
+RECAP_AND_PROFILE = """\
+PLAY RECAP *********************************************************************
+localhost                  : ok=5    changed=0    unreachable=0    failed=0    skipped=0    rescued=0    ignored=0
+pve-03                     : ok=0    changed=0    unreachable=1    failed=0    skipped=0    rescued=0    ignored=0
+pve-a                      : ok=30   changed=4    unreachable=0    failed=1    skipped=12   rescued=1    ignored=0
+
+TASKS RECAP ********************************************************************
+Thursday 03 December 2026  15:16:50 +0000 (0:00:00.036)       0:01:05.284 *****
+===============================================================================
+nvidia_driver : Reboot the host, one node at a time. -------------------- 4.54s
+Read the node's GPU facts. ---------------------------------------------- 1.85s
+"""  # noqa: E501  (Ansible's own lines)
+
+
+def test_the_recap_and_profile_readers() -> None:
+    hosts = recap(RECAP_AND_PROFILE)
+    assert set(hosts) == {"localhost", "pve-03", "pve-a"}
+    assert hosts["pve-03"].unreachable == 1
+    assert hosts["pve-03"].tasks == 1
+    assert (hosts["pve-a"].failed, hosts["pve-a"].changed, hosts["pve-a"].tasks) == (1, 4, 43)
+    assert profile_summary(RECAP_AND_PROFILE) == [
+        ("nvidia_driver : Reboot the host, one node at a time.", 4.54),
+        ("Read the node's GPU facts.", 1.85),
+    ]
+    assert recap("no recap") == {}

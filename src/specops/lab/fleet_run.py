@@ -61,6 +61,7 @@ class PlaybookRun:
     wall_s: float
     peak_rss_mb: float
     cpu_s: float  # user + system of ansible-playbook and everything it ran
+    main_cpu_s: float  # the ansible-playbook process alone (its strategy loop), sampled
     api_calls: int
     output: str
 
@@ -85,6 +86,15 @@ def recap(output: str) -> dict[str, HostCounts]:
 def profile_summary(output: str) -> list[tuple[str, float]]:
     """``profile_tasks``' closing list: (task, seconds), as printed (slowest first)."""
     return [(m["task"].strip(), float(m["s"])) for m in _PROFILE.finditer(output)]
+
+
+def _own_cpu(pid: int) -> float | None:
+    """utime + stime of ``pid`` itself (not its children), from /proc/<pid>/stat."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _lines(path: Path) -> int:
@@ -128,11 +138,13 @@ def run_playbook(
             argv, cwd=REPO_ROOT, env=run_env, stdout=out, stderr=subprocess.STDOUT
         )
         deadline = start + timeout
+        main_cpu = 0.0
         try:
             while True:
                 pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
                 if pid:
                     break
+                main_cpu = _own_cpu(proc.pid) or main_cpu
                 if time.monotonic() > deadline:
                     proc.kill()
                     pid, status, usage = os.wait4(proc.pid, 0)
@@ -152,6 +164,7 @@ def run_playbook(
         wall_s=wall,
         peak_rss_mb=usage.ru_maxrss / 1024,
         cpu_s=usage.ru_utime + usage.ru_stime,
+        main_cpu_s=main_cpu,
         api_calls=_lines(requests) - before,
         output=output,
     )
