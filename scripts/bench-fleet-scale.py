@@ -91,7 +91,7 @@ def _settings_env(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
-def _fresh_lab(n: int, args: argparse.Namespace) -> tuple[LabPaths, Path, float]:
+def _fresh_lab(n: int, args: argparse.Namespace) -> tuple[LabPaths, Path, float, int]:
     lab = Path(args.base) / f"n{n}"
     paths = LabPaths(lab)
     if lab.exists() and not args.reuse:
@@ -102,13 +102,16 @@ def _fresh_lab(n: int, args: argparse.Namespace) -> tuple[LabPaths, Path, float]
     template.write_bytes(b"not a rootfs: the host plays make no container")
     files = write_fleet(lab, n, batch=args.batch, max_fail_percentage=args.max_fail)
     t0 = time.monotonic()
+    port = free_port()
     up(paths, hardware_dir=files.hardware_dir, template=template, cache=lab / "cache",
-       port=free_port(), with_network=False)  # fmt: skip
-    return paths, files.inventory_dir, time.monotonic() - t0
+       port=port, with_network=False)  # fmt: skip
+    return paths, files.inventory_dir, time.monotonic() - t0, port
 
 
 def bench_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
-    paths, inventory, up_s = _fresh_lab(n, args)
+    paths, inventory, up_s, port = _fresh_lab(n, args)
+    # This lab's API stand-in (the inventory names the default lab's port).
+    api = ("-e", json.dumps({"pve_container_api_port": port}))
     lab = paths.lab_dir
     row: dict[str, Any] = {"n": n, "up_s": round(up_s, 1), "steps": {}}
     try:
@@ -117,7 +120,7 @@ def bench_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
             return row
         for step in args.steps:
             playbook, extra = STEPS[step]
-            run = run_playbook(lab, inventory, playbook, *extra, env=_settings_env(args))
+            run = run_playbook(lab, inventory, playbook, *extra, *api, env=_settings_env(args))
             row["steps"][step] = _summary(run)
             print(f"  N={n} {step}: {_line(row['steps'][step])}", flush=True)
             if run.rc != 0:
