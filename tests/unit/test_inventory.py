@@ -78,3 +78,25 @@ def test_a_version_without_a_recorded_list_is_left_to_the_installed_flags() -> N
         " topk, num_draft_tokens, draft_model, draft_model_revision, draft_window, tree_budget,"
         " prompt_lookup_min, prompt_lookup_max, model_mtp_method, extra_args"
     ]
+
+
+def test_batching_accepts_nodes_and_percentages() -> None:
+    groups = {**NODES, "serving": []}
+    for batch, fail in ((1, 0), ("25%", 30), ("100%", 100), (4, "49")):
+        hv = {n: {"specops_host_batch": batch, "specops_host_max_fail_percentage": fail}
+              for n in NODES["pve_nodes"]}  # fmt: skip
+        assert inventory_problems(groups, hv) == [], (batch, fail)
+
+
+def test_a_bad_batch_is_named_with_what_is_valid() -> None:
+    groups = {**NODES, "serving": []}
+    hv = {n: {"specops_host_batch": "0%", "specops_host_max_fail_percentage": 150}
+          for n in NODES["pve_nodes"]}  # fmt: skip
+    problems = inventory_problems(groups, hv)
+    assert problems[0].startswith("pve-a: specops_host_batch: '0%' is not a batch size")
+    assert "never goes below one node" in problems[0]
+    assert problems[1].startswith("pve-a: specops_host_max_fail_percentage: 150")
+    assert len([p for p in problems if "specops_host_batch" in p]) == 2  # one per node
+    for bad in (0, "101%", "a quarter", True):
+        hv = {"pve-a": {"specops_host_batch": bad}}
+        assert "specops_host_batch" in inventory_problems(groups, hv)[0], bad

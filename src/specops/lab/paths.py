@@ -21,6 +21,7 @@ __all__ = [
     "INITRAMFS_DIR",
     "LAB_ETC",
     "TEMPLATE_NAME",
+    "UNREACHABLE_FAULT",
     "cache_root",
     "lab_dir",
     "template_tarball",
@@ -36,6 +37,10 @@ LAB_ETC = Path("etc") / "specops-lab"
 # command line (written by its update-grub / proxmox-boot-tool stand-ins).
 INITRAMFS_DIR = Path("boot") / "specops-lab-initramfs"
 BOOT_CMDLINE = Path("boot") / "specops-lab-cmdline"
+# A lab fault (issue 34): while this file is under a node's root, the node's connection
+# (specops.lab.node) cannot reach it, as when its network or sshd is gone. Remove the file
+# and the node answers again.
+UNREACHABLE_FAULT = LAB_ETC / "fault-unreachable"
 
 
 def cache_root() -> Path:

@@ -24,7 +24,8 @@ refuse to bind to ``nvidia`` (as when the driver's probe fails and leaves the de
 unbound), so the release's restore path can be exercised.
 
 Stdlib only, so it runs inside the molecule container:
-``python3 pci_standin.py --root /var/lib/specops/lab/pve-a``.
+``python3 pci_standin.py --root /var/lib/specops/lab/pve-a``. One process serves several
+trees with ``--root`` repeated (a lab fleet: one poller, not one per node).
 """
 
 from __future__ import annotations
@@ -217,7 +218,12 @@ class PciStandin:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", required=True, help="host tree root (holds sys/)")
+    parser.add_argument(
+        "--root",
+        action="append",
+        required=True,
+        help="host tree root (holds sys/); repeat it to serve several trees in one process",
+    )
     parser.add_argument("--interval", type=float, default=0.02, help="poll interval (s)")
     parser.add_argument(
         "--driver",
@@ -225,16 +231,29 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="register this PCI driver first, as loading its module would (repeatable)",
     )
-    parser.add_argument("--log", help="append each applied change to this file")
+    parser.add_argument(
+        "--log",
+        action="append",
+        default=[],
+        help="append each applied change to this file (one per --root, in their order)",
+    )
     args = parser.parse_args(argv)
-    standin = PciStandin(args.root, args.log)
-    if not (standin.pci / "devices").is_dir():
-        print(f"pci_standin: {standin.pci}/devices does not exist (build the host tree first)")
-        return 2
-    for driver in args.driver:
-        register_driver(args.root, driver)
+    if args.log and len(args.log) != len(args.root):
+        parser.error(f"--log: give one per --root ({len(args.root)}), or none")
+    logs = args.log or [None] * len(args.root)
+    standins = [PciStandin(root, log) for root, log in zip(args.root, logs, strict=True)]
+    for standin in standins:
+        if not (standin.pci / "devices").is_dir():
+            print(f"pci_standin: {standin.pci}/devices does not exist (build the host tree first)")
+            return 2
+    for root in args.root:
+        for driver in args.driver:
+            register_driver(root, driver)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    standin.run(args.interval)
+    while True:
+        for standin in standins:
+            standin.step()
+        time.sleep(args.interval)
     return 0  # pragma: no cover
 
 

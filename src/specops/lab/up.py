@@ -12,8 +12,9 @@
 4. an API token (random, mode 0600, never printed) and the PVE REST API stand-in on
    127.0.0.1, started detached unless one already answers with that token;
 5. each node's system stand-ins (``specops.lab.node``: its update-initramfs, boot
-   loaders, reboot, systemd) and a PCI stand-in per node that applies the bind/unbind
-   writes to its tree as the kernel would (``specops.lab.pci_standin``, detached);
+   loaders, reboot, systemd) and one PCI stand-in process for all nodes that applies
+   the bind/unbind writes to each tree as the kernel would (``specops.lab.pci_standin``,
+   detached);
 6. the lab's container network (``specops.lab.network``): the bridge of its one subnet
    definition, after checking that nothing on this machine uses that subnet.
 
@@ -45,6 +46,7 @@ import httpx
 from specops.errors import SpecopsError, ValidationError
 from specops.lab import network
 from specops.lab.assets import link_or_copy, stage_node_assets
+from specops.lab.fleet import write_fleet
 from specops.lab.hosttree import build_tree, load_spec
 from specops.lab.node import HARDWARE_FILE, install_tools, stop_node_processes
 from specops.lab.paths import TEMPLATE_NAME, cache_root, lab_dir, template_tarball
@@ -96,6 +98,11 @@ class LabPaths:
     @property
     def api_log(self) -> Path:
         return self.lab_dir / "api.log"
+
+    @property
+    def api_requests(self) -> Path:
+        """The API stand-in's request log: one line per request (method, path, status)."""
+        return self.lab_dir / "api-requests.log"
 
     def node_root(self, node: str) -> Path:
         return self.lab_dir / node
@@ -223,6 +230,8 @@ def _ensure_api(paths: LabPaths, port: int, secret: str) -> None:
         "--cert-dir",
         str(paths.pki_dir),
         "--quiet",
+        "--request-log",
+        str(paths.api_requests),
     ]
     pid = _spawn(cmd, paths.api_log)
     paths.pidfile.write_text(f"{pid}\n")
@@ -275,16 +284,28 @@ def _running(pidfile: Path, *marks: bytes) -> int | None:
     return pid if pid > 0 and all(m in cmdline for m in marks) else None
 
 
-def _ensure_pci_standin(paths: LabPaths, node: str) -> None:
-    root = str(paths.node_root(node))
-    pidfile = paths.pci_pidfile(node)
-    if _running(pidfile, b"specops.lab.pci_standin", root.encode()) is not None:
+def _ensure_pci_standin(paths: LabPaths, nodes: list[str]) -> None:
+    """One PCI stand-in process for every node (a fleet of 32 has one poller, not 32);
+    each node's pidfile names it. Restarted when the nodes changed."""
+    roots = [str(paths.node_root(n)) for n in nodes]
+    pids = {_running(paths.pci_pidfile(n), b"specops.lab.pci_standin", r.encode())
+            for n, r in zip(nodes, roots, strict=True)}  # fmt: skip
+    others = [p for p in paths.lab_dir.glob("pci-standin-*.pid")
+              if p.stem.removeprefix("pci-standin-") not in nodes]  # fmt: skip
+    if len(pids) == 1 and None not in pids and not others:
         return
-    cmd = [sys.executable, "-m", "specops.lab.pci_standin", "--root", root, "--interval", "0.05",
-           "--log", str(paths.lab_dir / f"pci-standin-{node}.log")]  # fmt: skip
-    pid = _spawn(cmd, paths.lab_dir / f"pci-standin-{node}.log")
-    pidfile.write_text(f"{pid}\n")
-    _say(f"{node}: PCI stand-in started (pid {pid}): bind/unbind/drivers_probe apply to its tree")
+    for pidfile in sorted(paths.lab_dir.glob("pci-standin-*.pid")):
+        _stop_pid(pidfile, b"specops.lab.pci_standin")
+    cmd = [sys.executable, "-m", "specops.lab.pci_standin", "--interval", "0.05"]
+    for node, root in zip(nodes, roots, strict=True):
+        cmd += ["--root", root, "--log", str(paths.lab_dir / f"pci-standin-{node}.log")]
+    pid = _spawn(cmd, paths.lab_dir / "pci-standin.log")
+    for node in nodes:
+        paths.pci_pidfile(node).write_text(f"{pid}\n")
+    _say(
+        f"{', '.join(nodes)}: PCI stand-in started (pid {pid}): bind/unbind/drivers_probe "
+        "apply to each node's tree"
+    )
 
 
 def _stop_pid(pidfile: Path, *marks: bytes) -> bool:
@@ -362,7 +383,7 @@ def up(
             _say(f"{name}: /srv/specops-lab/{part} staged for its containers")
         for tool in install_tools(paths.node_root(name)):
             _say(f"{name}: /{tool} (the node's stand-in)")
-        _ensure_pci_standin(paths, name)
+    _ensure_pci_standin(paths, list(specs))
     secret = _ensure_token(paths)
     _ensure_api(paths, port, secret)
     return {
@@ -410,16 +431,28 @@ def down(paths: LabPaths, *, destroy: bool = False) -> None:  # noqa: PLR0912  (
                 shutil.rmtree(node.root)
                 _say(f"{node.name}: node tree removed (the next up builds it from its description)")
         shutil.rmtree(paths.cluster_dir, ignore_errors=True)
+    shutil.rmtree(paths.lab_dir / "fleet", ignore_errors=True)
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
+    hardware = Path(args.hardware or REPO_ROOT / "inventory" / "lab" / "hardware")
+    inventory: Path | None = None
+    if args.nodes is not None:
+        if args.hardware is not None:
+            raise ValidationError("--nodes", "give --nodes or --hardware, not both")
+        files = write_fleet(Path(args.lab_dir), args.nodes)
+        hardware, inventory = files.hardware_dir, files.inventory_dir
+        shapes = ", ".join(f"{n} ({s})" for n, s in files.nodes.items())
+        _say(f"fleet of {len(files.nodes)}: {shapes}; inventory {inventory}")
     info = up(
         LabPaths(Path(args.lab_dir)),
-        hardware_dir=Path(args.hardware),
+        hardware_dir=hardware,
         template=Path(args.template),
         port=args.port,
         reset=args.reset,
     )
+    if inventory is not None:
+        info["inventory"] = str(inventory)
     if args.json:
         print(json.dumps(info, indent=2))
     return 0
@@ -436,8 +469,15 @@ def register(lab_subparsers: Any) -> None:
     p_up.add_argument("--lab-dir", default=str(lab_dir()), help="lab state directory")
     p_up.add_argument(
         "--hardware",
-        default=str(REPO_ROOT / "inventory" / "lab" / "hardware"),
-        help="directory of <node>.yml host descriptions",
+        default=None,
+        help="directory of <node>.yml host descriptions (default: inventory/lab/hardware)",
+    )
+    p_up.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        help="a fleet of N nodes of the lab's shapes (specops.lab.fleet), with its own "
+        "inventory under <lab dir>/fleet/inventory",
     )
     p_up.add_argument(
         "--template",

@@ -944,6 +944,7 @@ class _Handler(BaseHTTPRequestHandler):
             status, reason = 501, "no such uri"
             body = {"data": None, "message": reason + "\n"}
         raw = b"" if body is None else json.dumps(body).encode()
+        self.server.record(self.command, path, status)
         self.send_response(status, reason.replace("\n", " "))
         self.send_header("Content-Type", "application/json;charset=UTF-8")
         self.send_header("Content-Length", str(len(raw)))
@@ -956,10 +957,22 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, addr: tuple[str, int], api: LabApi, quiet: bool) -> None:
+    def __init__(
+        self, addr: tuple[str, int], api: LabApi, quiet: bool, request_log: Path | None = None
+    ) -> None:
         self.api = api
         self.quiet = quiet
+        self.request_log = request_log
+        self._log_lock = threading.Lock()
         super().__init__(addr, _Handler)
+
+    def record(self, method: str, path: str, status: int) -> None:
+        """One line per request in the request log (the path only: no header, no body)."""
+        if self.request_log is None:
+            return
+        line = f"{time.time():.3f} {method} {path} {status}\n"
+        with self._log_lock, self.request_log.open("a", encoding="utf-8") as fh:
+            fh.write(line)
 
 
 def make_self_signed_cert(directory: Path) -> tuple[Path, Path]:
@@ -1001,12 +1014,13 @@ def make_server(
     port: int = 8006,
     cert_dir: Path | None = None,
     quiet: bool = False,
+    request_log: Path | None = None,
 ) -> tuple[_Server, Path]:
     """A bound HTTPS server (not yet serving) and its certificate's path."""
     Cluster.load(cluster_dir)  # fail early on a bad cluster dir
     cert, key = make_self_signed_cert(cert_dir or cluster_dir / "pki")
     api = LabApi(cluster_dir, tokens)
-    server = _Server(("127.0.0.1", port), api, quiet)
+    server = _Server(("127.0.0.1", port), api, quiet, request_log)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
     server.socket = ctx.wrap_socket(server.socket, server_side=True)
@@ -1021,9 +1035,13 @@ def serve(
     cert_dir: Path | None = None,
     quiet: bool = False,
     ready: Callable[[int], None] | None = None,
+    request_log: Path | None = None,
 ) -> None:
-    """Serve the API on ``127.0.0.1:port`` (HTTPS) until interrupted."""
-    server, _ = make_server(cluster_dir, tokens, port=port, cert_dir=cert_dir, quiet=quiet)
+    """Serve the API on ``127.0.0.1:port`` (HTTPS) until interrupted; ``request_log``
+    gets one line per request (method, path, status)."""
+    server, _ = make_server(
+        cluster_dir, tokens, port=port, cert_dir=cert_dir, quiet=quiet, request_log=request_log
+    )
     if ready:
         ready(server.server_address[1])
     try:

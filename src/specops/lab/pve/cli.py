@@ -213,6 +213,7 @@ def _api_serve(args: argparse.Namespace) -> int:
         cert_dir=Path(args.cert_dir) if args.cert_dir else None,
         quiet=args.quiet,
         ready=ready,
+        request_log=Path(args.request_log) if args.request_log else None,
     )
     return 0
 
@@ -315,6 +316,11 @@ def register(lab: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: 
     s.add_argument("--tokens-file", help="lines USER@REALM!TOKENID=SECRET")
     s.add_argument("--cert-dir", help="where the self-signed cert goes (default CLUSTER/pki)")
     s.add_argument("--quiet", action="store_true", help="no access log")
+    s.add_argument(
+        "--request-log",
+        help="append one line per request to this file: time, method, path, status "
+        "(never a header: no token)",
+    )
     s.set_defaults(func=_api_serve)
 
 

@@ -444,6 +444,34 @@ def secret_problems(
     return problems
 
 
+_BATCH = re.compile(r"(?P<n>[0-9]+)(?P<pct>%?)")
+
+
+def batching_problems(host: str, hv: Mapping[str, Any]) -> list[str]:
+    """``specops_host_batch`` (nodes, or a percentage of them) and
+    ``specops_host_max_fail_percentage`` (0-100), playbooks/host.yml's batches."""
+    problems = []
+    if "specops_host_batch" in hv:
+        value = hv["specops_host_batch"]
+        m = _BATCH.fullmatch(str(value).strip()) if not isinstance(value, bool) else None
+        n = int(m["n"]) if m else 0
+        if m is None or n < 1 or (m["pct"] and n > 100):
+            problems.append(
+                f"{host}: specops_host_batch: {value!r} is not a batch size (valid: a number"
+                " of nodes >= 1, or a percentage of the nodes '1%'..'100%', which never goes"
+                " below one node)"
+            )
+    if "specops_host_max_fail_percentage" in hv:
+        value = hv["specops_host_max_fail_percentage"]
+        ok = not isinstance(value, bool) and str(value).strip().isdigit()
+        if not ok or not 0 <= int(str(value).strip()) <= 100:
+            problems.append(
+                f"{host}: specops_host_max_fail_percentage: {value!r} is not a percentage"
+                " (valid: an integer 0..100; 0 stops the fleet at the first failed node)"
+            )
+    return problems
+
+
 def inventory_problems(
     groups: Mapping[str, Sequence[str]],
     hostvars: Mapping[str, Mapping[str, Any]],
@@ -490,6 +518,7 @@ def inventory_problems(
         if node in groups["serving"]:
             continue  # named above
         hv = hostvars.get(node, {})
+        problems.extend(p for p in batching_problems(node, hv) if p not in problems)
         if any(k in hv for k in NODE_GPU_VARS):  # the node's own request stands
             problems.extend(gpu_request_problems(node, hv, NODE_GPU_VARS))
         elif node not in bad_gpus:

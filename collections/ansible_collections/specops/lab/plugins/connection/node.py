@@ -10,7 +10,7 @@ from typing import Any
 from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.connection.local import Connection as LocalConnection
 
-from specops.lab.paths import lab_dir
+from specops.lab.paths import UNREACHABLE_FAULT, lab_dir
 
 DOCUMENTATION = r"""
 name: node
@@ -29,6 +29,8 @@ description:
     boot-time command under the node's root it finds the node's own C(shutdown), which
     emulates the node's boot.
   - Refuses a root that is not a lab node (no C(etc/specops-lab-node.json) under it).
+  - A lab fault, C(etc/specops-lab/fault-unreachable) under the node's root, makes the node
+    unreachable (each command fails as a lost connection does) until the file is removed.
 author: specops maintainers
 version_added: 0.1.0
 options:
@@ -56,6 +58,10 @@ class Connection(LocalConnection):  # type: ignore[misc]
         if not os.path.isfile(os.path.join(root, "etc", "specops-lab-node.json")):
             raise AnsibleConnectionFailure(
                 f"specops.lab.node: {root} is not a lab node (run `specops lab up` first)"
+            )
+        if os.path.isfile(os.path.join(root, UNREACHABLE_FAULT)):
+            raise AnsibleConnectionFailure(
+                f"specops.lab.node: {node} is unreachable (lab fault: {root}/{UNREACHABLE_FAULT})"
             )
         return os.path.normpath(root)
 
