@@ -91,13 +91,15 @@ run_lint() {
 }
 
 # The pytest shard that runs in the second lane, after molecule: the fleet tests (two
-# docker vLLM nodes) and the tests of the local CPU vLLM servers (one session-scoped
+# docker vLLM nodes), the lab fleet's failure case (three nodes in a temp dir, no
+# container, no network) and the tests of the local CPU vLLM servers (one session-scoped
 # pool, tests/plugins/vllm_server.py: its users move together, so each server starts
 # once) need nothing the first lane's lab holds, and the first lane (the lab's deploy,
 # migrate and source-gone runs) is the longer one. The first lane runs everything else
 # (`--ignore` of exactly these paths), so every test runs once, in one lane or the other.
 PYTEST_SECOND_LANE=(
   tests/tune/test_real_rollout.py
+  tests/lab/test_fleet_failures.py
   tests/lab/test_vllm_server.py
   tests/serving/test_output_gate_vllm.py
   tests/bench/test_e2e_vllm.py
