@@ -48,4 +48,9 @@ PY
 fi
 
 cd "$ROOT/collections/ansible_collections/specops/infra"
-exec ansible-test sanity --venv --requirements --python 3.11 --color no "$@"
+# --venv delegates into a venv under tests/output/.tmp: a whole site-packages inside the
+# checkout, which the project's scanners (API calls, docs) must not read; removed after.
+rc=0
+ansible-test sanity --venv --requirements --python 3.11 --color no "$@" || rc=$?
+rm -rf tests/output/.tmp
+exit "$rc"

@@ -29,10 +29,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _project_files() -> list[tuple[Path, str]]:
+    """Every Python file of the project under src/ and collections/; ansible-test's
+    output (tests/output: its delegation venv while sanity runs, git-ignored) is not."""
     return [
         (path, str(path.relative_to(REPO)))
         for top in ("src", "collections")
         for path in sorted((REPO / top).rglob("*.py"))
+        if "tests/output" not in path.relative_to(REPO).as_posix()
     ]
 
 
