@@ -217,6 +217,21 @@ ROWS: dict[str, Bad] = {
         "path", "sweep run {t}/c.yml --out {t}/out/s --api-key-file {t}/nokey", "--api-key-file",
         "cannot read", {"c.yml": sweep()},
     ),
+    # --- sweep report ---------------------------------------------------------------
+    "sweep-report-no-ledger": Bad(
+        "path", "sweep report {t}/c.yml --out {t}/out", "--out", "give the directory",
+        {"c.yml": sweep()},
+    ),
+    "sweep-report-config": Bad(
+        "sweep config", "sweep report {t}/c.yml --out {t}/out", "objective.z", "a number",
+        {"c.yml": sweep(objective={"z": "high"})},
+    ),
+    "sweep-report-other-sweep": Bad(
+        "sweep config", "sweep report {t}/c.yml --out {t}/out/s", "results",
+        "belongs to a different sweep",
+        {"c.yml": sweep(), "out/s/": "",
+         "out/s/sweep.jsonl": '{"kind": "header", "fingerprint": {}}\n'},
+    ),
     # --- rollout ------------------------------------------------------------------------
     "rollout-gate-missing": Bad(
         "path", "rollout gate --baseline {t}/nope.json --candidate {t}/results.json", "--baseline",

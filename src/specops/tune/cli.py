@@ -295,6 +295,10 @@ def _register_sweep_report(ssub: Any) -> None:
 
 def _sweep_report(args: argparse.Namespace) -> int:
     cfg = load_config_file(input_file(args.config, "config"))
+    if not (args.out / "sweep.jsonl").is_file():
+        raise ValidationError(
+            "--out", f"{args.out} holds no sweep.jsonl: give the directory `sweep run --out` wrote"
+        )
     result = report_sweep(cfg, args.out)
     pick = result.outcome.pick
     if args.json:
