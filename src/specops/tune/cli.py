@@ -45,7 +45,7 @@ from specops.tune.rollout import (
     smoke_step,
     summary,
 )
-from specops.tune.sweep import report_sweep, run_sweep
+from specops.tune.sweep import SweepResult, report_sweep, run_sweep
 
 __all__ = ["register"]
 
@@ -266,8 +266,13 @@ def _sweep_run(args: argparse.Namespace) -> int:
         with (args.out / "progress.log").open("a", encoding="utf-8") as fh:
             fh.write(f"done failed: {type(exc).__name__}: {first}\n")
         raise
+    return _print_result(result, as_json=args.json)
+
+
+def _print_result(result: SweepResult, *, as_json: bool) -> int:
+    """What ``sweep run`` and ``sweep report`` print; exit 1 when nothing is usable."""
     pick = result.outcome.pick
-    if args.json:
+    if as_json:
         json.dump(result.summary(), sys.stdout)
         sys.stdout.write("\n")
     else:
@@ -299,19 +304,7 @@ def _sweep_report(args: argparse.Namespace) -> int:
         raise ValidationError(
             "--out", f"{args.out} holds no sweep.jsonl: give the directory `sweep run --out` wrote"
         )
-    result = report_sweep(cfg, args.out)
-    pick = result.outcome.pick
-    if args.json:
-        json.dump(result.summary(), sys.stdout)
-        sys.stdout.write("\n")
-    else:
-        print(
-            f"pick: {pick.candidate.key if pick else 'nothing usable'};"
-            f" leaderboard {result.files['leaderboard_md']}; snippet {result.files['snippet']}"
-        )
-        if result.outcome.plain_verdict:
-            print(f"against no speculation: {result.outcome.plain_verdict}")
-    return 0 if pick is not None else 1
+    return _print_result(report_sweep(cfg, args.out), as_json=args.json)
 
 
 def _sweep_plan(args: argparse.Namespace) -> int:
