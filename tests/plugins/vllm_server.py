@@ -45,7 +45,11 @@ class VllmServerPool:
     def get(self, spec: SpecConfig) -> VllmServer:
         server = self._servers.get(spec)
         if server is None:
-            server = VllmServer(spec=spec, paths=self.paths)
+            # Eager and float32, as the lab's serving containers and the tune nodes
+            # (docs/testing.md, "Server starts"): no torch.compile at start, which on a
+            # fresh machine cost ~45 s a config (92 s cold against 48 s, measured), and
+            # vLLM 0.32 CPU dies with SIGILL in eager bfloat16 here.
+            server = VllmServer(spec=spec, paths=self.paths, dtype="float32", enforce_eager=True)
             seconds = server.start()
             _TIMINGS.append(
                 f"server {spec.label()} healthy in {seconds:.1f} s (port {server.port})"
