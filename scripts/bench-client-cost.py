@@ -16,7 +16,8 @@ tokenizer (vllm bench serve tokenizes its random prompts).
 stack considered (the same ``send_request`` over each transport and JSON parser, CPU of
 this process per token parsed), which is how the benchmark's stack was chosen.
 
-    scripts/bench-client-cost.py [--tokens-per-chunk 1] [--output-len 256] [--stacks]
+    .venv/bin/python scripts/bench-client-cost.py [--tokens-per-chunk 1] [--output-len 256] \
+        [--stacks]
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def _run(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
 
 
 def ours(url: str, n: int, args: argparse.Namespace, workdir: Path) -> tuple[float, int]:
-    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    env = dict(os.environ)
     argv = [
         sys.executable, "-m", "specops.cli", "bench", "run", "--base-url", url,
         "--concurrency", str(args.concurrency), "--context-lengths", str(args.input_len),
@@ -101,7 +102,6 @@ def stacks(url: str, args: argparse.Namespace) -> None:
     import resource  # noqa: PLC0415
     import types  # noqa: PLC0415
 
-    sys.path.insert(0, str(REPO / "src"))
     import httpx  # noqa: PLC0415
 
     from specops.bench import client as bench_client  # noqa: PLC0415
@@ -193,7 +193,7 @@ def main() -> int:
     server = subprocess.Popen(
         [sys.executable, "-m", "specops.bench.synthetic", "--port", "0",
          "--tokens-per-chunk", str(args.tokens_per_chunk), "--max-model-len", "100000"],
-        stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
+        stdout=subprocess.PIPE, env=dict(os.environ),
         start_new_session=True,
     )  # fmt: skip
     try:

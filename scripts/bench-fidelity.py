@@ -37,10 +37,11 @@ API key (the server's VLLM_API_KEY): `--api-key-file PATH` (mode 0600) or
 `OPENAI_API_KEY` in the worker's environment (what its request functions read). It is
 never put on a command line, printed or written to the JSON.
 
-    scripts/bench-fidelity.py                      # lab servers: plain, then ngram k=3
-    scripts/bench-fidelity.py --base-url http://127.0.0.1:8000 --tokenizer MODEL_DIR \\
-        --label plain --vllm-python python3 --api-key-file key --json p1.json
-    scripts/bench-fidelity.py --concurrency 1,4 --repeats 3 --requests 4 --output-len 32
+    .venv/bin/python scripts/bench-fidelity.py     # lab servers: plain, then ngram k=3
+    .venv/bin/python scripts/bench-fidelity.py --base-url http://127.0.0.1:8000 \\
+        --tokenizer MODEL_DIR --label plain --vllm-python python3 --api-key-file key --json p1.json
+    .venv/bin/python scripts/bench-fidelity.py --concurrency 1,4 --repeats 3 --requests 4 \\
+        --output-len 32
 """
 
 from __future__ import annotations
@@ -136,7 +137,6 @@ from pathlib import Path  # noqa: E402
 from typing import IO, Any, ClassVar  # noqa: E402
 
 REPO = Path(REPO_DIR)
-sys.path[:0] = [str(REPO / "src"), str(REPO / "collections")]
 
 import httpx  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
@@ -443,7 +443,9 @@ class Session:
         if key is not None:
             env["OPENAI_API_KEY"] = key  # what vLLM's request functions send as a bearer
         self.peer_env = env
-        self.ours_env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path[:2]))
+        # ours runs in this interpreter's environment: the venv's install of specops,
+        # or on the device the PYTHONPATH its command line sets.
+        self.ours_env = dict(os.environ)
         self.ours_env.pop("OPENAI_API_KEY", None)
         self.ours_plan: Path | None = None
         if key is not None:

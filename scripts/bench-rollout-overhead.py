@@ -16,7 +16,7 @@ table for its good change and keeps it in ``results/rollout-p4.json``). Per node
 - ``orchestration``: what is left -- Ansible tasks, round trips, the controller's
   process starts. The target is judged on it.
 
-    scripts/bench-rollout-overhead.py [RECORDS_DIR]
+    .venv/bin/python scripts/bench-rollout-overhead.py [RECORDS_DIR]
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "src")]
+from specops.tune.rollout import load_records, overhead_table
 
-from specops.tune.rollout import load_records, overhead_table  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:

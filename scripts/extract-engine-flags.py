@@ -160,7 +160,6 @@ def extract_vllm(args: argparse.Namespace) -> dict[str, Any]:
     """vLLM's own parser, read the way the role reads an installed build (one home:
     ``engine_flags.INTROSPECT`` runs ``python -m vllm.entrypoints.openai.api_server --help``
     and takes the parser before it prints)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "collections"))
     from ansible_collections.specops.infra.plugins.module_utils.engine_flags import (  # noqa: PLC0415
         FlagSetError,
         read_flag_set,
