@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ansible_collections.specops.infra.plugins.module_utils.engines import ENGINES
 from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = [
@@ -32,10 +33,19 @@ __all__ = [
     "parse_spec_counters",
 ]
 
-_DRAFTS = "vllm:spec_decode_num_drafts"
-_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
-_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
-_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+# Counter name -> what it counts, for every engine whose descriptor names its speculative
+# counters (engines.ENGINES: vLLM's spec_decode family; SGLang reports per request).
+_COUNTERS: dict[str, str] = {
+    name: role
+    for d in ENGINES.values()
+    if d.spec_counters is not None
+    for role, name in (
+        ("drafts", d.spec_counters.drafts),
+        ("draft_tokens", d.spec_counters.draft_tokens),
+        ("accepted", d.spec_counters.accepted),
+        ("per_pos", d.spec_counters.accepted_per_pos),
+    )
+}
 
 _HIST_KEYS = ("spec_accept_histogram", "spec_correct_drafts_histogram")
 _ACCEPTED_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts")
@@ -63,18 +73,18 @@ def parse_spec_counters(text: str) -> SpecCounters:
     drafts = draft_tokens = accepted = 0.0
     per_pos: dict[int, float] = {}
     for family in text_string_to_metric_families(text):
-        base = _family_base(family.name)
-        if base not in (_DRAFTS, _DRAFT_TOKENS, _ACCEPTED, _PER_POS):
+        role = _COUNTERS.get(_family_base(family.name))
+        if role is None:
             continue
         present = True
         for sample in family.samples:
             if sample.name.endswith("_created"):
                 continue
-            if base == _DRAFTS:
+            if role == "drafts":
                 drafts += sample.value
-            elif base == _DRAFT_TOKENS:
+            elif role == "draft_tokens":
                 draft_tokens += sample.value
-            elif base == _ACCEPTED:
+            elif role == "accepted":
                 accepted += sample.value
             else:
                 pos = int(sample.labels.get("position", "0"))

