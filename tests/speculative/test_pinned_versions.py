@@ -1,9 +1,9 @@
 """Every engine version an inventory can end up with has a flag list the translator knows.
 
 The versions come from where the roles take them: ``inference_engine_model_pins``
-(per model and engine), the engines' default pins (the descriptor, ``module_utils/engines.py``) and the example
-inventory's versions (set or shown commented out, e.g. the vLLM 0.20.1 that the
-operator's DFlash builds start from). ``specops profile render`` must work offline for
+(per model and engine), the engines' default pins (the descriptor,
+``module_utils/engines.py``) and the example inventory's versions (set or shown
+commented out, e.g. the vLLM 0.20.1 that the operator's DFlash builds start from). ``specops profile render`` must work offline for
 each, and render the same flags the data file holds.
 """
 

@@ -18,6 +18,7 @@ the table in docs/speculative.md all go through these functions; nothing else sp
 from __future__ import annotations
 
 from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import (
+    ENGINE_NAMES,
     Engine,
     known_versions,
 )
@@ -34,6 +35,7 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative_translat
 )
 
 __all__ = [
+    "ENGINE_NAMES",
     "INT_FIELDS",
     "METHODS",
     "Engine",

