@@ -3,8 +3,9 @@
 The versions come from where the roles take them: ``inference_engine_model_pins``
 (per model and engine), the engines' default pins (the descriptor,
 ``module_utils/engines.py``) and the example inventory's versions (set or shown
-commented out, e.g. the vLLM 0.20.1 that the operator's DFlash builds start from). ``specops profile render`` must work offline for
-each, and render the same flags the data file holds.
+commented out, e.g. the vLLM 0.20.1 that the operator's DFlash builds start from).
+``specops profile render`` must work offline for each, and render the same flags the
+data file holds.
 """
 
 from __future__ import annotations
