@@ -144,6 +144,8 @@ def _engine_specific_strings() -> set[str]:
         facts |= {d.api_key.env_var, d.git_repo, *d.environment}
         if d.spec_counters is not None:
             facts |= set(d.as_dict()["spec_counters"].values())
+        if d.spec_meta is not None:
+            facts |= set(d.spec_meta.all)
     return facts - {"", shared("health_path"), shared("metrics_path"), "PATH"}
 
 

@@ -22,10 +22,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ansible_collections.specops.infra.plugins.module_utils.engines import ENGINES
+from ansible_collections.specops.infra.plugins.module_utils.engines import (
+    ENGINES,
+    SpecMetaNames,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = [
+    "SGLANG_SPEC_FIELDS",
     "Acceptance",
     "SpecCounters",
     "acceptance_from_sglang",
@@ -47,8 +51,19 @@ _COUNTERS: dict[str, str] = {
     )
 }
 
-_HIST_KEYS = ("spec_accept_histogram", "spec_correct_drafts_histogram")
-_ACCEPTED_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts")
+
+def _sglang_meta() -> SpecMetaNames:
+    """SGLang's per-request meta_info spellings (engines.ENGINES: its spec_meta)."""
+    meta = ENGINES["sglang"].spec_meta
+    if meta is None:
+        raise RuntimeError("module_utils/engines.py: the sglang row names no spec_meta")
+    return meta
+
+
+_META = _sglang_meta()
+SGLANG_SPEC_FIELDS: tuple[str, ...] = _META.all
+_HIST_KEYS = _META.histograms
+_ACCEPTED_KEYS = _META.accepted_drafts
 
 
 @dataclass(frozen=True)
@@ -168,7 +183,7 @@ def acceptance_from_sglang(
     for out_tokens, spec in requests:
         if not spec or out_tokens is None:
             continue
-        ct = spec.get("spec_verify_ct")
+        ct = spec.get(_META.verify_count)
         if not isinstance(ct, int | float) or ct <= 0:
             continue
         have_any = True
@@ -187,8 +202,8 @@ def acceptance_from_sglang(
                 accepted += float(spec[key])
                 break
         else:
-            if isinstance(spec.get("spec_accept_token_num"), int | float):
-                accepted += float(spec["spec_accept_token_num"])
+            if isinstance(spec.get(_META.accepted_tokens), int | float):
+                accepted += float(spec[_META.accepted_tokens])
             else:
                 accepted += max(out_tokens - ct, 0)
     if not have_any:

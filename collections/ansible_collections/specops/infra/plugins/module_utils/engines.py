@@ -30,6 +30,7 @@ __all__ = [
     "ApiKeyRoute",
     "EngineDescriptor",
     "SpecCounterNames",
+    "SpecMetaNames",
     "descriptor",
     "families",
     "shared",
@@ -66,6 +67,28 @@ class SpecCounterNames:
     draft_tokens: str
     accepted: str
     accepted_per_pos: str
+
+
+@dataclass(frozen=True)
+class SpecMetaNames:
+    """Per-request speculative fields of a response's ``meta_info`` (SGLang's /generate),
+    every spelling known across versions."""
+
+    verify_count: str  # verify steps of the request
+    histograms: tuple[str, ...]  # hist[k] = verify steps that accepted k drafts
+    accepted_drafts: tuple[str, ...]  # accepted draft tokens
+    accepted_tokens: str  # accepted tokens (another spelling, older releases)
+    other: tuple[str, ...] = ()  # recorded, not read
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        return (
+            self.verify_count,
+            *self.histograms,
+            *self.accepted_drafts,
+            self.accepted_tokens,
+            *self.other,
+        )
 
 
 _VLLM_COUNTERS: Final = SpecCounterNames(
@@ -120,6 +143,8 @@ class EngineDescriptor:
     running_gauge: str = ""  # the running-requests gauge on metrics_path
     # Speculative acceptance counters on metrics_path; None: per request (meta_info).
     spec_counters: SpecCounterNames | None = None
+    # Speculative fields of a native response's meta_info; None: the engine has none.
+    spec_meta: SpecMetaNames | None = None
 
     @property
     def launch(self) -> tuple[str, ...]:
@@ -169,6 +194,7 @@ class EngineDescriptor:
                     "accepted_per_pos": self.spec_counters.accepted_per_pos,
                 }
             ),
+            "spec_meta": None if self.spec_meta is None else list(self.spec_meta.all),
         }
 
 
@@ -209,6 +235,13 @@ ENGINES: Final[Mapping[str, EngineDescriptor]] = {
         identity_path="/get_server_info",
         settings_path="/get_server_info",
         running_gauge="sglang:num_running_reqs",
+        spec_meta=SpecMetaNames(
+            verify_count="spec_verify_ct",
+            histograms=("spec_accept_histogram", "spec_correct_drafts_histogram"),
+            accepted_drafts=("spec_num_correct_drafts", "spec_accepted_drafts"),
+            accepted_tokens="spec_accept_token_num",
+            other=("spec_accept_length", "spec_accept_rate"),
+        ),
     ),
     "vllm": EngineDescriptor(
         name="vllm",
