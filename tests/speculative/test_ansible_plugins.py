@@ -18,12 +18,12 @@ PLAYBOOK = """
   tasks:
     - name: Render vLLM flags for a dflash profile.
       ansible.builtin.set_fact:
-        _argv: "{{ prof | specops.infra.speculative_argv('vllm', '0.32.0') }}"
+        _argv: "{{ (prof | specops.infra.speculative_launch('vllm', '0.32.0')).argv }}"
       vars:
         prof: {method: dflash, draft_model: /m/d, num_draft_tokens: 16}
     - name: Reject a profile that SGLang 0.5.11 cannot serve.
       ansible.builtin.set_fact:
-        _bad: "{{ prof | specops.infra.speculative_argv('sglang', '0.5.11', name='svc_spec') }}"
+        _bad: "{{ prof | specops.infra.speculative_launch('sglang', '0.5.11', name='svc_spec') }}"
       vars:
         prof: {method: ddtree, draft_model: /m/d, tree_budget: 8}
       register: _reject

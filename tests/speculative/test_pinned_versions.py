@@ -1,10 +1,11 @@
 """Every engine version an inventory can end up with has a flag list the translator knows.
 
 The versions come from where the roles take them: ``inference_engine_model_pins``
-(per model and engine), the engines' default pins (``vars/main.yml``) and the example
-inventory's versions (set or shown commented out, e.g. the vLLM 0.20.1 that the
-operator's DFlash builds start from). ``specops profile render`` must work offline for
-each, and render the same flags the data file holds.
+(per model and engine), the engines' default pins (the descriptor,
+``module_utils/engines.py``) and the example inventory's versions (set or shown
+commented out, e.g. the vLLM 0.20.1 that the operator's DFlash builds start from).
+``specops profile render`` must work offline for each, and render the same flags the
+data file holds.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.specops.infra.plugins.module_utils import speculative_engines as engines
+from ansible_collections.specops.infra.plugins.module_utils.engines import ENGINES
 from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
     SpeculativeProfile,
 )
@@ -30,11 +32,7 @@ def _pinned() -> set[tuple[str, str]]:
         for engine, pin in pins.items():
             if isinstance(pin, dict):
                 found.update((engine, str(pin[k])) for k in ("pin", "min") if k in pin)
-    role_vars = yaml.safe_load((REPO / "roles/inference_engine/vars/main.yml").read_text())
-    found.update(
-        (engine, str(version))
-        for engine, version in role_vars["__inference_engine_default_versions"].items()
-    )
+    found.update((name, d.default_version) for name, d in ENGINES.items())
     # The example inventory's versions, set or commented out ("engine: x" then "version").
     text = (REPO / "inventory/example/group_vars/serving/inference.yml").read_text()
     engine = None

@@ -92,27 +92,36 @@ FILTERS = FilterModule().filters()
 
 def test_filters_render_and_validate() -> None:
     profile = {"method": "mtp", "num_steps": 2}
-    assert FILTERS["speculative_argv"](profile, "vllm", "0.32.0") == [
-        "--speculative-config", '{"method":"mtp","num_speculative_tokens":2}'
-    ]  # fmt: skip
+    assert FILTERS["speculative_launch"](profile, "vllm", "0.32.0") == {
+        "argv": ["--speculative-config", '{"method":"mtp","num_speculative_tokens":2}'],
+        "env": {},
+        "profile": {"method": "mtp", "num_steps": 2},
+    }
     assert FILTERS["speculative_validate"](profile) == {"method": "mtp", "num_steps": 2}
-    assert FILTERS["speculative_env"](
-        {"method": "ddtree", "draft_model": "/d", "tree_budget": 4, "topk": 2},
-        "sglang", "0.5.11", ["ddtree"],
-    ) == {"SGLANG_DDTREE_MAX_TOPK": "2"}  # fmt: skip
+    ddtree = {"method": "ddtree", "draft_model": "/d", "tree_budget": 4, "topk": 2}
+    launched = FILTERS["speculative_launch"](ddtree, "sglang", "0.5.11", ["ddtree"])
+    assert launched["env"] == {"SGLANG_DDTREE_MAX_TOPK": "2"}
+    assert launched["argv"][:2] == ["--speculative-algorithm", "DDTREE"]
+    assert launched["profile"] == ddtree
 
 
 def test_filters_fail_with_the_field() -> None:
-    with pytest.raises(AnsibleFilterError, match=r"^speculative_argv: svc_spec\.topk: vllm"):
-        FILTERS["speculative_argv"](
+    with pytest.raises(AnsibleFilterError, match=r"^speculative_launch: svc_spec\.topk: vllm"):
+        FILTERS["speculative_launch"](
             {"method": "mtp", "num_steps": 2, "topk": 2, "num_draft_tokens": 4},
             "vllm", "0.32.0", name="svc_spec",
         )  # fmt: skip
-    with pytest.raises(AnsibleFilterError, match=r"^speculative_validate: speculative\.draft_w"):
-        FILTERS["speculative_validate"](
+    with pytest.raises(AnsibleFilterError, match=r"^speculative_launch: speculative\.draft_w"):
+        FILTERS["speculative_launch"](
             {"method": "dflash", "draft_model": "/d", "num_draft_tokens": 16, "draft_window": 2048},
             "vllm", "0.32.0",
         )  # fmt: skip
+    # The profile alone (no engine): its own checks, the variable named.
+    with pytest.raises(
+        AnsibleFilterError,
+        match=r"^speculative_validate: rollout_profile\.method: must be one of none, mtp",
+    ):
+        FILTERS["speculative_validate"]({"method": "medusa"}, name="rollout_profile")
 
 
 def test_render_against_an_installed_flag_set(

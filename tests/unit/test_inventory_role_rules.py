@@ -176,17 +176,6 @@ def test_a_good_inventory_passes(overlay: dict[str, dict[str, Any]]) -> None:
     assert overlaid(overlay) == []
 
 
-def test_the_engine_default_version_meets_a_model_floor_on_the_controller() -> None:
-    """With no inference_engine_version, the version checked is the engine's default from
-    the build table (engine_build.ENGINES, through the collection's filter)."""
-    pins = {"org/model": {"sglang": {"min": "9.9"}}}
-    problems = overlaid({CT: {"inference_engine_model": "org/model",
-                              "inference_engine_model_pins": pins}})  # fmt: skip
-    assert problems == [
-        f"{CT}: inference_engine_version: org/model needs sglang >= 9.9 (got 0.5.11):"
-    ], problems
-
-
 def _preflight(inventory: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     bindir = Path(sys.executable).parent
     return subprocess.run(
@@ -202,7 +191,9 @@ def _preflight(inventory: Path, *extra: str) -> subprocess.CompletedProcess[str]
 def test_the_preflight_playbook_refuses_each_family_before_any_change(tmp_path: Path) -> None:
     """The real preflight on a bad copy of the example: the filter reads the raw values
     (a secret in group_vars is named with its file), every family is listed, nothing
-    changed."""
+    changed. CT2 has no version and no pin for its model, only a floor: the version
+    checked is the engine's default from the descriptor (module_utils/engines.py, read by
+    the role's vars through specops.infra.engine_descriptor, which resolves in a play)."""
     inventory = tmp_path / "inventory"
     shutil.copytree(EXAMPLE, inventory)
     ct = inventory / "host_vars" / f"{CT}.yml"
@@ -210,6 +201,10 @@ def test_the_preflight_playbook_refuses_each_family_before_any_change(tmp_path: 
     data.update({"inference_engine_version": "0.5.9", "pve_container_memory": "64G",
                  "inference_service_engine": "vllm"})  # fmt: skip
     ct.write_text(yaml.safe_dump(data))
+    ct2 = inventory / "host_vars" / f"{CT2}.yml"
+    data2 = yaml.safe_load(ct2.read_text())
+    data2["inference_engine_model_pins"] = {"Qwen/Qwen3.6-27B": {"sglang": {"min": "9.9"}}}
+    ct2.write_text(yaml.safe_dump(data2))
     (inventory / "group_vars" / "serving" / "secrets.yml").write_text(
         "inference_engine_hf_token: hf_plain\n"
     )
@@ -227,9 +222,12 @@ def test_the_preflight_playbook_refuses_each_family_before_any_change(tmp_path: 
     assert [line.split(": ", 2)[:2] for line in msg[1:]] == [
         [CT, "pve_container_memory"], [CT, "inference_engine_hf_token"],
         [CT, "inference_engine_version"], [CT, "inference_service_engine"],
-        [CT2, "inference_engine_hf_token"],
+        [CT2, "inference_engine_hf_token"], [CT2, "inference_engine_version"],
     ], msg  # fmt: skip
     assert "secrets.yml:1)" in msg[2]
+    assert msg[6].startswith(
+        f"{CT2}: inference_engine_version: Qwen/Qwen3.6-27B needs sglang >= 9.9 (got 0.5.11)"
+    ), msg[6]
     assert "hf_plain" not in json.dumps(msg)
     assert run["stats"]["localhost"]["changed"] == 0
     assert {p: p.read_bytes() for p in inventory.rglob("*") if p.is_file()} == before

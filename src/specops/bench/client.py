@@ -27,6 +27,9 @@ from typing import Any
 import httpx
 import orjson
 
+# meta_info keys of SGLang's /generate that describe speculative decoding (all known
+# spellings across versions, engines.ENGINES); copied into the record as sent by the server.
+from specops.bench.metrics import SGLANG_SPEC_FIELDS
 from specops.bench.plan import ApiKind, Plan, read_api_key
 from specops.bench.transport import StreamingTransport
 
@@ -39,19 +42,6 @@ __all__ = [
     "post_json",
     "send_request",
 ]
-
-# meta_info keys of SGLang's /generate that describe speculative decoding (all known
-# spellings across versions); copied into the record as sent by the server.
-SGLANG_SPEC_FIELDS: tuple[str, ...] = (
-    "spec_verify_ct",
-    "spec_accept_histogram",
-    "spec_correct_drafts_histogram",
-    "spec_num_correct_drafts",
-    "spec_accepted_drafts",
-    "spec_accept_token_num",
-    "spec_accept_length",
-    "spec_accept_rate",
-)
 
 
 @dataclass

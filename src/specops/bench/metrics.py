@@ -22,9 +22,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ansible_collections.specops.infra.plugins.module_utils.engines import (
+    ENGINES,
+    SpecMetaNames,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = [
+    "SGLANG_SPEC_FIELDS",
     "Acceptance",
     "SpecCounters",
     "acceptance_from_sglang",
@@ -32,13 +37,33 @@ __all__ = [
     "parse_spec_counters",
 ]
 
-_DRAFTS = "vllm:spec_decode_num_drafts"
-_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
-_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
-_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+# Counter name -> what it counts, for every engine whose descriptor names its speculative
+# counters (engines.ENGINES: vLLM's spec_decode family; SGLang reports per request).
+_COUNTERS: dict[str, str] = {
+    name: role
+    for d in ENGINES.values()
+    if d.spec_counters is not None
+    for role, name in (
+        ("drafts", d.spec_counters.drafts),
+        ("draft_tokens", d.spec_counters.draft_tokens),
+        ("accepted", d.spec_counters.accepted),
+        ("per_pos", d.spec_counters.accepted_per_pos),
+    )
+}
 
-_HIST_KEYS = ("spec_accept_histogram", "spec_correct_drafts_histogram")
-_ACCEPTED_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts")
+
+def _sglang_meta() -> SpecMetaNames:
+    """SGLang's per-request meta_info spellings (engines.ENGINES: its spec_meta)."""
+    meta = ENGINES["sglang"].spec_meta
+    if meta is None:
+        raise RuntimeError("module_utils/engines.py: the sglang row names no spec_meta")
+    return meta
+
+
+_META = _sglang_meta()
+SGLANG_SPEC_FIELDS: tuple[str, ...] = _META.all
+_HIST_KEYS = _META.histograms
+_ACCEPTED_KEYS = _META.accepted_drafts
 
 
 @dataclass(frozen=True)
@@ -63,18 +88,18 @@ def parse_spec_counters(text: str) -> SpecCounters:
     drafts = draft_tokens = accepted = 0.0
     per_pos: dict[int, float] = {}
     for family in text_string_to_metric_families(text):
-        base = _family_base(family.name)
-        if base not in (_DRAFTS, _DRAFT_TOKENS, _ACCEPTED, _PER_POS):
+        role = _COUNTERS.get(_family_base(family.name))
+        if role is None:
             continue
         present = True
         for sample in family.samples:
             if sample.name.endswith("_created"):
                 continue
-            if base == _DRAFTS:
+            if role == "drafts":
                 drafts += sample.value
-            elif base == _DRAFT_TOKENS:
+            elif role == "draft_tokens":
                 draft_tokens += sample.value
-            elif base == _ACCEPTED:
+            elif role == "accepted":
                 accepted += sample.value
             else:
                 pos = int(sample.labels.get("position", "0"))
@@ -158,7 +183,7 @@ def acceptance_from_sglang(
     for out_tokens, spec in requests:
         if not spec or out_tokens is None:
             continue
-        ct = spec.get("spec_verify_ct")
+        ct = spec.get(_META.verify_count)
         if not isinstance(ct, int | float) or ct <= 0:
             continue
         have_any = True
@@ -177,8 +202,8 @@ def acceptance_from_sglang(
                 accepted += float(spec[key])
                 break
         else:
-            if isinstance(spec.get("spec_accept_token_num"), int | float):
-                accepted += float(spec["spec_accept_token_num"])
+            if isinstance(spec.get(_META.accepted_tokens), int | float):
+                accepted += float(spec[_META.accepted_tokens])
             else:
                 accepted += max(out_tokens - ct, 0)
     if not have_any:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from ansible_collections.specops.infra.plugins.module_utils.engines import ENGINES, shared
 
 from specops.bench import humaneval
 from specops.bench.client import RequestRecord, make_client, send_request
@@ -51,6 +52,20 @@ from specops.bench.stats import cell_stats
 from specops.errors import SpecopsError, ValidationError
 
 __all__ = ["Observer", "RunState", "new_run_id", "run_plan"]
+
+# The engines' HTTP surface (engines.ENGINES): SGLang names itself on its server-info
+# path, vLLM on /version; both count on the same metrics path.
+_SGLANG = ENGINES["sglang"]
+_VLLM = ENGINES["vllm"]
+_METRICS: str = shared("metrics_path")
+_MODELS: str = shared("models_path")
+
+
+def _counts_on_metrics(engine: str) -> bool:
+    """Whether the engine's acceptance is read from metrics counters (an unknown engine:
+    try them)."""
+    known = ENGINES.get(engine)
+    return known is None or known.spec_counters is not None
 
 
 @dataclass
@@ -108,9 +123,9 @@ async def _get_json(client: httpx.AsyncClient, path: str) -> Any | None:
 
 
 async def _preflight(client: httpx.AsyncClient, plan: Plan) -> tuple[str, int | None]:
-    url = f"{plan.base_url}/v1/models"
+    url = f"{plan.base_url}{_MODELS}"
     try:
-        response = await client.get("/v1/models", timeout=plan.timeouts.connect_s * 2)
+        response = await client.get(_MODELS, timeout=plan.timeouts.connect_s * 2)
     except httpx.HTTPError as exc:
         raise SpecopsError(
             f"cannot reach {url}: {type(exc).__name__}: {exc or 'no answer'}"
@@ -143,11 +158,11 @@ def sglang_identity(
     return ServerIdentity(
         base_url=base_url,
         model=model,
-        engine="sglang",
+        engine=_SGLANG.name,
         engine_version=str(info.get("version")) if info.get("version") else None,
         max_model_len=max_len,
         speculative=spec if info.get("speculative_algorithm") else None,
-        speculative_source="/get_server_info",
+        speculative_source=_SGLANG.identity_path,
         spec_counters=False,
     )
 
@@ -155,14 +170,14 @@ def sglang_identity(
 async def _identity(
     client: httpx.AsyncClient, plan: Plan, model: str, max_len: int | None
 ) -> ServerIdentity:
-    sg = await _get_json(client, "/get_server_info")
+    sg = await _get_json(client, _SGLANG.identity_path)
     if isinstance(sg, dict) and ("speculative_algorithm" in sg or "tp_size" in sg):
         return sglang_identity(sg, plan.base_url, model, max_len)
-    version = await _get_json(client, "/version")
+    version = await _get_json(client, _VLLM.identity_path)
     counters = await _snapshot(client)
     speculative: dict[str, Any] | None = None
     source = "not exposed by the server (vLLM shows it only with VLLM_SERVER_DEV_MODE=1)"
-    info = await _get_json(client, "/server_info")
+    info = await _get_json(client, _VLLM.settings_path)
     if isinstance(info, dict):
         text = json.dumps(info)
         cfg = info.get("vllm_config")
@@ -171,8 +186,8 @@ async def _identity(
         elif "speculative_config" in text:
             start = text.find("speculative_config")
             speculative = {"speculative_config_text": text[start : start + 400]}
-        source = "/server_info"
-    engine = "vllm" if isinstance(version, dict) and "version" in version else "unknown"
+        source = _VLLM.settings_path
+    engine = _VLLM.name if isinstance(version, dict) and "version" in version else "unknown"
     return ServerIdentity(
         base_url=plan.base_url,
         model=model,
@@ -187,7 +202,7 @@ async def _identity(
 
 async def _snapshot(client: httpx.AsyncClient) -> SpecCounters | None:
     try:
-        response = await client.get("/metrics")
+        response = await client.get(_METRICS)
     except httpx.HTTPError:
         return None
     if response.status_code != 200:
@@ -324,10 +339,10 @@ async def _run_cell(
     warm_failed = sum(1 for r in warm if r.error)
     if warm_failed:
         notes.append(f"{warm_failed} warm-up request(s) failed: {warm[0].error or ''}")
-    before = await _snapshot(client) if identity.engine != "sglang" else None
+    before = await _snapshot(client) if _counts_on_metrics(identity.engine) else None
     state.cell_started = time.perf_counter()
     records = await _run_requests(client, prompts=prompts, count_tokens=True, **common)
-    after = await _snapshot(client) if identity.engine != "sglang" else None
+    after = await _snapshot(client) if _counts_on_metrics(identity.engine) else None
     stats = cell_stats(records, plan.slo, concurrency)
     if any(r.spec for r in records):
         acceptance = acceptance_from_sglang((r.output_tokens, r.spec) for r in records if r.ok)

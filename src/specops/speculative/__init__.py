@@ -7,17 +7,18 @@ a profile with them); this package re-exports them for the controller:
 - :class:`SpeculativeProfile` (``speculative_profile``): what an inventory says.
 - :class:`Engine` (``speculative_engines``): which engine build serves it, with its real
   flag list.
-- :func:`to_argv` / :func:`to_env` (``speculative_translate``): the profile as that
-  engine's flags.
+- :func:`launch` (``speculative_translate``): the profile as that engine's flags and
+  environment, in one pass (:func:`to_argv` / :func:`to_env`: one of the two).
 - :func:`check_drafter` (``drafter``): a DFlash drafter's config.json against its target.
 
-The unit template (via the ``specops.infra.speculative_argv`` filter), the sweep and
+The unit template (via the ``specops.infra.speculative_launch`` filter), the sweep and
 the table in docs/speculative.md all go through these functions; nothing else spells an engine flag.
 """
 
 from __future__ import annotations
 
 from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import (
+    ENGINE_NAMES,
     Engine,
     known_versions,
 )
@@ -28,17 +29,20 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative_profile 
 )
 from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
     from_argv,
+    launch,
     to_argv,
     to_env,
 )
 
 __all__ = [
+    "ENGINE_NAMES",
     "INT_FIELDS",
     "METHODS",
     "Engine",
     "SpeculativeProfile",
     "from_argv",
     "known_versions",
+    "launch",
     "to_argv",
     "to_env",
 ]

@@ -21,10 +21,7 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative_engines 
 from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
     SpeculativeProfile,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
-    to_argv,
-    to_env,
-)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import launch
 
 from specops.errors import (
     SpecopsError,
@@ -107,8 +104,7 @@ def _render(args: argparse.Namespace) -> int:
             ) from None
     engine = Engine.parse(args.engine, args.version, args.capability, flag_set)
     profile = _load_profile(args.profile)
-    argv = to_argv(profile, engine)
-    env = to_env(profile, engine)
+    argv, env = launch(profile, engine)
     if args.format == "json":
         print(json.dumps({"argv": argv, "env": env}))
     else:

@@ -19,10 +19,7 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative_engines 
 from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
     SpeculativeProfile,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
-    to_argv,
-    to_env,
-)
+from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import launch
 
 from specops.errors import SpecopsError, ValidationError
 
@@ -51,8 +48,7 @@ EXAMPLES: Final[Sequence[Mapping[str, Any]]] = (
 
 def _cell(profile: SpeculativeProfile, engine: Engine) -> str:
     try:
-        argv = to_argv(profile, engine)
-        env = to_env(profile, engine)
+        argv, env = launch(profile, engine)
     except ValidationError as exc:
         return f"rejected: {exc}".replace("|", "\\|")
     text = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())

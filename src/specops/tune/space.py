@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specops.errors import ValidationError
-from specops.speculative import INT_FIELDS, Engine, SpeculativeProfile, to_argv, to_env
+from specops.speculative import INT_FIELDS, Engine, SpeculativeProfile, launch
 from specops.tune.plain import PLAIN_KEY, PLAIN_PROFILE
 
 __all__ = [
@@ -170,8 +170,7 @@ class SearchSpace:
         mapping.update(dict(assignment))
         try:
             profile = SpeculativeProfile.from_mapping(mapping, prefix="candidate")
-            argv = to_argv(profile, self.engine)
-            to_env(profile, self.engine)
+            argv, _env = launch(profile, self.engine)
         except ValidationError as exc:
             return Candidate(assignment, mapping, (), str(exc))
         return Candidate(assignment, profile.to_mapping(), tuple(argv), None)

@@ -1,14 +1,16 @@
-"""The inference_engine role's build table and build plan (requirements, build key, venv
-path) as filters.
+"""The engine descriptor and the inference_engine role's build plan (requirements, build
+key, venv path) as filters.
 
-    {{ inference_engine_engine | specops.infra.engine_build_facts }}
+    {{ inference_engine_engine | specops.infra.engine_descriptor }}
+    {{ inference_service_engine | specops.infra.engine_descriptor(venv=..., cache_dir=...,
+         name='inference_service_engine') }}
 
     {{ inference_engine_engine | specops.infra.engine_build_plan(version=..., git_ref=...,
          git_commit=..., python=..., app_dir=...) }}
 
-The logic is ``plugins/module_utils/engine_build.py`` (stdlib, also used on the host);
-this file only turns its ValueError (``inference_engine_<input>: problem``) into a
-filter error.
+The logic is ``plugins/module_utils/engines.py`` (the descriptor) and
+``plugins/module_utils/engine_build.py`` (stdlib, also used on the host); this file only
+turns their ValueError (``<variable>: problem``) into a filter error.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.specops.infra.plugins.module_utils.engine_build import engine_facts, plan
+from ansible_collections.specops.infra.plugins.module_utils.engine_build import plan
+from ansible_collections.specops.infra.plugins.module_utils.engines import descriptor
 
-__all__ = ["FilterModule", "engine_build_facts", "engine_build_plan"]
+__all__ = ["FilterModule", "engine_build_plan", "engine_descriptor"]
 
 
 def engine_build_plan(
@@ -48,17 +51,23 @@ def engine_build_plan(
     return built.as_dict()
 
 
-def engine_build_facts(engine: str) -> dict[str, Any]:
-    """The engine's row of the build table: package, git_repo,
-    system_packages, removed, recorded."""
+def engine_descriptor(
+    engine: str,
+    *,
+    venv: str = "",
+    cache_dir: str = "",
+    name: str = "inference_engine_engine",
+) -> dict[str, Any]:
+    """The engine's descriptor (``module_utils/engines.py``) as a mapping; its
+    ``environment`` has ``venv`` and ``cache_dir`` filled in."""
     try:
-        return engine_facts(str(engine)).as_dict()
+        return descriptor(str(engine), str(name)).as_dict(venv=str(venv), cache_dir=str(cache_dir))
     except ValueError as exc:
-        raise AnsibleFilterError(f"engine_build_facts: {exc}") from exc
+        raise AnsibleFilterError(f"engine_descriptor: {exc}") from exc
 
 
 class FilterModule:
     """specops.infra engine build filters."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"engine_build_facts": engine_build_facts, "engine_build_plan": engine_build_plan}
+        return {"engine_build_plan": engine_build_plan, "engine_descriptor": engine_descriptor}

@@ -1,21 +1,24 @@
 """Filters that expose the speculative profile translator (``module_utils/speculative_*``).
 
-    {{ profile | specops.infra.speculative_argv('sglang', '0.5.11') }}
-    {{ profile | specops.infra.speculative_argv('sglang', '0.5.11', ['ddtree']) }}
-    {{ profile | specops.infra.speculative_env('sglang', '0.5.11', ['ddtree']) }}
+    {{ profile | specops.infra.speculative_launch('sglang', '0.5.11') }}
+    {{ profile | specops.infra.speculative_launch('sglang', '0.5.11', ['ddtree'],
+                 name='inference_service_speculative', flags=flag_set) }}
     {{ profile | specops.infra.speculative_validate }}
-    {{ profile | specops.infra.speculative_validate('vllm', '0.32.0') }}
 
-Each takes ``flags=``: the installed build's flag set (``<venv>/.specops-engine-flags.json``,
-written by the ``specops.infra.engine_flags`` module after the build); with it the
-profile is checked against what that build accepts and its capabilities are read from
-it; without it, the recorded list of the released version.
+``speculative_launch`` is the one route from a profile to a server: it parses and
+validates the profile once and returns ``{argv, env, profile}`` (the engine's speculative
+flags, the environment the method needs, the normalised profile mapping), or fails the
+task with ``<name>.<field>: problem`` naming the valid values. ``flags=``: the installed
+build's flag set (``<venv>/.specops-engine-flags.json``, written by the
+``specops.infra.engine_flags`` module after the build); with it the profile is checked
+against what that build accepts and its capabilities are read from it; without it, the
+recorded list of the released version.
 
-``speculative_argv`` returns the engine flags as a list (quote it for ExecStart with
-``map('quote') | join(' ')``); ``speculative_validate`` returns the normalised profile
-mapping or fails the task with ``field: problem``. The logic is the collection's
-module_utils (``speculative_profile``, ``speculative_engines``,
-``speculative_translate``); this file only adapts errors.
+``speculative_validate`` checks a profile without an engine (the rollout's new profile
+before it knows the node's build); it runs the same parse.
+
+The logic is the collection's module_utils (``speculative_profile``,
+``speculative_engines``, ``speculative_translate.launch``); this file only adapts errors.
 """
 
 from __future__ import annotations
@@ -33,8 +36,7 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative_profile 
     SpeculativeProfile,
 )
 from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
-    to_argv,
-    to_env,
+    launch,
 )
 
 __all__ = ["FilterModule"]
@@ -77,54 +79,26 @@ def _wrap(func: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def speculative_argv(
+def speculative_launch(
     data: Mapping[str, Any] | None,
     engine: str,
     version: str,
-    capabilities: Sequence[str] | None = None,
-    *,
-    name: str = "speculative",
-    flags: Mapping[str, Any] | None = None,
-) -> list[str]:
-    """The engine's speculative flags for a profile mapping."""
-    profile = _profile(data, name)
-    return list(
-        _named(name, lambda: to_argv(profile, _engine(engine, version, capabilities, flags)))
-    )
-
-
-def speculative_env(
-    data: Mapping[str, Any] | None,
-    engine: str,
-    version: str,
-    capabilities: Sequence[str] | None = None,
-    *,
-    name: str = "speculative",
-    flags: Mapping[str, Any] | None = None,
-) -> dict[str, str]:
-    """Environment variables the profile needs on that engine (DDTree's top-k)."""
-    profile = _profile(data, name)
-    return dict(
-        _named(name, lambda: to_env(profile, _engine(engine, version, capabilities, flags)))
-    )
-
-
-def speculative_validate(
-    data: Mapping[str, Any] | None,
-    engine: str | None = None,
-    version: str | None = None,
     capabilities: Sequence[str] | None = None,
     *,
     name: str = "speculative",
     flags: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The normalised profile; with an engine, also proves that engine can render it."""
+    """``{argv, env, profile}`` for a profile mapping on an engine build, in one pass."""
     profile = _profile(data, name)
-    if engine is not None:
-        if version is None:
-            raise AnsibleFilterError("speculative_validate: engine given without version")
-        _named(name, lambda: to_argv(profile, _engine(engine, version, capabilities, flags)))
-    return profile.to_mapping()
+    argv, env = _named(name, lambda: launch(profile, _engine(engine, version, capabilities, flags)))
+    return {"argv": list(argv), "env": dict(env), "profile": profile.to_mapping()}
+
+
+def speculative_validate(
+    data: Mapping[str, Any] | None, *, name: str = "speculative"
+) -> dict[str, Any]:
+    """The normalised profile mapping (no engine: what every engine checks first)."""
+    return _profile(data, name).to_mapping()
 
 
 class FilterModule:
@@ -132,7 +106,6 @@ class FilterModule:
 
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
-            "speculative_argv": _wrap(speculative_argv),
-            "speculative_env": _wrap(speculative_env),
+            "speculative_launch": _wrap(speculative_launch),
             "speculative_validate": _wrap(speculative_validate),
         }

