@@ -75,7 +75,7 @@ def test_threshold_measured_on_real_vllm(
     }
     verdicts = {name: og.evaluate(out, reference, DEFAULT) for name, out in runs.items()}
     loops = {i: og.degeneration(o.units(True), DEFAULT) for i, o in enumerate(plain)}
-    lines = [f"output gate on the lab vLLM CPU (float32 eager, {DEFAULT.max_tokens} tokens/prompt):"]
+    lines = [f"output gate on the lab vLLM CPU (eager fp32, {DEFAULT.max_tokens} tokens/prompt):"]
     lines += [
         f"  {name:<24} match {v.match_rate:.3f} per prompt {v.per_prompt}"
         f" -> {'pass' if v.ok else 'FAIL ' + str(v.check)}"
