@@ -136,7 +136,7 @@ from pathlib import Path  # noqa: E402
 from typing import IO, Any, ClassVar  # noqa: E402
 
 REPO = Path(REPO_DIR)
-sys.path[:0] = [str(REPO / "src"), str(REPO / "collections")]
+sys.path[:0] = [str(REPO / "src"), str(REPO / "lab/src"), str(REPO / "collections")]
 
 import httpx  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
@@ -963,7 +963,7 @@ def lab(
     record: Callable[[dict[str, Any]], None],
 ) -> None:
     """Start each lab server in turn (plain first: no speculation), measure, stop it."""
-    from specops.lab.vllm import SpecConfig, VllmServer, prepare  # noqa: PLC0415
+    from specops_lab.vllm import SpecConfig, VllmServer, prepare  # noqa: PLC0415
 
     prepare()
     if key is not None:

@@ -65,7 +65,7 @@ def _module(relative: str) -> ModuleType:
 
 def counts() -> dict[tuple[str, str], int]:
     """(where, family) -> the number of rows."""
-    sys.path[:0] = [str(TESTS), str(REPO / "src"), str(REPO / "collections")]
+    sys.path[:0] = [str(TESTS), str(REPO / "src"), str(REPO / "lab/src"), str(REPO / "collections")]
     found: Counter[tuple[str, str]] = Counter()
     modules: dict[str, ModuleType] = {}
     for where, relative, table, family in TABLES:

@@ -32,7 +32,7 @@ EXIT_INTERNAL = 70  # a bug (sysexits EX_SOFTWARE); never 1, which commands give
 # its parsers. A command line that names a command imports only that module (the
 # rollout's per-node steps start without the lab's or the migration's imports).
 COMMANDS: dict[str, str] = {
-    "lab": "specops.lab.cli",
+    "lab": "specops_lab.cli",
     "profile": "specops.speculative.cli",
     "bench": "specops.bench.cli",
     "migrate": "specops.migrate.cli",

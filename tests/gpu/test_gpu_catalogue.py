@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils import gpu, gpu_catalogue
 
-from specops.lab import hosttree
-from specops.lab import nvidia_installer_standin as standin
+from specops_lab import hosttree
+from specops_lab import nvidia_installer_standin as standin
 from specops.migrate.preflight import select_cards
 
 REPO = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ import ansible_collections.community.proxmox as community_proxmox
 import yaml
 from pve_api_scan import ScanResult, scan
 
-from specops.pve_schema import ApiError, calls_in, find_endpoint
+from specops_lab.pve_schema import ApiError, calls_in, find_endpoint
 
 REPO = Path(__file__).resolve().parents[2]
 

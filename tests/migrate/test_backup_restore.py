@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from specops.lab.pve.layout import Cluster
-from specops.lab.pve.testing import ApiHandle, make_test_cluster, running_api, stop_lab_containers
+from specops_lab.pve.layout import Cluster
+from specops_lab.pve.testing import ApiHandle, make_test_cluster, running_api, stop_lab_containers
 from specops.migrate.client import PveClient
 from specops.migrate.move import move
 from specops.migrate.preflight import preflight

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from specops.lab.hosttree import build_tree, load_spec
-from specops.lab.pve.layout import Cluster
-from specops.lab.pve.testing import ApiHandle, make_test_cluster, running_api
+from specops_lab.hosttree import build_tree, load_spec
+from specops_lab.pve.layout import Cluster
+from specops_lab.pve.testing import ApiHandle, make_test_cluster, running_api
 from specops.migrate.client import PveClient
 from specops.migrate.move import move
 from specops.migrate.preflight import gather_local_facts, preflight

@@ -32,7 +32,7 @@ from specops.bench.metrics import acceptance_from_vllm, parse_spec_counters
 from specops.bench.report import render_markdown
 from specops.bench.results import Results, load_results
 from specops.bench.roofline import roofline_rows
-from specops.lab import unit_exec
+from specops_lab import unit_exec
 from specops.tune.rollout import plain_gate
 
 RUN = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-serving" / "h200-2026-12-03"

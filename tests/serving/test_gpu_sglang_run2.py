@@ -26,7 +26,7 @@ from specops.bench.fidelity import paired_ratio_interval
 from specops.bench.report import write_report
 from specops.bench.results import load_results
 from specops.bench.runner import sglang_identity
-from specops.lab import unit_exec
+from specops_lab import unit_exec
 from specops.tune.config import load_config_file
 from specops.tune.sweep import report_sweep
 

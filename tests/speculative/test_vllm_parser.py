@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from specops.lab.vllm import LabPaths
-from specops.lab.vllm_model import model_dir
+from specops_lab.vllm import LabPaths
+from specops_lab.vllm_model import model_dir
 from specops.speculative import Engine, SpeculativeProfile, to_argv
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

@@ -154,7 +154,7 @@ def test_stop_signal_ends_without_a_traceback(tmp_path: Path, signum: int, code:
              "--context-lengths", "1K", "--output-len", "8", "--requests-per-cell", "1",
              "--out", str(tmp_path)),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'collections'}"},
+            env={**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'lab/src'}:{REPO / 'collections'}"},
         )  # fmt: skip
         server.settimeout(60)
         conn, _ = server.accept()  # the client is inside its first request now
