@@ -29,9 +29,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "src"), str(REPO / "lab/src"), str(REPO / "collections")]
 
-from specops_lab.tune_nodes import LabNode, node_names, remove_nodes, start_nodes, write_inventory  # noqa: E402
 from specops.tune.apply import AnsibleApplier  # noqa: E402
 from specops.tune.versus import LAB_SEARCH, sweep_vs_grid  # noqa: E402
+from specops_lab.tune_nodes import LabNode, node_names, remove_nodes, start_nodes, write_inventory  # noqa: E402
 
 NODE = 4
 

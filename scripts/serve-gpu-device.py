@@ -452,7 +452,8 @@ def render_units(dest: Path, *, engine: str, version: str, venv: str, model: str
         extra = dest / f"{name}.vars.json"
         extra.write_text(json.dumps(variables))
         env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-               "ANSIBLE_CACHE_PLUGIN": "memory", "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'lab/src'}"}  # fmt: skip
+               "ANSIBLE_CACHE_PLUGIN": "memory",
+               "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'lab/src'}"}  # fmt: skip
         proc = sh(
             ["ansible-playbook", "-i", "localhost,",
              str(REPO / "scripts/device/render-service.yml"),

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils import gpu, gpu_catalogue
 
+from specops.migrate.preflight import select_cards
 from specops_lab import hosttree
 from specops_lab import nvidia_installer_standin as standin
-from specops.migrate.preflight import select_cards
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOGUE_FILE = str(Path(gpu_catalogue.__file__).resolve().relative_to(REPO))

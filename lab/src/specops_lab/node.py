@@ -132,7 +132,7 @@ def install_tools(root: Path, python: str = sys.executable) -> list[str]:
             continue
         path = root / rel
         text = (
-            "#!/bin/sh\n# specops lab node stand-in (lab/src/specops_lab/node.py), not the real tool.\n"
+            "#!/bin/sh\n# specops lab node stand-in (specops_lab.node), not the real tool.\n"
             f"exec {shlex.quote(python)} -m specops_lab.node --root {shlex.quote(str(root))} "
             f'{tool} "$@"\n'
         )

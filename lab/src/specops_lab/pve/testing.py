@@ -91,7 +91,12 @@ def running_api(cluster_dir: Path, *, timeout: float = 30) -> Iterator[ApiHandle
     port = free_port()
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        [str(_REPO / "src"), str(_REPO / "lab" / "src"), str(_REPO / "collections"), env.get("PYTHONPATH", "")]
+        [
+            str(_REPO / "src"),
+            str(_REPO / "lab" / "src"),
+            str(_REPO / "collections"),
+            env.get("PYTHONPATH", ""),
+        ]
     )
     log = (cluster_dir / "api.log").open("w")
     proc = subprocess.Popen(
