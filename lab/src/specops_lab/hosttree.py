@@ -57,6 +57,7 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu import (
 )
 
 from specops.errors import ValidationError
+from specops_lab import pci_identities
 from specops_lab.paths import BOOT_CMDLINE, INITRAMFS_DIR, LAB_ETC
 
 __all__ = [
@@ -90,11 +91,13 @@ class Model:
     audio_id: str | None  # the HD audio function .1 of cards with display outputs
 
 
-# Description key (the catalogue id) -> PCI identity, read from the one GPU catalogue
-# (module_utils/gpu_catalogue.py).
+# Description key (the catalogue id) -> PCI identity: the card's pci_id from the one GPU
+# catalogue (module_utils/gpu_catalogue.py), the board's simulated class, subsystem and
+# audio function from the lab's own table (specops_lab.pci_identities).
 MODELS: dict[str, Model] = {
-    p.id: Model(p.pci_id, p.pci_class, p.subsystem_id, p.audio_pci_id)
+    p.id: Model(p.pci_id, ident.pci_class, ident.subsystem_id, ident.audio_pci_id)
     for p in gpu_catalogue.CATALOGUE
+    for ident in (pci_identities.identity(p.id),)
 }
 
 # Character majors every Linux host lists before any GPU driver (as read on the H200
