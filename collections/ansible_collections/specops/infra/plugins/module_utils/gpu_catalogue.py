@@ -7,7 +7,7 @@ those facts), the migration preflight (VRAM per card), the benchmark's roofline
 installer stand-in's open-module refusal). A new card is one row here;
 ``tests/gpu/test_gpu_catalogue.py`` proves no second table exists. What only the lab
 simulates (a board's PCI class, subsystem and HD audio function) is the lab's own table,
-keyed by this id (``lab/src/specops_lab/pci_identities.py``), not a column here.
+keyed by this id (in the lab, lab/), not a column here.
 
 Columns:
 
