@@ -87,9 +87,9 @@ class UnknownCommand(UsageError):
         valid = ", ".join(commands)
         super().__init__(
             "specops",
-            f"unknown command '{name}' (valid here: {valid}; another distribution's commands, "
-            f"such as `lab` of specops-lab, exist once it is installed: entry-point group "
-            f"{COMMAND_GROUP})",
+            f"argument COMMAND: unknown command '{name}' (choose from {valid}; another "
+            f"distribution's commands, such as `lab` of specops-lab, exist once it is "
+            f"installed: entry-point group {COMMAND_GROUP})",
         )
 
 

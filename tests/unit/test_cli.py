@@ -155,8 +155,8 @@ def test_without_the_lab_installed_lab_is_an_unknown_command(
     assert cli.main(["lab", "up"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(
-        "specops: error: unknown command 'lab' (valid here: profile, bench, migrate, sweep, "
-        "rollout, doctor; "
+        "specops: error: argument COMMAND: unknown command 'lab' (choose from profile, bench, "
+        "migrate, sweep, rollout, doctor; "
     ), err
     assert "entry-point group specops.commands" in err
     assert err.count("\n") == 1, err
