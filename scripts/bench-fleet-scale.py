@@ -3,7 +3,7 @@
 script, not a timed test. Targets are reported, never asserted.
 
 For each N (``--nodes 1,2,4,8,16,32``) a fresh lab fleet of N simulated PVE nodes
-(:mod:`specops.lab.fleet`, in its own lab directory under ``--base``: its own PVE API
+(:mod:`specops_lab.fleet`, in its own lab directory under ``--base``: its own PVE API
 stand-in, node trees and fact cache; no container, no network, the shared lab is not
 touched) runs:
 
@@ -48,19 +48,19 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "src"), str(REPO / "collections")]
+sys.path[:0] = [str(REPO / "src"), str(REPO / "lab/src"), str(REPO / "collections")]
 
 from ansible_collections.specops.infra.plugins.module_utils.gpu import (  # noqa: E402
     HostRoots,
     gather_facts,
 )
 
-from specops.lab.fleet import fleet_plan, write_fleet  # noqa: E402
-from specops.lab.fleet_run import PlaybookRun, profile_summary, run_playbook  # noqa: E402
-from specops.lab.node import NO_RETURN_FAULT, boot  # noqa: E402
-from specops.lab.paths import UNREACHABLE_FAULT  # noqa: E402
-from specops.lab.pve.testing import free_port  # noqa: E402
-from specops.lab.up import LabPaths, down, up  # noqa: E402
+from specops_lab.fleet import fleet_plan, write_fleet  # noqa: E402
+from specops_lab.fleet_run import PlaybookRun, profile_summary, run_playbook  # noqa: E402
+from specops_lab.node import NO_RETURN_FAULT, boot  # noqa: E402
+from specops_lab.paths import UNREACHABLE_FAULT  # noqa: E402
+from specops_lab.pve.testing import free_port  # noqa: E402
+from specops_lab.up import LabPaths, down, up  # noqa: E402
 
 STEPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "first": ("playbooks/host.yml", ()),

@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "src"), str(REPO / "collections")]
+sys.path[:0] = [str(REPO / "src"), str(REPO / "lab/src"), str(REPO / "collections")]
 
-from specops.lab.tune_nodes import LabNode, node_names, remove_nodes, start_nodes, write_inventory  # noqa: E402
 from specops.tune.apply import AnsibleApplier  # noqa: E402
 from specops.tune.versus import LAB_SEARCH, sweep_vs_grid  # noqa: E402
+from specops_lab.tune_nodes import LabNode, node_names, remove_nodes, start_nodes, write_inventory  # noqa: E402
 
 NODE = 4
 
@@ -51,7 +51,7 @@ def main() -> int:
     try:
         inventory = write_inventory([node], args.out / "hosts.json", LAB_SEARCH["base_profile"])
         env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-               "PYTHONPATH": str(REPO / "src")}  # fmt: skip
+               "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'lab/src'}"}  # fmt: skip
         setup = subprocess.run(
             [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
              str(REPO / "tests/fixtures/tune/lab-nodes.yml")],

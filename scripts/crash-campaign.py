@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-for _p in (REPO / "src", REPO / "collections"):
+for _p in (REPO / "src", REPO / "lab/src", REPO / "collections"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
@@ -77,8 +77,8 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu import (  # noqa
     gather_facts,
 )
 
-from specops.lab import network  # noqa: E402
-from specops.lab.pve.layout import Cluster  # noqa: E402
+from specops_lab import network  # noqa: E402
+from specops_lab.pve.layout import Cluster  # noqa: E402
 
 LAB = Path("/var/lib/specops/lab")
 VMID = 801
@@ -725,11 +725,11 @@ def _said(pattern: str, output: str) -> bool:
 
 
 def reboot_fail_campaign(*, logs: Path) -> list[Outcome]:
-    """pve-a's emulated reboot does not come back (specops.lab.node.NO_RETURN_FAULT) in
+    """pve-a's emulated reboot does not come back (specops_lab.node.NO_RETURN_FAULT) in
     a deploy from the hard real state, reboot timeout 30 s: the run must fail naming
     pve-a and its boot, with nothing half-changed; the node brought back, a re-run must
     converge."""
-    from specops.lab.node import NO_RETURN_FAULT, boot  # noqa: PLC0415
+    from specops_lab.node import NO_RETURN_FAULT, boot  # noqa: PLC0415
 
     start = time.monotonic()
     before = _fresh_lab()
@@ -798,7 +798,7 @@ def engine_campaign(*, logs: Path) -> list[Outcome]:
 
 
 # The rollout scenario: two docker systemd nodes serving the tiny model
-# (specops.lab.tune_nodes, as tests/tune/test_real_rollout.py), starting on no
+# (specops_lab.tune_nodes, as tests/tune/test_real_rollout.py), starting on no
 # speculation; the profile rolled out is ngram 6 draft tokens (5 speculative tokens).
 _OLD: dict[str, object] = {"method": "none"}
 _NEW: dict[str, object] = {
@@ -865,7 +865,7 @@ def rollout_problems(nodes: Sequence[Any]) -> list[str]:
 def rollout_campaign(points: Sequence[KillAt], *, logs: Path) -> list[Outcome]:
     """playbooks/rollout.yml over two nodes, killed at each point (each time from the old
     profile: the nodes are put back on it by a rollout of the old one), then re-run."""
-    from specops.lab.tune_nodes import remove_nodes, start_nodes, write_inventory  # noqa: PLC0415
+    from specops_lab.tune_nodes import remove_nodes, start_nodes, write_inventory  # noqa: PLC0415
 
     outcomes: list[Outcome] = []
     nodes = start_nodes(2)

@@ -13,7 +13,7 @@ real-hardware proof in one go:
    + ``lxc_gpu.merge``, raw lines with the host's cgroup key: what the
    ``lxc_gpu_passthrough`` role writes on PVE < 8.1) merged into a PVE container conf;
 4. the LXC config PVE would make of that conf (the lab's translation,
-   ``specops.lab.pve.lxcconf.build_lxc_config``) plus a short block for this machine:
+   ``specops_lab.pve.lxcconf.build_lxc_config``) plus a short block for this machine:
    the prefix's rootfs mount point, no AppArmor profile, and a root that binds the
    host's ``/usr`` (driver libraries and nvidia-smi included), ``/etc`` (the loader
    cache), ``/opt`` (the engine Python with torch) and the doctor's code read-only;
@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
+sys.path[:0] = [str(REPO / "src"), str(REPO / "lab/src")]
 sys.path.insert(0, str(REPO / "collections"))
 
 # The repository's own code (after the path set-up above).
@@ -68,9 +68,9 @@ from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: E4
     pve_conf,
 )
 
-from specops.lab.pve.conf import parse_pct_config  # noqa: E402
-from specops.lab.pve.layout import Node  # noqa: E402
-from specops.lab.pve.lxcconf import build_lxc_config, machine_cgroup_version  # noqa: E402
+from specops_lab.pve.conf import parse_pct_config  # noqa: E402
+from specops_lab.pve.layout import Node  # noqa: E402
+from specops_lab.pve.lxcconf import build_lxc_config, machine_cgroup_version  # noqa: E402
 
 # lxc-templates ships /usr/share/lxc/config/<ostype>.common.conf, which PVE's start path
 # includes (lxc-pve has it on a node).
@@ -89,7 +89,7 @@ PACKAGES = (
 # lab's PVE reader and conf -> LXC translation import its schema and format modules)
 # and the collection's module_utils.
 BUNDLE_FILES = ("scripts/gpu-doctor-device.py",)
-BUNDLE_TREES = ("src/specops",)
+BUNDLE_TREES = ("src/specops", "lab/src/specops_lab")
 MODULE_UTILS = "collections/ansible_collections/specops/infra/plugins/module_utils"
 VMID = 900
 NAME = f"doctor-{VMID}"

@@ -24,7 +24,7 @@ run for real on the device tool's NVIDIA machine, from the project's own code:
    the LXC config PVE makes of it (``build_lxc_config``) -> a running LXC container
    (Debian's LXC unpacked into a private prefix, as ``scripts/gpu-doctor-device.py``
    does); in it, per config, the server started from the rendered unit as systemd
-   would (``specops.lab.unit_exec``: Environment=, EnvironmentFile= with the API key,
+   would (``specops_lab.unit_exec``: Environment=, EnvironmentFile= with the API key,
    UnsetEnvironment=, ExecStartPre=, ExecStart=), then the readiness gate
    (``module_utils/readiness.py``), the output gate (``NodeGate``: plain records the
    reference, the others compare; also inside a loaded batch), ``specops bench`` over
@@ -88,7 +88,7 @@ FLAG_LISTS = (
     / "collections/ansible_collections/specops/infra/plugins/module_utils"
     / "engine_flag_lists"
 )
-sys.path[:0] = [str(REPO / "src"), str(REPO / "collections")]
+sys.path[:0] = [str(REPO / "src"), str(REPO / "lab/src"), str(REPO / "collections")]
 
 import yaml  # noqa: E402
 from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: E402
@@ -104,12 +104,12 @@ from ansible_collections.specops.infra.plugins.module_utils.service_unit import 
     render_environment_file,
 )
 
-from specops.lab import hosttree, unit_exec  # noqa: E402
-from specops.lab.pve.conf import parse_pct_config  # noqa: E402
-from specops.lab.pve.layout import Node  # noqa: E402
-from specops.lab.pve.lxcconf import build_lxc_config, machine_cgroup_version  # noqa: E402
-from specops.lab.vllm_install import lab_paths  # noqa: E402
-from specops.lab.vllm_model import model_dir  # noqa: E402
+from specops_lab import hosttree, unit_exec  # noqa: E402
+from specops_lab.pve.conf import parse_pct_config  # noqa: E402
+from specops_lab.pve.layout import Node  # noqa: E402
+from specops_lab.pve.lxcconf import build_lxc_config, machine_cgroup_version  # noqa: E402
+from specops_lab.vllm_install import lab_paths  # noqa: E402
+from specops_lab.vllm_model import model_dir  # noqa: E402
 
 VLLM_VERSION = "0.20.1"
 # What a dense model on sm90 never loads (FA3 serves Hopper; no MoE, no MLA).
@@ -399,7 +399,7 @@ def project_tree(dest: Path) -> None:
                                   "tests", "docs", "molecule")  # fmt: skip
     # templates/: the bench's and the sweep's reports (measured 2026-12-03: without them
     # both wrote their results and failed on the report)
-    for rel in ("scripts", "src", "collections", "roles", "templates", "ansible.cfg",
+    for rel in ("scripts", "src", "lab", "collections", "roles", "templates", "ansible.cfg",
                 "pyproject.toml"):  # fmt: skip
         src = REPO / rel
         if src.is_dir():
@@ -452,7 +452,8 @@ def render_units(dest: Path, *, engine: str, version: str, venv: str, model: str
         extra = dest / f"{name}.vars.json"
         extra.write_text(json.dumps(variables))
         env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-               "ANSIBLE_CACHE_PLUGIN": "memory", "PYTHONPATH": str(REPO / "src")}  # fmt: skip
+               "ANSIBLE_CACHE_PLUGIN": "memory",
+               "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'lab/src'}"}  # fmt: skip
         proc = sh(
             ["ansible-playbook", "-i", "localhost,",
              str(REPO / "scripts/device/render-service.yml"),
@@ -960,7 +961,7 @@ def sglang_p1(ctx: Ctx, url: str, name: str, model: str, plan: Path) -> dict[str
     """P1's peer for SGLang: ``python -m sglang.bench_serving`` (random dataset, the bench's
     input/output lengths, max concurrency C) beside specops bench on the same cell, ABBA."""
     out: dict[str, Any] = {"runs": []}
-    pythonpath = f"{REPO / 'src'}:{REPO / 'collections'}"
+    pythonpath = f"{REPO / 'src'}:{REPO / 'lab/src'}:{REPO / 'collections'}"
     for c in (1, 4):
         for order, who in enumerate(("ours", "theirs", "theirs", "ours")):
             tag = f"{name}-c{c}-{order}-{who}"
@@ -1087,7 +1088,7 @@ def run_config(ctx: Ctx, rec: Record, name: str, host_model: str) -> None:  # no
         plan = write_plan(ctx, name, url, host_model)
         before = metrics_text(url)
         bench_out = ctx.res / f"bench-{name}"
-        pythonpath = f"{REPO / 'src'}:{REPO / 'collections'}"
+        pythonpath = f"{REPO / 'src'}:{REPO / 'lab/src'}:{REPO / 'collections'}"
         proc = sh([sys.executable, "-m", "specops.cli", "bench", "run", "--plan", str(plan),
                    "--out", str(bench_out), "--json",
                    "--server-instance", f"{name}-{entry['start']['pid']}"],

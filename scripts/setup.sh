@@ -124,13 +124,13 @@ step_venv() {
   local stamp=$VENV/.specops-requirements.sha256 want base
   base=$(readlink -f "$(command -v "$PYTHON")")
   # The stamp covers the requirements and the interpreter the venv is made from.
-  want=$( (cat "$ROOT/requirements.txt" "$ROOT/pyproject.toml"; echo "$base") | sha256sum | cut -d' ' -f1)
+  want=$( (cat "$ROOT/requirements.txt" "$ROOT/pyproject.toml" "$ROOT/lab/pyproject.toml"; echo "$base") | sha256sum | cut -d' ' -f1)
   if [[ -x $VENV/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]]; then
     say "venv: $VENV is current"
     step_collection
     return
   fi
-  say "venv: installing requirements.txt and specops (editable) into $VENV (from $base)"
+  say "venv: installing requirements.txt, specops and its lab specops-lab (editable) into $VENV (from $base)"
   if [[ -x $VENV/bin/python && $(readlink -f "$VENV/bin/python") != "$base" ]]; then
     say "venv: $VENV was made from $(readlink -f "$VENV/bin/python"); making it again"
     "$PYTHON" -m venv --clear "$VENV"
@@ -139,7 +139,10 @@ step_venv() {
     "$PYTHON" -m venv "$VENV"
   fi
   "$VENV/bin/pip" install -q --disable-pip-version-check -r "$ROOT/requirements.txt"
-  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps -e "$ROOT"
+  # The product and, beside it, the lab (lab/: its own distribution, which registers
+  # `specops lab` in the entry-point group specops.commands); an operator installs the
+  # product alone.
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps -e "$ROOT" -e "$ROOT/lab"
   step_collection
   echo "$want" >"$stamp"
 }

@@ -8,7 +8,7 @@ client's.
         [--max-tokens 48] [--attempts 3] [--api-key-file F] [--json]
 
 In the lab the container's address comes from the lab's one network definition:
-``python -c "from specops.lab.network import load; print(load().address(801))"``
+``python -c "from specops_lab.network import load; print(load().address(801))"``
 (801: the container's VMID).
 
 Prints, per attempt, how many reads returned data, when the first and the last came

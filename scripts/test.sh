@@ -79,9 +79,9 @@ run_lint() {
   check ruff ruff check .
   check ruff-format ruff format --check .
   check mypy mypy
-  # The layers (pyproject.toml [tool.importlinter]): module_utils stdlib-only, the core
-  # never imports the lab, no cycles in specops.tune.
-  check import-contracts env PYTHONPATH="$ROOT/src:$ROOT/collections" lint-imports --no-cache
+  # The layers (pyproject.toml [tool.importlinter]): module_utils stdlib-only, the product
+  # never imports the lab (specops_lab), no cycles in specops.tune.
+  check import-contracts env PYTHONPATH="$ROOT/src:$ROOT/lab/src:$ROOT/collections" lint-imports --no-cache
   # The collection on its own: import, ansible-doc, validate-modules, pylint, pep8, ...
   # (~1.5 min with its tools' venvs in place; the first run makes them, ~3 min).
   check "collection sanity (ansible-test)" "$ROOT/scripts/collection-sanity.sh"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from specops.lab.paths import template_tarball
+from specops_lab.paths import template_tarball
 
 # Hypothesis judges each example's run time by default (deadline 200 ms, the too_slow
 # health check): on two shared cores that turns a busy moment into a failure. Property

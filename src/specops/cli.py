@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -30,9 +31,8 @@ EXIT_INTERNAL = 70  # a bug (sysexits EX_SOFTWARE); never 1, which commands give
 # Top-level command -> the module that registers it, in help order. Each module has
 # ``register(subparsers: argparse._SubParsersAction) -> None`` and sets ``func`` on
 # its parsers. A command line that names a command imports only that module (the
-# rollout's per-node steps start without the lab's or the migration's imports).
+# rollout's per-node steps start without the migration's imports).
 COMMANDS: dict[str, str] = {
-    "lab": "specops.lab.cli",
     "profile": "specops.speculative.cli",
     "bench": "specops.bench.cli",
     "migrate": "specops.migrate.cli",
@@ -40,7 +40,22 @@ COMMANDS: dict[str, str] = {
     "rollout": "specops.tune.cli",
     "doctor": "specops.doctor.cli",
 }
-COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
+# Commands other installed distributions add (the lab, specops-lab, adds ``lab``): each
+# entry of this entry-point group is a command name -> a module with ``register`` as
+# above. specops names none of them; a built-in command's name is never replaced.
+COMMAND_GROUP = "specops.commands"
+
+
+def extra_commands() -> dict[str, str]:
+    """The commands of :data:`COMMAND_GROUP`: name -> module, in name order."""
+    found = importlib.metadata.entry_points(group=COMMAND_GROUP)
+    return {ep.name: ep.module for ep in sorted(found, key=lambda ep: ep.name)
+            if ep.name not in COMMANDS}  # fmt: skip
+
+
+def all_commands() -> dict[str, str]:
+    """Every command this install has: the built-in ones, then the installed extras."""
+    return {**COMMANDS, **extra_commands()}
 
 
 class UsageError(SpecopsError):
@@ -64,12 +79,30 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(self.prog, message)
 
 
+class UnknownCommand(UsageError):
+    """A first word that no command of this install has: a built-in one, or one another
+    installed distribution adds (:data:`COMMAND_GROUP`)."""
+
+    def __init__(self, name: str, commands: dict[str, str]) -> None:
+        valid = ", ".join(commands)
+        super().__init__(
+            "specops",
+            f"argument COMMAND: unknown command '{name}' (choose from {valid}; another "
+            f"distribution's commands, such as `lab` of specops-lab, exist once it is "
+            f"installed: entry-point group {COMMAND_GROUP})",
+        )
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = _Parser(prog="specops", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"specops {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     first = next((a for a in argv if not a.startswith("-")), None)
-    names = (COMMANDS[first],) if first in COMMANDS else COMMAND_MODULES
+    # A built-in command reads no entry points (the rollout's per-node steps start fast).
+    commands = COMMANDS if first in COMMANDS else all_commands()
+    if first is not None and first not in commands:
+        raise UnknownCommand(first, commands)
+    names = (commands[first],) if first is not None else tuple(dict.fromkeys(commands.values()))
     for name in names:
         importlib.import_module(name).register(sub)
     return parser
@@ -85,7 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(args_in)
+    try:
+        parser = build_parser(args_in)
+    except UnknownCommand as exc:
+        return _fail(exc.prog, "error", str(exc), EXIT_BAD_INPUT)
     try:
         args = parser.parse_args(args_in)
     except UsageError as exc:

@@ -19,7 +19,7 @@ from specops.bench.plan import (
     read_api_key,
 )
 from specops.errors import ValidationError
-from specops.lab import network
+from specops_lab import network
 
 
 def test_defaults() -> None:

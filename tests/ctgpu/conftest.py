@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils import gpu
 
-from specops.lab import hosttree
+from specops_lab import hosttree
 
 REPO = Path(__file__).resolve().parents[2]
 # The lab nodes in known states (the lab itself starts them in the hard real state).

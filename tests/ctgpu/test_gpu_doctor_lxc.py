@@ -34,10 +34,10 @@ import yaml
 from ansible_collections.specops.infra.plugins.module_utils import gpu
 from ansible_collections.specops.infra.plugins.modules.lxc_gpu_config import configure
 
-from specops.lab.nvidia_installer_standin import make_runfile
-from specops.lab.pve import pct
-from specops.lab.pve.layout import DEFAULT_LXCPATH, Node, init_cluster
-from specops.lab.pve.testing import TEMPLATE_NAME, destroy_lab_containers, free_port
+from specops_lab.nvidia_installer_standin import make_runfile
+from specops_lab.pve import pct
+from specops_lab.pve.layout import DEFAULT_LXCPATH, Node, init_cluster
+from specops_lab.pve.testing import TEMPLATE_NAME, destroy_lab_containers, free_port
 
 pytestmark = [pytest.mark.lxc, pytest.mark.slow]
 

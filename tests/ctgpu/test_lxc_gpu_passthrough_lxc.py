@@ -6,7 +6,7 @@ with ansible-playbook against it (local connection, ``pct`` = scripts/lab/pct), 
 the container's conf, reboots the running container, and the container then opens the
 nodes it was given with ENXIO (allowed by the device cgroup, no driver behind them) and a
 card it was not given with EPERM (denied). This machine is cgroup v1 (hybrid): the
-stand-in enforces the node's v2 lines through LXC's v1 key (src/specops/lab/pve/README.md).
+stand-in enforces the node's v2 lines through LXC's v1 key (lab/src/specops_lab/pve/README.md).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from specops.lab.pve import pct
-from specops.lab.pve.layout import Cluster, Node
-from specops.lab.pve.testing import (
+from specops_lab.pve import pct
+from specops_lab.pve.layout import Cluster, Node
+from specops_lab.pve.testing import (
     TEMPLATE_NAME,
     make_test_cluster,
     open_devices_in_ct,

@@ -48,13 +48,13 @@ from plugins.lab_secrets import lab_secrets
 from plugins.measurements import Record
 from plugins.scripts import load_script
 
-from specops.lab import network
-from specops.lab.node import Units
-from specops.lab.pve.layout import Cluster, Node
-from specops.lab.pve.pct import ct_exec
-from specops.lab.pve.testing import open_devices_in_ct
 from specops.migrate.client import PveClient
 from specops.migrate.spec import ApiEndpoint
+from specops_lab import network
+from specops_lab.node import Units
+from specops_lab.pve.layout import Cluster, Node
+from specops_lab.pve.pct import ct_exec
+from specops_lab.pve.testing import open_devices_in_ct
 
 pytestmark = [pytest.mark.lxc, pytest.mark.vllm, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence 
     node_evidence,
 )
 
-from specops.lab import hosttree
+from specops_lab import hosttree
 
 REPO = Path(__file__).resolve().parents[2]
 # The lab nodes in known states (the lab itself starts them in the hard real state).

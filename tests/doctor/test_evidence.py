@@ -23,7 +23,7 @@ from ansible_collections.specops.infra.plugins.modules.gpu_doctor_container impo
 from ansible_collections.specops.infra.plugins.modules.gpu_doctor_node import gather
 from doctor.conftest import generated
 
-from specops.lab.pve.testing import free_port
+from specops_lab.pve.testing import free_port
 
 
 def test_allow_rules() -> None:

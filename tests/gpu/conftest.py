@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils import gpu
 
-from specops.lab import hosttree
+from specops_lab import hosttree
 
 HOSTS = Path(__file__).resolve().parent.parent / "fixtures" / "hosts"
 

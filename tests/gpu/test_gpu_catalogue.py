@@ -9,6 +9,7 @@ no file of code names two catalogue products: such a file would be a second tabl
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -18,14 +19,23 @@ from typing import Any
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils import gpu, gpu_catalogue
 
-from specops.lab import hosttree
-from specops.lab import nvidia_installer_standin as standin
 from specops.migrate.preflight import select_cards
+from specops_lab import hosttree, pci_identities
+from specops_lab import nvidia_installer_standin as standin
 
 REPO = Path(__file__).resolve().parents[2]
 CATALOGUE_FILE = str(Path(gpu_catalogue.__file__).resolve().relative_to(REPO))
 # Code and configuration that must read the catalogue instead of naming products.
-CODE_ROOTS = ("src", "collections", "roles", "playbooks", "scripts", "templates", "deploy.yml")
+CODE_ROOTS = (
+    "src",
+    "lab",
+    "collections",
+    "roles",
+    "playbooks",
+    "scripts",
+    "templates",
+    "deploy.yml",
+)
 
 
 def test_rows_are_complete_and_unique() -> None:
@@ -41,7 +51,6 @@ def test_rows_are_complete_and_unique() -> None:
         assert p.vram_gib > 0, p.id
         assert p.bandwidth_gb_s > 0, p.id
         assert re.search(r"[GT]B/s", p.bandwidth_source), p.id
-        assert p.pci_class in {"0x030000", "0x030200"}, p.id
         assert gpu_catalogue.find(p.id) is p
         assert gpu_catalogue.find(p.pci_id.upper()) is p
         assert gpu_catalogue.find(p.name) is p
@@ -70,16 +79,43 @@ def test_open_module_requirement_reaches_the_facts(host_tree: Any) -> None:
 
 
 def test_lab_host_tree_reads_the_catalogue() -> None:
+    """The host tree's cards: the catalogue's pci_id and name, the lab table's board."""
     assert set(hosttree.MODELS) == {p.id for p in gpu_catalogue.CATALOGUE}
     for p in gpu_catalogue.CATALOGUE:
         model = hosttree.MODELS[p.id]
+        board = pci_identities.PCI_IDENTITIES[p.id]
         assert (model.pci_id, model.class_code, model.subsystem_id, model.audio_id) == (
             p.pci_id,
-            p.pci_class,
-            p.subsystem_id,
-            p.audio_pci_id,
+            board.pci_class,
+            board.subsystem_id,
+            board.audio_pci_id,
         )
         assert hosttree._model_name(p.pci_id) == p.name
+
+
+def test_the_catalogue_carries_no_lab_column() -> None:
+    """A board's simulated PCI identity is the lab's (specops_lab.pci_identities): a
+    contributor adding a card to the catalogue fills in product facts only."""
+    columns = {f.name for f in dataclasses.fields(gpu_catalogue.GpuProduct)}
+    assert columns.isdisjoint({"pci_class", "subsystem_id", "audio_pci_id"}), columns
+
+
+def test_the_lab_identity_table_is_keyed_by_catalogue_id() -> None:
+    assert set(pci_identities.PCI_IDENTITIES) <= {p.id for p in gpu_catalogue.CATALOGUE}
+    for key, board in pci_identities.PCI_IDENTITIES.items():
+        assert board.pci_class in {"0x030000", "0x030200"}, key
+        assert re.fullmatch(r"10de:[0-9a-f]{4}", board.subsystem_id), key
+        # an audio function only on cards with display outputs (VGA class)
+        assert (board.audio_pci_id is not None) == (board.pci_class == "0x030000"), key
+    with pytest.raises(KeyError, match=r"'rtx-9999' is not in the GPU catalogue \(valid: rtx-a"):
+        pci_identities.identity("rtx-9999")
+
+
+def test_a_catalogue_card_without_a_lab_row_is_simulated_as_the_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delitem(pci_identities.PCI_IDENTITIES, "h200-nvl")
+    assert pci_identities.identity("h200-nvl") == pci_identities.DEFAULT
 
 
 def test_migration_preflight_reads_vram_from_the_catalogue() -> None:

@@ -25,8 +25,8 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_select import (
     select_free,
 )
 
-from specops.lab import hosttree
 from specops.migrate.preflight import select_cards
+from specops_lab import hosttree
 
 HOSTS = Path(__file__).resolve().parent.parent / "fixtures" / "hosts"
 

@@ -1,4 +1,4 @@
-"""The simulated host tree generator (specops.lab.hosttree) and the lab descriptions."""
+"""The simulated host tree generator (specops_lab.hosttree) and the lab descriptions."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ansible_collections.specops.infra.plugins.module_utils import gpu
 
 from specops import cli
 from specops.errors import ValidationError
-from specops.lab import hosttree
+from specops_lab import hosttree
 
 REPO = Path(__file__).resolve().parent.parent.parent
 LAB = REPO / "tests" / "fixtures" / "hosts" / "lab-converged"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils import gpu
 
-from specops.lab import hosttree
+from specops_lab import hosttree
 
 FIXTURE = (
     Path(__file__).resolve().parent.parent / "fixtures" / "hosts" / "h200-real-2026-11-29.json"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specops.lab.pve.layout import Cluster
-from specops.lab.pve.testing import (
+from specops_lab.pve.layout import Cluster
+from specops_lab.pve.testing import (
     ApiHandle,
     make_test_cluster,
     running_api,

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specops.lab.pve import pct
-from specops.lab.pve.layout import DEFAULT_LXCPATH, Node, init_cluster
-from specops.lab.pve.testing import TEMPLATE_NAME, destroy_lab_containers
+from specops_lab.pve import pct
+from specops_lab.pve.layout import DEFAULT_LXCPATH, Node, init_cluster
+from specops_lab.pve.testing import TEMPLATE_NAME, destroy_lab_containers
 
 pytestmark = [pytest.mark.lxc, pytest.mark.slow]
 

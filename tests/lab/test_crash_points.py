@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from plugins.scripts import load_script
 
-from specops.lab import network
+from specops_lab import network
 
 crash = load_script("crash-campaign.py")
 

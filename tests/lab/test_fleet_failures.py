@@ -1,9 +1,9 @@
-"""Failure at scale, small (issue 34): a lab fleet of three nodes (specops.lab.fleet, in a
+"""Failure at scale, small (issue 34): a lab fleet of three nodes (specops_lab.fleet, in a
 temp dir: no container, no network) from the hard real state, batches of two with
 specops_host_max_fail_percentage 50, and two nodes failing:
 
 - pve-03 cannot be reached (the lab's unreachable fault on its connection);
-- pve-a's emulated reboot never comes back (specops.lab.node.NO_RETURN_FAULT).
+- pve-a's emulated reboot never comes back (specops_lab.node.NO_RETURN_FAULT).
 
 host.yml converges the rest (pve-b: its card released to the host), names the two and
 changes nothing on them past the failure (pve-03 untouched, pve-a still without a driver);
@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils.gpu import HostRoots, gather_facts
 
-from specops.lab.fleet import write_fleet
-from specops.lab.fleet_run import PlaybookRun, run_playbook
-from specops.lab.node import NO_RETURN_FAULT, boot
-from specops.lab.paths import UNREACHABLE_FAULT
-from specops.lab.pve.testing import free_port
-from specops.lab.up import LabPaths, down, up
+from specops_lab.fleet import write_fleet
+from specops_lab.fleet_run import PlaybookRun, run_playbook
+from specops_lab.node import NO_RETURN_FAULT, boot
+from specops_lab.paths import UNREACHABLE_FAULT
+from specops_lab.pve.testing import free_port
+from specops_lab.up import LabPaths, down, up
 
 pytestmark = [pytest.mark.slow]
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils.gpu import HostRoots, gather_facts
 
-from specops.lab.pve.testing import free_port
-from specops.lab.up import LabPaths, down, up
+from specops_lab.pve.testing import free_port
+from specops_lab.up import LabPaths, down, up
 
 pytestmark = [pytest.mark.slow]
 

@@ -6,7 +6,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from specops.lab.assets import ASSETS_MOUNT, stage_node_assets
+from specops_lab.assets import ASSETS_MOUNT, stage_node_assets
 
 
 def _cache(tmp: Path) -> Path:

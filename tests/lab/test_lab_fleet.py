@@ -1,4 +1,4 @@
-"""The lab fleet (specops.lab.fleet): N nodes of the lab's shapes, an inventory of the
+"""The lab fleet (specops_lab.fleet): N nodes of the lab's shapes, an inventory of the
 example's shape that points at THIS lab directory, and the unreachable-node fault."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import yaml
 from ansible_collections.specops.infra.plugins.module_utils.gpu import HostRoots, gather_facts
 
 from specops.errors import ValidationError
-from specops.lab.fleet import SHAPES, fleet_plan, write_fleet
-from specops.lab.fleet_run import profile_summary, recap
-from specops.lab.hosttree import MODELS, build_tree, load_spec
+from specops_lab.fleet import SHAPES, fleet_plan, write_fleet
+from specops_lab.fleet_run import profile_summary, recap
+from specops_lab.hosttree import MODELS, build_tree, load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 

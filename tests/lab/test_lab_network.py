@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from specops.errors import ValidationError
-from specops.lab import network
-from specops.lab.network import ALIAS, LabNetwork, conflicts, ensure_down, ensure_up
+from specops_lab import network
+from specops_lab.network import ALIAS, LabNetwork, conflicts, ensure_down, ensure_up
 
 NET = LabNetwork("vmbr0", ipaddress.IPv4Network("10.216.0.0/22"))
 HERE_ADDRS = [

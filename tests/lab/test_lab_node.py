@@ -1,4 +1,4 @@
-"""A lab PVE node's system stand-ins (src/specops/lab/node.py) on a node tree in a temp
+"""A lab PVE node's system stand-ins (lab/src/specops_lab/node.py) on a node tree in a temp
 dir: the initramfs decides what the emulated boot loads, the installer stand-in installs
 into the node's root with the node's majors, the node's systemd runs its units, and a
 boot brings the node up as a real one would (no LXC: the node has no containers here)."""
@@ -16,9 +16,9 @@ from ansible_collections.specops.infra.plugins.module_utils.vfio import (
     render_override_script,
 )
 
-from specops.lab import node as labnode
-from specops.lab.hosttree import build_tree, load_spec
-from specops.lab.nvidia_installer_standin import make_runfile
+from specops_lab import node as labnode
+from specops_lab.hosttree import build_tree, load_spec
+from specops_lab.nvidia_installer_standin import make_runfile
 
 REPO = Path(__file__).resolve().parents[2]
 PVE_A = REPO / "inventory/lab/hardware/pve-a.yml"

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from specops.errors import ValidationError
-from specops.lab.pve.layout import Node
-from specops.lab.pve.testing import _of_node, free_port
-from specops.lab.up import LabPaths, down, up
+from specops_lab.pve.layout import Node
+from specops_lab.pve.testing import _of_node, free_port
+from specops_lab.up import LabPaths, down, up
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,7 +69,7 @@ def test_up_is_idempotent_and_keeps_role_changes(
     assert (paths.node_root("pve-a") / "usr/sbin/update-initramfs").is_file()
     assert (paths.node_root("pve-a") / "etc/specops-lab/hardware.yml").is_file()
     pid = int(paths.pci_pidfile("pve-a").read_text())
-    assert b"specops.lab.pci_standin" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    assert b"specops_lab.pci_standin" in Path(f"/proc/{pid}/cmdline").read_bytes()
     stored = paths.node_root("pve-b") / "var/lib/vz/template/cache/debian-bookworm-rootfs.tar"
     assert stored.read_bytes() == template.read_bytes()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specops.lab import nvidia_installer_standin as standin
+from specops_lab import nvidia_installer_standin as standin
 
 
 @pytest.mark.parametrize(

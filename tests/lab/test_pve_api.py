@@ -11,9 +11,9 @@ import requests
 from proxmoxer import ProxmoxAPI
 from proxmoxer.core import ResourceException
 
-from specops.lab.pve.layout import Cluster
-from specops.lab.pve.testing import TEMPLATE_NAME, ApiHandle
-from specops.pve_schema import check_returns
+from specops_lab.pve.layout import Cluster
+from specops_lab.pve.testing import TEMPLATE_NAME, ApiHandle
+from specops_lab.pve_schema import check_returns
 
 pytestmark = pytest.mark.lxc
 

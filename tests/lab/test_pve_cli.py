@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils import gpu, vfio
 
-from specops.lab import hosttree
-from specops.lab.pve import pct
-from specops.lab.pve.layout import Cluster, Node
-from specops.lab.pve.pct import PveError
-from specops.lab.pve.testing import TEMPLATE_NAME, make_test_cluster
+from specops_lab import hosttree
+from specops_lab.pve import pct
+from specops_lab.pve.layout import Cluster, Node
+from specops_lab.pve.pct import PveError
+from specops_lab.pve.testing import TEMPLATE_NAME, make_test_cluster
 
 REPO = Path(__file__).resolve().parents[2]
+PYTHONPATH = f"{REPO / 'src'}:{REPO / 'lab/src'}:{REPO / 'collections'}"
 
 
 def _run(tool: str, root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -53,7 +54,7 @@ def test_cluster_init_cli(tmp_path: Path) -> None:
         text=True,
         timeout=60,
         check=False,
-        env={**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'collections'}"},
+        env={**os.environ, "PYTHONPATH": PYTHONPATH},
     )
     assert proc.returncode == 0, proc.stderr
     cluster = Cluster.load(tmp_path / "c")

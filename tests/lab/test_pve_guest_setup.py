@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specops.lab.pve.conf import parse_pct_config
-from specops.lab.pve.setup import _host_resolv_conf, setup_guest
+from specops_lab.pve.conf import parse_pct_config
+from specops_lab.pve.setup import _host_resolv_conf, setup_guest
 
 
 def test_hostname_hosts_section_and_host_dns(tmp_path: Path) -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from specops.lab.pve import pct
-from specops.lab.pve.layout import Cluster, Node
-from specops.lab.pve.lxcconf import StartError
-from specops.lab.pve.testing import TEMPLATE_NAME, open_devices_in_ct
+from specops_lab.pve import pct
+from specops_lab.pve.layout import Cluster, Node
+from specops_lab.pve.lxcconf import StartError
+from specops_lab.pve.testing import TEMPLATE_NAME, open_devices_in_ct
 
 pytestmark = pytest.mark.lxc
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specops.lab.pve.lxcnet import NetError, lxc_net_lines, render_interfaces, setup_network
+from specops_lab.pve.lxcnet import NetError, lxc_net_lines, render_interfaces, setup_network
 
 CASES = Path(__file__).resolve().parents[1] / "fixtures" / "pve-container-setup"
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from specops.errors import ValidationError
-from specops.lab.pve import migrate, pct
-from specops.lab.pve.conf import parse_pct_config
-from specops.lab.pve.layout import Cluster, Node, init_cluster, read_storage_cfg
-from specops.lab.pve.lxcconf import StartError, build_lxc_config
-from specops.lab.pve.testing import make_test_cluster
-from specops.pve_schema import ApiError, calls_in, check_call, find_endpoint
+from specops_lab.pve import migrate, pct
+from specops_lab.pve.conf import parse_pct_config
+from specops_lab.pve.layout import Cluster, Node, init_cluster, read_storage_cfg
+from specops_lab.pve.lxcconf import StartError, build_lxc_config
+from specops_lab.pve.testing import make_test_cluster
+from specops_lab.pve_schema import ApiError, calls_in, check_call, find_endpoint
 
 CONF = """\
 #desc

@@ -1,4 +1,4 @@
-"""specops.lab.unit_exec reads a unit as systemd executes it: the inverse of the role's
+"""specops_lab.unit_exec reads a unit as systemd executes it: the inverse of the role's
 quoting filters and of the service step's EnvironmentFile writer."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ansible_collections.specops.infra.plugins.module_utils.service_unit import 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specops.lab import unit_exec
+from specops_lab import unit_exec
 
 # Printable words without control characters (systemd_quote refuses those).
 _word = st.text(

@@ -13,13 +13,13 @@ import httpx
 import pytest
 
 from specops.errors import SpecopsError
-from specops.lab.vllm import (
+from specops_lab.vllm import (
     LabPaths,
     VllmServer,
     read_spec_decode_counters,
     server_status,
 )
-from specops.lab.vllm_model import build_info, build_model, model_dir
+from specops_lab.vllm_model import build_info, build_model, model_dir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -204,7 +204,7 @@ def test_start_timeout_stops_what_it_started(vllm_lab: LabPaths) -> None:
 
 
 def test_cli_start_status_stop(vllm_lab: LabPaths) -> None:
-    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'collections'}"}
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'lab/src'}:{REPO / 'collections'}"}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -11,7 +11,7 @@ import pytest
 
 from specops.cli import main
 from specops.errors import ValidationError
-from specops.lab.vllm import (
+from specops_lab.vllm import (
     SpecConfig,
     SpecDecodeCounters,
     VllmServer,

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from specops.lab.pve.layout import DEFAULT_LXCPATH, Cluster, Node, init_cluster
-from specops.lab.pve.testing import TEMPLATE_NAME, ApiHandle
+from specops_lab.pve.layout import DEFAULT_LXCPATH, Cluster, Node, init_cluster
+from specops_lab.pve.testing import TEMPLATE_NAME, ApiHandle
 
 REPO = Path(__file__).resolve().parents[2]
 NODE = "lifecycle-a"

@@ -30,9 +30,9 @@ from lifecycle_lab import (
     write_inventory,
 )
 
-from specops.lab.pve.layout import Cluster
-from specops.lab.pve.testing import ApiHandle, running_api, stop_lab_containers
-from specops.pve_schema import ApiError, find_endpoint
+from specops_lab.pve.layout import Cluster
+from specops_lab.pve.testing import ApiHandle, running_api, stop_lab_containers
+from specops_lab.pve_schema import ApiError, find_endpoint
 
 pytestmark = [pytest.mark.lxc, pytest.mark.slow]
 

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from lifecycle_lab import COMMUNITY_PROXMOX_CALLS
 
-from specops.pve_schema import calls_in, check_call
+from specops_lab.pve_schema import calls_in, check_call
 
 GIB = 1024**3
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from specops.lab.pve.layout import Cluster
-from specops.lab.pve.testing import free_port
-from specops.lab.up import LabPaths, down, up
+from specops_lab.pve.layout import Cluster
+from specops_lab.pve.testing import free_port
+from specops_lab.up import LabPaths, down, up
 
 REPO = Path(__file__).resolve().parents[2]
 VMIDS = (701, 702, 703)

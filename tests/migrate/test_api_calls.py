@@ -1,7 +1,8 @@
 """Every Proxmox VE API call the project makes, checked against the PVE 9.1 schema.
 
 The calls are found by parsing the code (``pve_api_scan``: an AST walk over every Python
-file in ``src/`` and ``collections/``, whatever it imports), not by file name:
+file in ``src/``, ``lab/src/`` and ``collections/``, whatever it imports), not by file
+name:
 
 1. proxmoxer attribute chains (``prox.nodes(n).lxc(v).status.start.post()``), the
    wrappers whose path comes from their parameters (``PveClient.call``, ``Api.get``), and
@@ -23,17 +24,17 @@ import ansible_collections.community.proxmox as community_proxmox
 import yaml
 from pve_api_scan import ScanResult, scan
 
-from specops.pve_schema import ApiError, calls_in, find_endpoint
+from specops_lab.pve_schema import ApiError, calls_in, find_endpoint
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _project_files() -> list[tuple[Path, str]]:
-    """Every Python file of the project under src/ and collections/; ansible-test's
+    """Every Python file of the project under src/, lab/src/ and collections/; ansible-test's
     output (tests/output: its delegation venv while sanity runs, git-ignored) is not."""
     return [
         (path, str(path.relative_to(REPO)))
-        for top in ("src", "collections")
+        for top in ("src", "lab/src", "collections")
         for path in sorted((REPO / top).rglob("*.py"))
         if "tests/output" not in path.relative_to(REPO).as_posix()
     ]

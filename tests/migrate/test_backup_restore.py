@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from specops.lab.pve.layout import Cluster
-from specops.lab.pve.testing import ApiHandle, make_test_cluster, running_api, stop_lab_containers
 from specops.migrate.client import PveClient
 from specops.migrate.move import move
 from specops.migrate.preflight import preflight
 from specops.migrate.spec import parse_spec
 from specops.migrate.state import load_state
+from specops_lab.pve.layout import Cluster
+from specops_lab.pve.testing import ApiHandle, make_test_cluster, running_api, stop_lab_containers
 
 pytestmark = [pytest.mark.lxc, pytest.mark.slow]
 

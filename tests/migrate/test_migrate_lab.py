@@ -20,10 +20,10 @@ import pytest
 import yaml
 from migrate_lab import REPO, MigrateLab
 
-from specops.lab.hosttree import build_tree, load_spec, with_cards_released, with_nvidia_loaded
-from specops.lab.pve.testing import open_devices_in_ct
 from specops.migrate.client import PveClient
 from specops.migrate.spec import ApiEndpoint
+from specops_lab.hosttree import build_tree, load_spec, with_cards_released, with_nvidia_loaded
+from specops_lab.pve.testing import open_devices_in_ct
 
 pytestmark = [pytest.mark.lxc, pytest.mark.slow]
 

@@ -25,9 +25,9 @@ import pytest
 import yaml
 from plugins.secret_scan import CmdlineScan
 
-from specops.lab.hosttree import build_tree, load_spec
-from specops.lab.pve.layout import Cluster
-from specops.lab.pve.testing import ApiHandle, make_test_cluster, running_api
+from specops_lab.hosttree import build_tree, load_spec
+from specops_lab.pve.layout import Cluster
+from specops_lab.pve.testing import ApiHandle, make_test_cluster, running_api
 
 pytestmark = pytest.mark.slow
 

@@ -13,10 +13,10 @@ import pytest
 from ansible_collections.specops.infra.plugins.modules.lxc_stale_gpu_lines import stale_lines
 
 from specops.errors import ValidationError
-from specops.lab.hosttree import build_tree, load_spec
 from specops.migrate.preflight import ct_gpu_lines, gather_local_facts, parse_size, select_cards
 from specops.migrate.report import render_markdown
 from specops.migrate.spec import parse_spec
+from specops_lab.hosttree import build_tree, load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 

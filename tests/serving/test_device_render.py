@@ -18,7 +18,7 @@ import pytest
 import yaml
 from plugins.scripts import load_script
 
-from specops.lab import unit_exec
+from specops_lab import unit_exec
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]

@@ -32,8 +32,8 @@ from specops.bench.metrics import acceptance_from_vllm, parse_spec_counters
 from specops.bench.report import render_markdown
 from specops.bench.results import Results, load_results
 from specops.bench.roofline import roofline_rows
-from specops.lab import unit_exec
 from specops.tune.rollout import plain_gate
+from specops_lab import unit_exec
 
 RUN = Path(__file__).resolve().parents[1] / "fixtures" / "gpu-serving" / "h200-2026-12-03"
 RECORD: dict[str, Any] = json.loads((RUN / "record.json").read_text())

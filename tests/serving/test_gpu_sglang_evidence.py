@@ -29,7 +29,7 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative_translat
 from plugins.scripts import REPO, load_script
 
 from specops.bench.metrics import acceptance_from_sglang
-from specops.lab import unit_exec
+from specops_lab import unit_exec
 
 RUN = REPO / "tests" / "fixtures" / "gpu-serving" / "h200-sglang-2026-12-03"
 RECORD: dict[str, Any] = json.loads((RUN / "record.json").read_text())

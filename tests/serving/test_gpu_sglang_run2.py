@@ -26,9 +26,9 @@ from specops.bench.fidelity import paired_ratio_interval
 from specops.bench.report import write_report
 from specops.bench.results import load_results
 from specops.bench.runner import sglang_identity
-from specops.lab import unit_exec
 from specops.tune.config import load_config_file
 from specops.tune.sweep import report_sweep
+from specops_lab import unit_exec
 
 RUN = REPO / "tests" / "fixtures" / "gpu-serving" / "h200-sglang-2026-12-03-run2"
 RECORD: dict[str, Any] = json.loads((RUN / "record.json").read_text())

@@ -27,7 +27,7 @@ from typing import ClassVar
 import pytest
 from plugins.secret_scan import CmdlineScan
 
-from specops.lab.vllm import LabPaths
+from specops_lab.vllm import LabPaths
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "hf_issue19TestTokenNotReal0123456789"  # noqa: S105  (a test value)

@@ -11,7 +11,7 @@ from ansible_collections.specops.infra.plugins.module_utils.engines import ENGIN
 
 from specops.cli import main
 from specops.errors import SpecopsError
-from specops.lab import wheelhouse
+from specops_lab import wheelhouse
 
 
 def test_uv_pin_matches_the_role(repo_root: Path) -> None:

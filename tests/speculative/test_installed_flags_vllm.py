@@ -24,8 +24,8 @@ from ansible_collections.specops.infra.plugins.module_utils.engine_flags import 
 from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import FLAG_LISTS
 
 from specops.errors import ValidationError
-from specops.lab.vllm import LabPaths
 from specops.speculative import Engine, SpeculativeProfile, to_argv
+from specops_lab.vllm import LabPaths
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from specops.lab.vllm import LabPaths
-from specops.lab.vllm_model import model_dir
 from specops.speculative import Engine, SpeculativeProfile, to_argv
+from specops_lab.vllm import LabPaths
+from specops_lab.vllm_model import model_dir
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specops.lab.tune_nodes import LabNode, write_inventory
+from specops_lab.tune_nodes import LabNode, write_inventory
 
 REPO = Path(__file__).resolve().parents[2]
 NGRAM = {"method": "ngram", "num_draft_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}

@@ -1,6 +1,6 @@
 """Real servers: two lab nodes (systemd containers) serving vLLM CPU with the tiny model.
 
-One session of nodes (``specops.lab.tune_nodes``: docker systemd containers sharing the lab's
+One session of nodes (``specops_lab.tune_nodes``: docker systemd containers sharing the lab's
 one read-only vLLM venv) serves both tests:
 
 - the rollout: a good change (no speculation -> ngram num_speculative_tokens 5, the
@@ -36,8 +36,8 @@ import pytest
 from ansible_collections.specops.infra.plugins.module_utils.readiness import wait_ready
 from plugins.measurements import Record
 
-from specops.lab.tune_nodes import LabNode, node_names, remove_nodes, start_nodes, write_inventory
 from specops.tune.rollout import overhead, overhead_table
+from specops_lab.tune_nodes import LabNode, node_names, remove_nodes, start_nodes, write_inventory
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.docker, pytest.mark.fleet]
 
@@ -60,7 +60,9 @@ SMOKE = {"concurrency": [2], "context_lengths": [128], "output_len": 32,
 def playbook(inventory: Path, name: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO / "src"), str(REPO / "lab" / "src"), env.get("PYTHONPATH", "")]
+    )
     exe = Path(sys.executable).parent / "ansible-playbook"
     return subprocess.run(
         [str(exe), "-i", str(inventory), str(REPO / name), *args],

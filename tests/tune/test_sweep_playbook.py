@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from specops.cli import main
-from specops.lab import network
+from specops_lab import network
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ from ansible_collections.specops.infra.plugins.module_utils.addresses import (
 )
 
 from specops.errors import ValidationError
-from specops.lab import network
+from specops_lab import network
 
 
 def test_container_address_is_the_first_static_one_without_prefix() -> None:

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import socket
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from specops import cli
 from specops.errors import ValidationError
 
 REPO = Path(__file__).resolve().parents[2]
+PYTHONPATH = f"{REPO / 'src'}:{REPO / 'lab/src'}:{REPO / 'collections'}"
 
 
 def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -102,12 +105,61 @@ def test_every_command_is_registered_by_its_module(capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     listed = capsys.readouterr().out
-    for command in cli.COMMANDS:
+    for command in cli.all_commands():
         assert command in listed
         with pytest.raises(SystemExit) as exc:
             cli.main([command, "--help"])
         assert exc.value.code == 0
         assert f"usage: specops {command}" in capsys.readouterr().out
+
+
+def test_the_lab_registers_its_command_through_the_entry_point_group() -> None:
+    """`specops lab` comes from the lab's distribution (lab/pyproject.toml), not from a
+    name in the product: its entry names the module that registers ``lab``."""
+    table = tomllib.loads((REPO / "lab/pyproject.toml").read_text(encoding="utf-8"))
+    group = table["project"]["entry-points"][cli.COMMAND_GROUP]
+    assert group == {"lab": "specops_lab.cli"}
+    assert "lab" not in cli.COMMANDS
+    assert "specops_lab" not in (REPO / "src/specops/cli.py").read_text(encoding="utf-8")
+    parser = cli._Parser(prog="specops")
+    importlib.import_module(group["lab"]).register(parser.add_subparsers())
+    assert parser.parse_args(["lab", "vllm", "status"]).specops_prog == "specops lab vllm status"
+
+
+def test_a_command_of_an_installed_distribution_runs(tmp_path: Path) -> None:
+    """Any distribution's entry in specops.commands is a command (a real dist-info on
+    the path, read by importlib.metadata as an install's)."""
+    info = tmp_path / "specops_hello-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: specops-hello\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[specops.commands]\nhello = specops_hello\n")
+    (tmp_path / "specops_hello.py").write_text(
+        "def register(sub):\n"
+        "    p = sub.add_parser('hello', help='says hello')\n"
+        "    p.set_defaults(func=lambda args: print('hello from a distribution') or 3)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{tmp_path}"}
+    run = subprocess.run(python_module_argv("specops.cli", "hello"), env=env,
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    assert (run.returncode, run.stdout) == (3, "hello from a distribution\n"), run.stderr
+    listed = subprocess.run(python_module_argv("specops.cli", "--help"), env=env,
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "says hello" in listed
+
+
+def test_without_the_lab_installed_lab_is_an_unknown_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The operator's install (the product alone): one line that says what is valid."""
+    monkeypatch.setattr(cli.importlib.metadata, "entry_points", lambda group: [])
+    assert cli.main(["lab", "up"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "specops: error: argument COMMAND: unknown command 'lab' (choose from profile, bench, "
+        "migrate, sweep, rollout, doctor; "
+    ), err
+    assert "entry-point group specops.commands" in err
+    assert err.count("\n") == 1, err
 
 
 def _groups(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -154,7 +206,7 @@ def test_stop_signal_ends_without_a_traceback(tmp_path: Path, signum: int, code:
              "--context-lengths", "1K", "--output-len", "8", "--requests-per-cell", "1",
              "--out", str(tmp_path)),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'collections'}"},
+            env={**os.environ, "PYTHONPATH": PYTHONPATH},
         )  # fmt: skip
         server.settimeout(60)
         conn, _ = server.accept()  # the client is inside its first request now

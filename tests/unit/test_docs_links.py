@@ -30,6 +30,7 @@ def _pages() -> list[Path]:
         *(REPO / "collections").rglob("*.md"),
         *(REPO / "inventory").rglob("*.md"),
         *(REPO / "src").rglob("*.md"),
+        *(REPO / "lab").rglob("*.md"),
     ]
     return [
         REPO / "README.md",

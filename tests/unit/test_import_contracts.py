@@ -1,10 +1,10 @@
 """The import contracts (pyproject.toml, [tool.importlinter]) hold, and each one breaks.
 
-Each case copies the Python sources (src/specops, the collection's plugins, the
-contract config and scripts/import_contracts.py) to a temporary tree, plants one
-violation there and runs ``lint-imports`` on it, as the lint phase of scripts/test.sh
-runs it on the repository: the run must fail and name the violation. The unplanted copy
-passes, so each failure is the planted import's.
+Each case copies the Python sources (src/specops, the lab's lab/src/specops_lab, the
+collection's plugins, the contract config and scripts/import_contracts.py) to a temporary
+tree, plants one violation there and runs ``lint-imports`` on it, as the lint phase of
+scripts/test.sh runs it on the repository: the run must fail and name the violation. The
+unplanted copy passes, so each failure is the planted import's.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 PLUGINS = Path("collections/ansible_collections/specops/infra/plugins")
 MODULE_UTILS = PLUGINS / "module_utils"
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+LAB = Path("lab/src/specops_lab")
 
 
 def _tree(dest: Path) -> Path:
@@ -28,6 +29,7 @@ def _tree(dest: Path) -> Path:
         "__pycache__", "*.json", "*.md", "*.j2", "*.txt", "*.yml", "data", "engine_flag_lists"
     )
     shutil.copytree(REPO / "src/specops", dest / "src/specops", ignore=only_py)
+    shutil.copytree(REPO / LAB, dest / LAB, ignore=only_py)
     shutil.copytree(REPO / PLUGINS, dest / PLUGINS, ignore=only_py)
     # The copy alone is the collection: as a regular package it hides the collection
     # installed in the venv (scripts/setup.sh links it into site-packages), which would
@@ -41,7 +43,8 @@ def _tree(dest: Path) -> Path:
 
 def _lint(tree: Path) -> tuple[int, str]:
     """lint-imports' exit code and its output with whitespace folded (it wraps lines)."""
-    env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{tree / 'collections'}"}
+    path = [tree / "src", tree / "lab/src", tree / "collections"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
     run = subprocess.run(
         [str(LINT_IMPORTS), "--no-cache"],
         cwd=tree, env=env, capture_output=True, text=True, check=False,
@@ -61,7 +64,7 @@ def _plant(path: Path, line: str) -> int:
 def test_the_repository_keeps_every_contract() -> None:
     rc, out = _lint(REPO)
     assert rc == 0, out
-    assert "Contracts: 4 kept, 0 broken." in out
+    assert "Contracts: 5 kept, 0 broken." in out
 
 
 def test_an_unplanted_copy_keeps_every_contract(tmp_path: Path) -> None:
@@ -71,6 +74,8 @@ def test_an_unplanted_copy_keeps_every_contract(tmp_path: Path) -> None:
 
 STDLIB = "module_utils (run on managed hosts) import only the standard library, Ansible's"
 ONE_WAY = "the collection specops.infra never imports the controller package specops"
+NO_LAB = "the product (specops, the collection specops.infra) never imports the lab specops_lab"
+LAYERS = "specops: the CLI composes the commands; the core never imports the CLI"
 # (file, planted line, contracts that break, message; {line}: the planted line's number)
 PLANTS = {
     "module_utils-third-party": (
@@ -109,16 +114,28 @@ PLANTS = {
         [ONE_WAY],
         "ansible_collections.specops.infra.plugins.modules.gpu_facts -> specops.cli (l.{line})",
     ),
-    "core-imports-lab": (
+    "product-imports-lab": (
         Path("src/specops/bench/report.py"),
-        "from specops.lab import paths",
-        ["the core never imports the lab"],
-        "specops.bench is not allowed to import specops.lab",
+        "from specops_lab import paths",
+        [NO_LAB],
+        "specops.bench.report -> specops_lab.paths (l.{line})",
+    ),
+    "product-cli-imports-lab": (
+        Path("src/specops/cli.py"),
+        "import specops_lab.cli",
+        [NO_LAB],
+        "specops.cli -> specops_lab.cli (l.{line})",
+    ),
+    "collection-imports-lab": (
+        PLUGINS / "filter/systemd.py",
+        "from specops_lab import paths",
+        [NO_LAB],
+        "ansible_collections.specops.infra.plugins.filter.systemd -> specops_lab.paths (l.{line})",
     ),
     "core-imports-cli": (
         Path("src/specops/migrate/spec.py"),
         "import specops.cli",
-        ["the core never imports the lab"],
+        [LAYERS],
         "specops.migrate is not allowed to import specops.cli",
     ),
     "tune-cycle": (
@@ -141,7 +158,7 @@ def test_a_planted_violation_breaks_its_contract(tmp_path: Path, case: str) -> N
         assert contract in out, out
     assert out.count(" BROKEN") == len(contracts), out
     assert message.replace("{line}", str(number)) in out, out
-    kept = 4 - len(contracts)
+    kept = 5 - len(contracts)
     assert f"Contracts: {kept} kept, {len(contracts)} broken." in out, out
 
 

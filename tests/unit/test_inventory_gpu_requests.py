@@ -154,7 +154,7 @@ def _preflight(inventory: Path) -> subprocess.CompletedProcess[str]:
         cwd=REPO, capture_output=True, text=True, check=False, timeout=300,
         env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
              "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
-             "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'collections'}"},
+             "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'lab/src'}:{REPO / 'collections'}"},
     )  # fmt: skip
 
 

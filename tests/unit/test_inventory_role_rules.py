@@ -184,7 +184,7 @@ def _preflight(inventory: Path, *extra: str) -> subprocess.CompletedProcess[str]
         cwd=REPO, capture_output=True, text=True, check=False, timeout=300,
         env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
              "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
-             "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'collections'}"},
+             "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'lab/src'}:{REPO / 'collections'}"},
     )  # fmt: skip
 
 
@@ -303,7 +303,7 @@ def test_a_file_that_does_not_parse_is_named_by_the_playbook(
          "playbooks/preflight.yml"],
         cwd=REPO, capture_output=True, text=True, check=False, timeout=300,
         env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-             "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'collections'}"},
+             "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'lab/src'}:{REPO / 'collections'}"},
     )  # fmt: skip
     out = result.stdout + result.stderr
     assert result.returncode != 0, out[-3000:]

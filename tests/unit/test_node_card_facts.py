@@ -31,7 +31,7 @@ from ansible_collections.specops.infra.plugins.plugin_utils.inventory import (
 )
 from plugins.problems import assert_named
 
-from specops.lab import hosttree
+from specops_lab import hosttree
 
 REPO = Path(__file__).resolve().parents[2]
 NODE = "pve-a"
@@ -202,7 +202,7 @@ def _play(inventory: Path, playbook: str, *extra: str) -> tuple[int, dict[str, A
         env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
              "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
              "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.memory",
-             "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'collections'}"},
+             "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'lab/src'}:{REPO / 'collections'}"},
     )  # fmt: skip
     assert result.stdout.startswith("{"), result.stderr[-3000:]
     return result.returncode, json.loads(result.stdout)

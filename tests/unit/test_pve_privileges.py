@@ -17,7 +17,7 @@ from ansible_collections.specops.infra.plugins.modules.pve_container import (
 )
 
 from specops.migrate.client import API_CALLS as MIGRATE_CALLS
-from specops.pve_schema import privileges_of, pveum_commands
+from specops_lab.pve_schema import privileges_of, pveum_commands
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,7 @@
-"""specops.pve_schema / pve_jsonschema / pve_formats against PVE's own rules.
+"""specops_lab.pve_schema / pve_jsonschema / pve_formats against PVE's own rules.
 
 Each expectation below is what PVE's code (pve-common JSONSchema.pm and the format
-validators named in specops.pve_formats) answers for the same input; a test that breaks
+validators named in specops_lab.pve_formats) answers for the same input; a test that breaks
 names the upstream function to re-read.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from specops.lab.pve.api import LabApi
-from specops.pve_formats import (
+from specops_lab.pve.api import LabApi
+from specops_lab.pve_formats import (
     CODE_FORMATS,
     HASH_FORMATS,
     FormatError,
@@ -23,7 +23,7 @@ from specops.pve_formats import (
     perl_pattern,
     split_list,
 )
-from specops.pve_jsonschema import (
+from specops_lab.pve_jsonschema import (
     PropertyStringError,
     check_format,
     check_prop,
@@ -32,7 +32,7 @@ from specops.pve_jsonschema import (
     parse_property_string,
     print_property_string,
 )
-from specops.pve_schema import ApiError, check_call, find_endpoint, load_schema
+from specops_lab.pve_schema import ApiError, check_call, find_endpoint, load_schema
 
 SCHEMA = load_schema()
 PROJECT_CALL_MODULES = (

@@ -1,5 +1,5 @@
 """vfio_release tests: simulated host trees from tests/fixtures/hosts/*.yml and the PCI
-kernel stand-in (specops.lab.pci_standin) running in a thread."""
+kernel stand-in (specops_lab.pci_standin) running in a thread."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils import gpu
 
-from specops.lab import hosttree
-from specops.lab.pci_standin import PciStandin, register_driver
+from specops_lab import hosttree
+from specops_lab.pci_standin import PciStandin, register_driver
 
 HOSTS = Path(__file__).resolve().parent.parent / "fixtures" / "hosts"
 

@@ -12,7 +12,7 @@ from ansible_collections.specops.infra.plugins.module_utils import vfio
 from ansible_collections.specops.infra.plugins.module_utils.gpu import HostGpuFacts
 from ansible_collections.specops.infra.plugins.modules import vfio_release as module
 
-from specops.lab.pci_standin import PciStandin
+from specops_lab.pci_standin import PciStandin
 
 HostTree = Callable[..., Path]
 

@@ -3,9 +3,11 @@
 Every layer reads it: the GPU facts (``gpu.py``: name and architecture of a PCI id, and
 whether only NVIDIA's open kernel modules drive it), the nvidia_driver role (through
 those facts), the migration preflight (VRAM per card), the benchmark's roofline
-(memory bandwidth per card), and the lab's stand-ins (the simulated host tree's PCI
-identities, the installer stand-in's open-module refusal). A new card is one row here;
-``tests/gpu/test_gpu_catalogue.py`` proves no second table exists.
+(memory bandwidth per card), and the lab's stand-ins (the simulated host tree, the
+installer stand-in's open-module refusal). A new card is one row here;
+``tests/gpu/test_gpu_catalogue.py`` proves no second table exists. What only the lab
+simulates (a board's PCI class, subsystem and HD audio function) is the lab's own table,
+keyed by this id (in the lab, lab/), not a column here.
 
 Columns:
 
@@ -18,14 +20,9 @@ Columns:
   little less, e.g. 143771 MiB on an H200);
 - ``bandwidth_gb_s``: peak memory bandwidth per card in GB/s (10^9 bytes/s), with
   ``bandwidth_source`` naming where the number comes from;
-- ``open_module_required``: only the open kernel modules drive it (Blackwell);
-- ``pci_class``, ``subsystem_id``, ``audio_pci_id``: the PCI identity of a typical board
-  (class 0x0300 VGA or 0x0302 3D controller; the HD audio function .1 of cards with
-  display outputs), what the lab's simulated host tree writes into sysfs.
+- ``open_module_required``: only the open kernel modules drive it (Blackwell).
 
-PCI ids: NVIDIA's open-gpu-kernel-modules README, "supported GPUs" table (tag 595.45.04);
-audio functions from public lspci listings (GA102 10de:1aef, GB202 10de:22e8); the 3090's
-subsystem is a board partner's in practice, 10de:147d (Founders Edition) stands in.
+PCI ids: NVIDIA's open-gpu-kernel-modules README, "supported GPUs" table (tag 595.45.04).
 
 Stdlib only: this file runs on managed hosts, down to Python 3.7 (PVE 6).
 """
@@ -56,9 +53,6 @@ class GpuProduct:
     bandwidth_gb_s: float
     bandwidth_source: str
     open_module_required: bool
-    pci_class: str
-    subsystem_id: str
-    audio_pci_id: str | None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,28 +77,24 @@ _H200_NVL = "NVIDIA H200 data sheet, NVL: 141 GB HBM3e, 4.8 TB/s"
 
 # One row per product. Keep the columns in the order of GpuProduct.
 CATALOGUE: tuple[GpuProduct, ...] = (
-    GpuProduct("rtx-a6000", "10de:2230", "NVIDIA RTX A6000", "ampere", 48, 768.0, _A6000,
-               False, "0x030000", "10de:1459", "10de:1aef"),
+    GpuProduct("rtx-a6000", "10de:2230", "NVIDIA RTX A6000", "ampere", 48, 768.0, _A6000, False),
     GpuProduct("rtx-3090", "10de:2204", "NVIDIA GeForce RTX 3090", "ampere", 24, 936.0, _3090,
-               False, "0x030000", "10de:147d", "10de:1aef"),
+               False),
     GpuProduct("rtx-pro-6000", "10de:2bb1", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition",
-               "blackwell", 96, 1792.0, _PRO6000_WS, True, "0x030000", "10de:204b", "10de:22e8"),
+               "blackwell", 96, 1792.0, _PRO6000_WS, True),
     GpuProduct("rtx-pro-6000-maxq", "10de:2bb4",
                "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "blackwell", 96, 1792.0,
-               _PRO6000_MAXQ, True, "0x030000", "10de:204c", "10de:22e8"),
+               _PRO6000_MAXQ, True),
     GpuProduct("rtx-pro-6000-server", "10de:2bb5",
                "NVIDIA RTX PRO 6000 Blackwell Server Edition", "blackwell", 96, 1597.0,
-               _PRO6000_SERVER, True, "0x030200", "10de:204e", None),
+               _PRO6000_SERVER, True),
     GpuProduct("h100-sxm", "10de:2330", "NVIDIA H100 80GB HBM3", "hopper", 80, 3350.0, _H100_SXM,
-               False, "0x030200", "10de:16c0", None),
+               False),
     GpuProduct("h100-pcie", "10de:2331", "NVIDIA H100 PCIe", "hopper", 80, 2000.0, _H100_PCIE,
-               False, "0x030200", "10de:1626", None),
-    GpuProduct("h100-nvl", "10de:2321", "NVIDIA H100 NVL", "hopper", 94, 3900.0, _H100_NVL,
-               False, "0x030200", "10de:1839", None),
-    GpuProduct("h200", "10de:2335", "NVIDIA H200", "hopper", 141, 4800.0, _H200,
-               False, "0x030200", "10de:18bf", None),
-    GpuProduct("h200-nvl", "10de:233b", "NVIDIA H200 NVL", "hopper", 141, 4800.0, _H200_NVL,
-               False, "0x030200", "10de:1996", None),
+               False),
+    GpuProduct("h100-nvl", "10de:2321", "NVIDIA H100 NVL", "hopper", 94, 3900.0, _H100_NVL, False),
+    GpuProduct("h200", "10de:2335", "NVIDIA H200", "hopper", 141, 4800.0, _H200, False),
+    GpuProduct("h200-nvl", "10de:233b", "NVIDIA H200 NVL", "hopper", 141, 4800.0, _H200_NVL, False),
 )  # fmt: skip
 
 _BY_ID = {p.id: p for p in CATALOGUE}

@@ -10,7 +10,7 @@ from typing import Any
 from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.connection.local import Connection as LocalConnection
 
-from specops.lab.paths import UNREACHABLE_FAULT, lab_dir
+from specops_lab.paths import UNREACHABLE_FAULT, lab_dir
 
 DOCUMENTATION = r"""
 name: node
@@ -24,7 +24,7 @@ description:
     commands locally, as
     C(local) does, with the node's C(usr/local/sbin), C(usr/local/bin), C(usr/sbin),
     C(usr/bin), C(sbin) and C(bin) first on C(PATH) and C(SPECOPS_LAB_NODE_ROOT) set to its
-    root, so the node's stand-in tools (src/specops/lab/node.py) answer for it.
+    root, so the node's stand-in tools (lab/src/specops_lab/node.py) answer for it.
   - Its transport is not C(local), so C(ansible.builtin.reboot) runs; with search paths and
     boot-time command under the node's root it finds the node's own C(shutdown), which
     emulates the node's boot.
