@@ -965,7 +965,7 @@ def lab(
     record: Callable[[dict[str, Any]], None],
 ) -> None:
     """Start each lab server in turn (plain first: no speculation), measure, stop it."""
-    from specops.lab.vllm import SpecConfig, VllmServer, prepare  # noqa: PLC0415
+    from specops_lab.vllm import SpecConfig, VllmServer, prepare  # noqa: PLC0415
 
     prepare()
     if key is not None:

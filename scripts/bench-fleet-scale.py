@@ -48,7 +48,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "src"), str(REPO / "lab/src"), str(REPO / "collections")]
 
 from ansible_collections.specops.infra.plugins.module_utils.gpu import (  # noqa: E402
     HostRoots,

@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "src"), str(REPO / "lab/src"), str(REPO / "collections")]
 
 from specops.tune.apply import AnsibleApplier  # noqa: E402
 from specops.tune.versus import LAB_SEARCH, sweep_vs_grid  # noqa: E402

@@ -61,9 +61,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-for _p in (REPO / "src", REPO / "lab/src", REPO / "collections"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
 
 import httpx  # noqa: E402
 from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: E402

@@ -42,6 +42,7 @@ Stdlib only besides the repository's own code (the device's python3 has no Ansib
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import json
 import os
@@ -56,10 +57,24 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "src"), str(REPO / "lab/src")]
-sys.path.insert(0, str(REPO / "collections"))
 
-# The repository's own code (after the path set-up above).
+
+def _on_the_tree_packages() -> None:
+    """The device machine's python3 runs this script from a copied tree, with nothing
+    installed: it runs again with the tree's src/, lab/src and collections/ on
+    PYTHONPATH (no sys.path edit). The venv's python has them installed already."""
+    if importlib.util.find_spec("specops") is not None:
+        return
+    tree = [str(REPO / "src"), str(REPO / "lab/src"), str(REPO / "collections")]
+    before = os.environ.get("PYTHONPATH")
+    path = os.pathsep.join([*tree, before] if before else tree)
+    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONPATH": path})  # noqa: S606 - this script again
+
+
+if __name__ == "__main__":
+    _on_the_tree_packages()
+
+# The repository's own code (installed, or from the tree: _on_the_tree_packages).
 from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: E402
     gpu,
     gpu_doctor,
@@ -104,10 +119,9 @@ console: 0
 tty: 0
 entrypoint: /usr/bin/sleep infinity
 """
-# Inside the container: the doctor's evidence, with the repo's collection on the path.
+# Inside the container: the doctor's evidence (the repo's collection on PYTHONPATH).
 IN_CT = """
 import json, sys
-sys.path.insert(0, "/srv/specops/collections")
 from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence import (
     container_evidence,
 )
@@ -389,6 +403,8 @@ def run_case(
             "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "-v",
             "HOME=/root",
+            "-v",
+            "PYTHONPATH=/srv/specops/collections",  # the repo's collection, bind-mounted
             "--",
             python,
             "-c",

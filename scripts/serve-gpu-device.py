@@ -71,6 +71,7 @@ import os
 import secrets
 import shutil
 import signal
+import site
 import subprocess
 import sys
 import tarfile
@@ -88,7 +89,23 @@ FLAG_LISTS = (
     / "collections/ansible_collections/specops/infra/plugins/module_utils"
     / "engine_flag_lists"
 )
-sys.path[:0] = [str(REPO / "src"), str(REPO / "lab/src"), str(REPO / "collections")]
+
+
+def _on_the_tree_packages() -> None:
+    """The device machine's python3 runs this script from a copied tree, with nothing
+    installed: it runs again with the tree's src/, lab/src and collections/ on
+    PYTHONPATH (no sys.path edit). The venv's python has them installed already."""
+    if importlib.util.find_spec("specops") is not None:
+        return
+    tree = [str(REPO / "src"), str(REPO / "lab/src"), str(REPO / "collections")]
+    before = os.environ.get("PYTHONPATH")
+    path = os.pathsep.join([*tree, before] if before else tree)
+    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONPATH": path})  # noqa: S606 - this script again
+
+
+if __name__ == "__main__":
+    _on_the_tree_packages()
+
 
 import yaml  # noqa: E402
 from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: E402
@@ -1207,7 +1224,7 @@ def sweep_step(ctx: Ctx, rec: Record, host_model: str) -> None:
     beside it) on the device's server, the plain config's bench run standing for ``none``.
     The output gate is off here: the configs above record its verdict on each method."""
     if importlib.util.find_spec("orjson") is None:  # the payload's site, unpacked above
-        sys.path.insert(0, str(ctx.work / "site"))
+        site.addsitedir(str(ctx.work / "site"))  # a site of wheels, as Python adds one
     from specops.tune.apply import generates  # noqa: PLC0415 - after unpack (orjson)
     from specops.tune.config import load_config  # noqa: PLC0415 - after unpack (orjson)
     from specops.tune.sweep import run_sweep  # noqa: PLC0415 - after unpack (orjson)
