@@ -28,7 +28,7 @@ real-hardware proof in one go:
 Usage::
 
     # here: a bundle folder (ignored by git) that the device tool carries
-    python3 scripts/gpu-doctor-device.py bundle .cache/gpu-doctor-device
+    .venv/bin/python scripts/gpu-doctor-device.py bundle .cache/gpu-doctor-device
     # there (device tool, repo root = the bundle's parent):
     python3 .cache/gpu-doctor-device/scripts/gpu-doctor-device.py run \\
         --debs .cache/gpu-doctor-device/debs --out "$OUT"
@@ -42,7 +42,6 @@ Stdlib only besides the repository's own code (the device's python3 has no Ansib
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import io
 import json
 import os
@@ -59,22 +58,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _on_the_tree_packages() -> None:
-    """The device machine's python3 runs this script from a copied tree, with nothing
-    installed: it runs again with the tree's src/, lab/src and collections/ on
-    PYTHONPATH (no sys.path edit). The venv's python has them installed already."""
-    if importlib.util.find_spec("specops") is not None:
-        return
-    tree = [str(REPO / "src"), str(REPO / "lab/src"), str(REPO / "collections")]
-    before = os.environ.get("PYTHONPATH")
-    path = os.pathsep.join([*tree, before] if before else tree)
-    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONPATH": path})  # noqa: S606 - this script again
+if __name__ == "__main__":  # nothing installed (a copied tree): run on its packages
+    from tree_packages import run_on_the_tree
 
+    run_on_the_tree(REPO)
 
-if __name__ == "__main__":
-    _on_the_tree_packages()
-
-# The repository's own code (installed, or from the tree: _on_the_tree_packages).
+# The repository's own code (installed, or from the tree: tree_packages.py).
 from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: E402
     gpu,
     gpu_doctor,
@@ -103,7 +92,7 @@ PACKAGES = (
 # What the bundle copies from the repository: the script, the controller package (the
 # lab's PVE reader and conf -> LXC translation import its schema and format modules)
 # and the collection's module_utils.
-BUNDLE_FILES = ("scripts/gpu-doctor-device.py",)
+BUNDLE_FILES = ("scripts/gpu-doctor-device.py", "scripts/tree_packages.py")
 BUNDLE_TREES = ("src/specops", "lab/src/specops_lab")
 MODULE_UTILS = "collections/ansible_collections/specops/infra/plugins/module_utils"
 VMID = 900
@@ -168,6 +157,9 @@ def bundle(dest: Path) -> None:
         shutil.copy2(REPO / rel, target)
     for tree in (*BUNDLE_TREES, MODULE_UTILS):
         shutil.copytree(REPO / tree, dest / tree, ignore=shutil.ignore_patterns("__pycache__"))
+    from tree_packages import carry_ansible  # noqa: PLC0415 - scripts/, run as __main__
+
+    carry_ansible(dest)
     debs = dest / "debs"
     debs.mkdir()
     subprocess.run(["apt-get", "download", *PACKAGES], cwd=debs, check=True)
@@ -259,6 +251,11 @@ def _binds(engine_python: str) -> list[str]:
         f"lxc.mount.entry = {REPO / 'collections'} srv/specops/collections none "
         "bind,ro,create=dir 0 0"
     )
+    if (REPO / "device-site").is_dir():  # Ansible's module_utils (scripts/tree_packages.py)
+        out.append(
+            f"lxc.mount.entry = {REPO / 'device-site'} srv/specops/device-site none "
+            "bind,ro,create=dir 0 0"
+        )
     return out
 
 
@@ -404,7 +401,8 @@ def run_case(
             "-v",
             "HOME=/root",
             "-v",
-            "PYTHONPATH=/srv/specops/collections",  # the repo's collection, bind-mounted
+            # the repo's collection and Ansible's module_utils, bind-mounted
+            "PYTHONPATH=/srv/specops/collections:/srv/specops/device-site",
             "--",
             python,
             "-c",

@@ -35,13 +35,15 @@ run for real on the device tool's NVIDIA machine, from the project's own code:
 
 Usage::
 
-    python3 scripts/serve-gpu-device.py bundle             # -> .cache/serve-device/p1 ...
-    # device calls, back to back (carry names the part folder):
-    python3 scripts/serve-gpu-device.py device --part .cache/serve-device/p1 --out "$OUT" --wait 20
-    python3 scripts/serve-gpu-device.py device --part .cache/serve-device/p2 --out "$OUT" --wait 540
-    python3 scripts/serve-gpu-device.py device --out "$OUT" --wait 560   # until it is done
+    .venv/bin/python scripts/serve-gpu-device.py bundle    # -> .cache/serve-device/p1 ...
+    # device calls, back to back (carry names the part folder), from the bundle's copy
+    # of the code (it carries Ansible's module_utils: scripts/tree_packages.py):
+    P=.cache/serve-device/p1/proj/scripts/serve-gpu-device.py
+    python3 $P device --part .cache/serve-device/p1 --out "$OUT" --wait 20
+    python3 $P device --part .cache/serve-device/p2 --out "$OUT" --wait 540
+    python3 $P device --out "$OUT" --wait 560   # until it is done
     # the same path on this machine (CPU vLLM of the lab, tiny model, simulated host tree):
-    python3 scripts/serve-gpu-device.py dry-run --out /tmp/serve-dry
+    .venv/bin/python scripts/serve-gpu-device.py dry-run --out /tmp/serve-dry
 
 SGLang 0.5.11 (``--engine sglang`` on bundle / device / orchestrate; docs/gpu-sglang.md):
 one trimmed site (``scripts/device/sglang-0.5.11-deps.txt``), the configs plain, NGRAM and
@@ -50,7 +52,7 @@ on SGLang's native ``/generate`` (acceptance from ``meta_info``) and ``sglang.be
 as P1's peer; the payload's first part carries the code (``p1/proj``), since the device
 copies the main checkout::
 
-    python3 scripts/serve-gpu-device.py bundle --engine sglang \
+    .venv/bin/python scripts/serve-gpu-device.py bundle --engine sglang \
         --dest /work/main/.cache/sglang-device
     python3 .cache/sglang-device/p1/proj/scripts/serve-gpu-device.py device --engine sglang \
         --part .cache/sglang-device/p1 --out "$OUT" --wait 540
@@ -91,20 +93,10 @@ FLAG_LISTS = (
 )
 
 
-def _on_the_tree_packages() -> None:
-    """The device machine's python3 runs this script from a copied tree, with nothing
-    installed: it runs again with the tree's src/, lab/src and collections/ on
-    PYTHONPATH (no sys.path edit). The venv's python has them installed already."""
-    if importlib.util.find_spec("specops") is not None:
-        return
-    tree = [str(REPO / "src"), str(REPO / "lab/src"), str(REPO / "collections")]
-    before = os.environ.get("PYTHONPATH")
-    path = os.pathsep.join([*tree, before] if before else tree)
-    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONPATH": path})  # noqa: S606 - this script again
+if __name__ == "__main__":  # nothing installed (a copied tree): run on its packages
+    from tree_packages import run_on_the_tree
 
-
-if __name__ == "__main__":
-    _on_the_tree_packages()
+    run_on_the_tree(REPO)
 
 
 import yaml  # noqa: E402
@@ -423,6 +415,9 @@ def project_tree(dest: Path) -> None:
             shutil.copytree(src, dest / rel, ignore=skip, symlinks=True)
         elif src.exists():
             shutil.copy(src, dest / rel)
+    from tree_packages import carry_ansible  # noqa: PLC0415 - scripts/, run as __main__
+
+    carry_ansible(dest)
 
 
 def tiny_model() -> Path:

@@ -28,15 +28,25 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence 
 from plugins.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURE = REPO / "tests" / "fixtures" / "doctor" / "h200-doctor-2026-12-01.json"
+# Two runs: 2026-12-01, and 2026-12-03 from a copied tree with nothing installed on the
+# device (the scripts run on the tree's packages, Ansible's module_utils carried in the
+# bundle: scripts/tree_packages.py).
+FIXTURES = sorted((REPO / "tests" / "fixtures" / "doctor").glob("h200-doctor-*.json"))
 MODULE = "580.159.04"
 PATHS = ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0", "/dev/nvidiactl"]
 
 
-@pytest.fixture(scope="module")
-def record() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(FIXTURE.read_text())
+@pytest.fixture(scope="module", params=FIXTURES, ids=lambda p: p.stem)
+def record(request: pytest.FixtureRequest) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(request.param.read_text())
     return data
+
+
+def test_both_device_runs_are_read() -> None:
+    assert [p.name for p in FIXTURES] == [
+        "h200-doctor-2026-12-01.json",
+        "h200-doctor-2026-12-03.json",
+    ]
 
 
 @pytest.fixture(scope="module")
