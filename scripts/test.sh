@@ -86,6 +86,9 @@ run_lint() {
   # (~1.5 min with its tools' venvs in place; the first run makes them, ~3 min).
   check "collection sanity (ansible-test)" "$ROOT/scripts/collection-sanity.sh"
   check argument-specs python3 scripts/check-argument-specs.py
+  # The collection's CHANGELOG.md is what antsibull-changelog generates from
+  # changelogs/ (fragments and changelog.yaml linted; ~5 s, its tool venv made once).
+  check "changelog current (antsibull-changelog)" "$ROOT/scripts/changelog.sh" check
   check "lab inventory = example + stand-in wiring" python3 scripts/check-lab-inventory.py
   check "profile table (docs/speculative.md)" specops profile table --check docs/speculative.md
 }

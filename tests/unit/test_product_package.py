@@ -1,7 +1,8 @@
 """The operator's install carries no lab code: the product's wheel (``pip wheel .``) and
-the collection specops.infra's tarball (``ansible-galaxy collection build``) hold nothing
-of the lab (lab/, the distribution specops-lab: the PVE stand-in and its API schema, the
-node, PCI and installer stand-ins, the vLLM CPU lab).
+the collection specops.infra's tarball (scripts/build_collection.py: roles/, playbooks/
+and the plugins, then ``ansible-galaxy collection build``) hold nothing of the lab (lab/,
+the distribution specops-lab: the PVE stand-in and its API schema, the node, PCI and
+installer stand-ins, the vLLM CPU lab).
 
 Both are built from a copy of what their builds read, in a temporary directory (the
 checkout gets no build/ or egg-info), in a few seconds; the scans are proven not blind by
@@ -19,10 +20,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
+from plugins.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "collections/ansible_collections/specops/infra"
-GALAXY = Path(sys.executable).parent / "ansible-galaxy"
+BUILD = load_script("build_collection.py")
 SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "output")
 
 # A member whose path names the lab, or a lab module by its name.
@@ -35,9 +38,12 @@ LAB_TEXT = re.compile(rb"\bspecops_lab\b")
 
 
 def lab_members(members: dict[str, bytes]) -> list[str]:
-    """The members (path -> content) that are lab code: by path or by content."""
+    """The members (path -> content) that are lab code: by path or by content. A role's
+    README.md may name the lab's stand-ins in prose (how its molecule scenario tests it):
+    text, not code, so only its path counts."""
     return sorted(name for name, data in members.items()
-                  if LAB_PATH.search(name) or LAB_TEXT.search(data))  # fmt: skip
+                  if LAB_PATH.search(name)
+                  or (not name.endswith(".md") and LAB_TEXT.search(data)))  # fmt: skip
 
 
 def build_wheel(tree: Path, out: Path) -> dict[str, bytes]:
@@ -54,13 +60,11 @@ def build_wheel(tree: Path, out: Path) -> dict[str, bytes]:
         return {name: z.read(name) for name in z.namelist()}
 
 
-def build_collection(src: Path, out: Path) -> dict[str, bytes]:
-    run = subprocess.run(
-        [str(GALAXY), "collection", "build", "--output-path", str(out), str(src)],
-        check=False, capture_output=True, text=True,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stdout + run.stderr
-    (tarball,) = out.glob("specops-infra-*.tar.gz")
+def build_collection(repo: Path, out: Path) -> dict[str, bytes]:
+    """The collection's tarball, built from ``repo`` by scripts/build_collection.py (the
+    one build step: stage roles/, playbooks/ and the collection, then
+    ``ansible-galaxy collection build``)."""
+    tarball = BUILD.build(repo, out)
     members = {}
     with tarfile.open(tarball) as tar:
         for member in tar.getmembers():
@@ -87,6 +91,11 @@ def test_the_product_wheel_carries_no_lab_code(product_tree: Path, tmp_path: Pat
     assert lab_members(members) == []
     (entry_points,) = (n for n in members if n.endswith(".dist-info/entry_points.txt"))
     assert b"specops.commands" not in members[entry_points]  # no command from the product
+    (metadata,) = (n for n in members if n.endswith(".dist-info/METADATA"))
+    version = re.search(rb"^Version: (\S+)$", members[metadata], re.M)
+    assert version is not None
+    galaxy = yaml.safe_load((INFRA / "galaxy.yml").read_text())
+    assert version.group(1).decode() == galaxy["version"]  # one version: wheel = collection
 
 
 def test_the_wheel_scan_finds_planted_lab_code(product_tree: Path, tmp_path: Path) -> None:
@@ -99,16 +108,23 @@ def test_the_wheel_scan_finds_planted_lab_code(product_tree: Path, tmp_path: Pat
 
 
 def test_the_infra_collection_carries_no_lab_code(tmp_path: Path) -> None:
-    members = build_collection(INFRA, tmp_path)
+    members = build_collection(REPO, tmp_path)
     assert "plugins/module_utils/gpu_catalogue.py" in members
+    assert "roles/pve_container/tasks/main.yml" in members
+    assert "playbooks/deploy.yml" in members
     assert lab_members(members) == []
 
 
 def test_the_collection_scan_finds_planted_lab_code(tmp_path: Path) -> None:
-    src = tmp_path / "infra"
-    shutil.copytree(INFRA, src, ignore=SKIP)
-    (src / "plugins/module_utils/lab_cards.py").write_text(
+    repo = tmp_path / "repo"
+    shutil.copytree(INFRA, repo / INFRA.relative_to(REPO), ignore=SKIP)
+    for name in ("roles", "playbooks"):
+        shutil.copytree(REPO / name, repo / name, ignore=SKIP)
+    shutil.copy2(REPO / "deploy.yml", repo)
+    (repo / INFRA.relative_to(REPO) / "plugins/module_utils/lab_cards.py").write_text(
         "from specops_lab.hosttree import MODELS\n"
     )
-    members = build_collection(src, tmp_path / "out")
-    assert lab_members(members) == ["plugins/module_utils/lab_cards.py"]
+    (repo / "roles/benchmark/tasks/lab.yml").write_text("# uses specops_lab\n")
+    members = build_collection(repo, tmp_path / "out")
+    assert lab_members(members) == ["plugins/module_utils/lab_cards.py",
+                                    "roles/benchmark/tasks/lab.yml"]  # fmt: skip
