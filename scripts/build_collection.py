@@ -13,7 +13,9 @@ this step stages the collection from it in a temporary directory:
 - ``playbooks/`` (with the ``tasks/`` and ``vars/`` they import) and the root
   ``deploy.yml`` as ``playbooks/deploy.yml``, its ``import_playbook: playbooks/<x>.yml``
   rewritten to ``<x>.yml`` (the one path that differs once the file moves), so that
-  ``ansible-playbook specops.infra.deploy`` runs.
+  ``ansible-playbook specops.infra.deploy`` runs; a playbook whose name has a hyphen
+  (no FQCN can name it) gets an alias with underscores that imports it
+  (``specops.infra.speculative_apply``).
 
 Role references stay short names: ansible-core (2.19) looks a role named in a playbook of
 a collection up in that collection first, so ``role: benchmark`` in
@@ -101,7 +103,23 @@ def stage(repo: Path, dest: Path) -> Path:
         raise BuildError("playbooks/deploy.yml exists: it would hide the root deploy.yml")
     text = (repo / "deploy.yml").read_text(encoding="utf-8")
     deploy.write_text(_rewrite_deploy(text, coll / "playbooks"), encoding="utf-8")
+    _alias_hyphenated(coll / "playbooks")
     return coll
+
+
+def _alias_hyphenated(playbooks: Path) -> None:
+    """A playbook name with a hyphen is no FQCN (``specops.infra.speculative-apply`` does
+    not resolve): each gets ``<name_with_underscores>.yml``, which imports it."""
+    for path in sorted(playbooks.glob("*-*.yml")):
+        alias = playbooks / path.name.replace("-", "_")
+        if alias.exists():
+            raise BuildError(f"playbooks/{path.name}: its FQCN alias {alias.name} exists")
+        alias.write_text(
+            f"---\n# specops.infra.{alias.stem}: {path.name} under a name an FQCN can hold\n"
+            f"# (written by scripts/build_collection.py).\n"
+            f"- name: The playbook {path.name}.\n  ansible.builtin.import_playbook: {path.name}\n",
+            encoding="utf-8",
+        )
 
 
 def galaxy_cli() -> Path:

@@ -51,6 +51,7 @@ def test_the_tarball_carries_roles_playbooks_and_plugins_and_nothing_else(tarbal
     roles = {p.name for p in (REPO / "roles").iterdir() if p.is_dir()}
     assert {n.split("/")[1] for n in names if n.startswith("roles/") and "/" in n[6:]} == roles
     playbooks = {p.name for p in (REPO / "playbooks").glob("*.yml")} | {"deploy.yml"}
+    playbooks |= {name.replace("-", "_") for name in playbooks}  # the FQCN aliases
     assert {n[10:] for n in names if re.fullmatch(r"playbooks/[^/]+\.yml", n)} == playbooks
     expected = {"playbooks/tasks/sweep-progress.yml", "playbooks/vars/host-batching.yml",
                 "plugins/modules/pve_container.py", "meta/runtime.yml", "CHANGELOG.md",
@@ -151,7 +152,7 @@ def test_the_installed_collection_runs_from_a_directory_without_the_checkout(
     assert "specops.infra:" in out
     assert "community.proxmox" in out  # the dependencies were resolved, found installed
     installed = colls / "ansible_collections/specops/infra"
-    for playbook in ("deploy", "verify", "benchmark"):
+    for playbook in ("deploy", "verify", "benchmark", "speculative_apply"):
         out = run("ansible-playbook", f"specops.infra.{playbook}", "--syntax-check",
                   "-i", "inventory")  # fmt: skip
         assert f"playbook: {installed}/playbooks/{playbook}.yml" in out
