@@ -17,7 +17,17 @@ from pathlib import Path
 
 import pytest
 from plugins.lab_secrets import ALLOWED, Report
-from plugins.secret_scan import _CHUNK, Finding, ProcessWatch, Secret, scan_stream, scan_tree
+from plugins.secret_scan import (
+    _CHUNK,
+    CmdlineScan,
+    Finding,
+    ProcessWatch,
+    Secret,
+    _exec_events,
+    _exec_pids,
+    scan_stream,
+    scan_tree,
+)
 
 TOKEN = Secret("PROXMOX_TOKEN_SECRET", "pve-" + secrets.token_hex(16))
 KEY = Secret("api key", "key-" + secrets.token_hex(16))
@@ -232,3 +242,33 @@ def test_the_deploy_scan_allows_only_the_server_unit_its_own_key() -> None:
     report = Report(findings=[unit, *elsewhere])
     assert report.failures == elsewhere
     assert "allowed because: the inference unit's own processes" in report.summary()
+
+
+def test_the_exec_connector_names_each_exec() -> None:
+    """CmdlineScan's second source: the kernel's process events (as root, as the suite
+    runs): the pid of a process started now arrives as an exec event."""
+    sock = _exec_events()
+    assert sock is not None, "the process events connector (root) is what CmdlineScan reads"
+    try:
+        proc = subprocess.Popen(["sleep", "0.3"])
+        seen: set[int] = set()
+        deadline = time.monotonic() + 5
+        while proc.pid not in seen and time.monotonic() < deadline:
+            seen.update(_exec_pids(sock))
+        proc.wait()
+        assert proc.pid in seen
+    finally:
+        sock.close()
+
+
+def test_a_short_lived_command_line_is_caught_at_its_exec() -> None:
+    """A process that lives 30 ms, started while the /proc scan is made slow on purpose
+    (one scan a second): its command line is read at its exec."""
+    secret = secrets.token_hex(12)
+    with CmdlineScan(secret, markers=("specops-marker",), interval=1.0) as scan:
+        time.sleep(0.2)  # the scan thread is in its 1 s sleep
+        subprocess.run(["sh", "-c", "sleep 0.03", "specops-marker", secret], check=True)
+        time.sleep(0.3)
+    assert scan.seen["specops-marker"] >= 1
+    assert len(scan.hits) >= 1
+    assert secret not in "".join(scan.hits)  # shown as <secret>
