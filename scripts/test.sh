@@ -94,16 +94,17 @@ run_lint() {
 }
 
 # The pytest shard that runs in the second lane, after molecule: the fleet tests (two
-# docker vLLM nodes) and the tests of the local CPU vLLM servers (one session-scoped
+# docker vLLM nodes), the lab fleet's failure case (three nodes in a temp dir, no
+# container, no network) and the tests of the local CPU vLLM servers (one session-scoped
 # pool, tests/plugins/vllm_server.py: its users move together, so each server starts
 # once) need nothing the first lane's lab holds. The first lane runs everything else
 # (`--ignore` of exactly these paths), so every test runs once, in one lane or the other.
-# Balance (CI of 9c45745, seconds of test time): first lane 2725 (the lab's deploy,
-# migrate and source-gone runs 1360); second lane lint 198 + molecule 1388 + this shard
-# 1127. The lab fleet's failure case (153 s, three nodes in a temp dir) went back to the
-# first lane when the lab's servers started eager (docs/testing.md, "Server starts").
+# Balance (the full run of 9b5c5a5, seconds): first lane 2849 with the fleet failure
+# case (153 s) in it; second lane lint 186 + molecule 1388-1675 + this shard 792 without
+# it (the eager lab servers, docs/testing.md "Server starts", took 394 s off the shard).
 PYTEST_SECOND_LANE=(
   tests/tune/test_real_rollout.py
+  tests/lab/test_fleet_failures.py
   tests/lab/test_vllm_server.py
   tests/serving/test_output_gate_vllm.py
   tests/bench/test_e2e_vllm.py
