@@ -34,9 +34,8 @@ FQCN = re.compile(r"^[a-z0-9_]+\.[a-z0-9_]+\.[a-z0-9_]+$")
 
 
 @pytest.fixture(scope="module")
-def tarball(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path: Path = bc.build(REPO, tmp_path_factory.mktemp("dist"))
-    return path
+def tarball(collection_tarball: Path) -> Path:
+    return collection_tarball
 
 
 def members(tarball: Path) -> set[str]:

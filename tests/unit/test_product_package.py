@@ -64,7 +64,10 @@ def build_collection(repo: Path, out: Path) -> dict[str, bytes]:
     """The collection's tarball, built from ``repo`` by scripts/build_collection.py (the
     one build step: stage roles/, playbooks/ and the collection, then
     ``ansible-galaxy collection build``)."""
-    tarball = BUILD.build(repo, out)
+    return tarball_members(BUILD.build(repo, out))
+
+
+def tarball_members(tarball: Path) -> dict[str, bytes]:
     members = {}
     with tarfile.open(tarball) as tar:
         for member in tar.getmembers():
@@ -107,8 +110,8 @@ def test_the_wheel_scan_finds_planted_lab_code(product_tree: Path, tmp_path: Pat
     assert found == ["specops/bench/uses_lab.py", "specops/pve_schema.py"]
 
 
-def test_the_infra_collection_carries_no_lab_code(tmp_path: Path) -> None:
-    members = build_collection(REPO, tmp_path)
+def test_the_infra_collection_carries_no_lab_code(collection_tarball: Path) -> None:
+    members = tarball_members(collection_tarball)
     assert "plugins/module_utils/gpu_catalogue.py" in members
     assert "roles/pve_container/tasks/main.yml" in members
     assert "playbooks/deploy.yml" in members
