@@ -1,8 +1,10 @@
-"""Report text lives in Jinja templates under the repository's top-level ``templates/``.
+"""Report text lives in Jinja templates under the repository's top-level ``templates/``,
+which the package reaches as ``specops/templates`` (a link in the checkout, the files
+themselves in the wheel: an installed specops carries its templates).
 
 Python computes the numbers and hands them over keyed (mappings, dataclasses); the
 templates hold every sentence and table layout, and format numbers with the filters
-below. ``SPECOPS_TEMPLATES`` points at another directory (an installed specops).
+below. ``SPECOPS_TEMPLATES`` points at another directory (an operator's own templates).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ __all__ = ["fmt", "render", "templates_dir"]
 
 def templates_dir() -> Path:
     env = os.environ.get("SPECOPS_TEMPLATES")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "templates"
+    return Path(env) if env else Path(__file__).parent / "templates"
 
 
 def fmt(value: Any, digits: int = 1) -> str:

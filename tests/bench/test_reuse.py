@@ -53,6 +53,26 @@ def test_a_rerun_against_the_same_server_process_measures_nothing(
     assert len([d for d in tmp_path.iterdir() if d.is_dir()]) == 1
 
 
+def test_a_standing_run_without_its_report_gets_it_written_not_measured(
+    synthetic, tmp_path: Path, capsys
+) -> None:
+    """A run whose results finished but whose report did not (killed or failed while
+    writing it; found by the consumer deploy, issue 33): a reuse writes the report from
+    the recorded results and sends nothing to the server."""
+    server = synthetic(tokens_per_chunk=2)
+    first = _run(capsys, server.url, tmp_path, "--server-instance", "inv-1", "--reuse")
+    report = Path(first["report"])
+    text = report.read_text()
+    report.unlink()
+    sent = server.requests
+    again = _run(capsys, server.url, tmp_path, "--server-instance", "inv-1", "--reuse")
+    assert again["reused"] is True
+    assert again["report"] == str(report)
+    assert report.read_text() == text
+    assert server.requests == sent
+    assert not list(tmp_path.rglob(".report.md.partial"))
+
+
 def test_a_restarted_server_or_another_plan_is_measured_again(
     synthetic, tmp_path: Path, capsys
 ) -> None:

@@ -44,6 +44,7 @@ from typing import Any
 import httpx
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils.gpu import HostRoots, gather_facts
+from plugins.consumer import Site, make_site
 from plugins.lab_secrets import lab_secrets
 from plugins.measurements import Record
 from plugins.scripts import load_script
@@ -465,6 +466,71 @@ def test_check_diff_on_converged_lab_reports_no_change(check_run: Run) -> None:
     recap = check_run.recap()
     assert set(recap) >= HOSTS, f"no recap for {HOSTS - set(recap)}: {check_run.output[-3000:]}"
     assert {h: r["changed"] for h, r in recap.items() if r["changed"]} == {}, recap
+
+
+# Issue 33: the same deploy from an operator's site repository, with the installed
+# collection and wheel and no checkout on any path (tests/plugins/consumer.py), on the
+# lab this module converged. A drift the deploy repairs without a restart first: the
+# container's app directory loses its mode.
+DRIFT = ("/opt/specops", "700", "755")  # path, drifted mode, container_base's mode
+
+
+def _mode(path: str) -> str:
+    node = Cluster.load(LAB / "cluster").node("pve-b")
+    return ct_exec(node, 801, ["stat", "-c", "%a", path], timeout=30).stdout.decode().strip()
+
+
+@pytest.fixture(scope="module")
+def consumer(check_run: Run) -> Iterator[tuple[Site, Run, Run]]:
+    assert check_run.rc == 0, "the lab did not converge; see the first run's test"
+    secrets = lab_secrets(REPO)
+    site = make_site(secrets.vars_file, secrets.vault_password_file, secrets.api_key_file)
+    node = Cluster.load(LAB / "cluster").node("pve-b")
+    path, drifted, _ = DRIFT
+    ct_exec(node, 801, ["chmod", drifted, path], timeout=30)
+    token = (LAB / "secrets" / "pve-api-token-secret").read_text().strip()
+    runs = []
+    for i in range(2):
+        done = site.run("ansible-playbook", "specops.infra.deploy", *site.secret_args,
+                        PROXMOX_TOKEN_SECRET=token)  # fmt: skip
+        LOGS.mkdir(parents=True, exist_ok=True)
+        (LOGS / f"consumer-{i}.log").write_text(done.output)
+        runs.append(Run(done.rc, done.output, done.seconds))
+    try:
+        yield site, runs[0], runs[1]
+    finally:
+        shutil.rmtree(site.root, ignore_errors=True)
+
+
+def test_a_site_repository_deploys_with_the_installed_collection(
+    consumer: tuple[Site, Run, Run], measurement: Record
+) -> None:
+    site, first, again = consumer
+    for run in (first, again):
+        assert run.rc == 0, run.output[-6000:]
+        assert str(REPO) not in run.output, "a checkout path in the run's output"
+        assert set(run.recap()) >= HOSTS, run.recap()
+    # The installed roles make what the checkout's made: only the drift is repaired.
+    changed = {h: r["changed"] for h, r in first.recap().items() if r["changed"]}
+    assert changed == {CT: 1}, changed
+    path, _, mode = DRIFT
+    assert _mode(path) == mode
+    assert {h: r["changed"] for h, r in again.recap().items() if r["changed"]} == {}
+    # The report lands in the site (results/ beside its ansible.cfg), not in the
+    # installed collection; the site had none, so this deploy measured.
+    report_m = re.search(r"report\s+(\S+/report\.md)", first.output)
+    assert report_m, first.output[-3000:]
+    report = Path(report_m[1])
+    assert report.parent.parent == site.root / "results" / CT
+    assert "tok/s" in report.read_text()
+    assert not list((site.purelib / "ansible_collections").rglob("results.json"))
+    measurement(
+        "consumer-deploy",
+        [f"site repository from the built artefacts in {site.build_seconds:.0f} s "
+         f"(tarballs, wheels, venv, collection install); deploy {first.seconds:.0f} s "
+         f"(repairs the drift, measures), again {again.seconds:.0f} s (changed=0)"],
+        {"build_s": site.build_seconds, "first_s": first.seconds, "again_s": again.seconds},
+    )  # fmt: skip
 
 
 def _drivers(root: Path) -> dict[str, str | None]:

@@ -24,6 +24,7 @@ import pytest
 import yaml
 from ansible.playbook.block import Block
 from ansible.playbook.handler import Handler
+from plugins.consumer import SITE_CFG
 from plugins.scripts import REPO, load_script
 
 bc = load_script("build_collection.py")
@@ -160,3 +161,10 @@ def test_the_installed_collection_runs_from_a_directory_without_the_checkout(
         assert f"playbook: {installed}/playbooks/{playbook}.yml" in out
     out = run("ansible-doc", "specops.infra.pve_container")
     assert f"{installed}/plugins/modules/pve_container.py" in out
+
+
+def test_the_consumer_site_uses_the_ansible_cfg_the_docs_give() -> None:
+    """tests/plugins/consumer.py's site runs with docs/install.md's ``ansible.cfg``: what
+    the docs tell an operator is what the consumer test proves."""
+    blocks = re.findall(r"```ini\n(.*?)```", (REPO / "docs/install.md").read_text(), re.DOTALL)
+    assert blocks == [SITE_CFG]

@@ -83,7 +83,8 @@ def product_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     the checkout: a build that reached into lab/ would show."""
     tree = tmp_path_factory.mktemp("product")
     shutil.copy2(REPO / "pyproject.toml", tree)
-    shutil.copytree(REPO / "src", tree / "src", ignore=SKIP)
+    shutil.copytree(REPO / "src", tree / "src", ignore=SKIP, symlinks=True)
+    shutil.copytree(REPO / "templates", tree / "templates", ignore=SKIP)
     shutil.copytree(REPO / "lab", tree / "lab", ignore=SKIP)
     return tree
 
@@ -91,6 +92,12 @@ def product_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_product_wheel_carries_no_lab_code(product_tree: Path, tmp_path: Path) -> None:
     members = build_wheel(product_tree, tmp_path)
     assert "specops/cli.py" in members  # the product is there
+    # ... with its report templates (templates/, linked as src/specops/templates): an
+    # installed specops renders its reports (the consumer deploy found them missing)
+    templates = {f"specops/templates/{p.relative_to(REPO / 'templates')}"
+                 for p in (REPO / "templates").rglob("*.j2")}  # fmt: skip
+    assert len(templates) >= 5
+    assert templates <= set(members), sorted(templates - set(members))
     assert lab_members(members) == []
     (entry_points,) = (n for n in members if n.endswith(".dist-info/entry_points.txt"))
     assert b"specops.commands" not in members[entry_points]  # no command from the product

@@ -369,9 +369,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.reuse:
             standing = find_standing(Path(args.out), plan, args.server_instance or "")
             if standing.store is not None:
-                return _print_run(
-                    args, standing.store, load_results(standing.store.results_path), reused=True
-                )
+                reused = load_results(standing.store.results_path)
+                # Its results finished but its report did not (the run was killed, or
+                # failed, while writing it): the report is written from them now.
+                if not args.no_report and not (standing.store.dir / "report.md").is_file():
+                    write_report(reused, standing.store.dir)
+                return _print_run(args, standing.store, reused, reused=True)
             reuse_reason = standing.reason
         store = RunStore(Path(args.out) / new_run_id())
     try:

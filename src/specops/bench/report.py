@@ -251,8 +251,12 @@ def write_report(
         plots += ["throughput.png", "ttft.png", "itl.png"]
         if _plot_acceptance(results, out_dir / "acceptance.png"):
             plots.append("acceptance.png")
+    # report.md last and whole (a temporary name, then renamed): its presence says the
+    # report is complete (`bench run --reuse` writes a missing one from the results).
     report = out_dir / "report.md"
-    report.write_text(
+    partial = out_dir / ".report.md.partial"
+    partial.write_text(
         render_markdown(results, plots, bandwidth_gb_s, bytes_per_token, plain), encoding="utf-8"
     )
+    partial.replace(report)
     return report
