@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils.readiness import wait_ready
 from plugins.measurements import Record
+from plugins.scripts import load_script
 
 from specops.tune.rollout import overhead, overhead_table
 from specops_lab.tune_nodes import LabNode, node_names, remove_nodes, start_nodes, write_inventory
@@ -42,6 +43,7 @@ from specops_lab.tune_nodes import LabNode, node_names, remove_nodes, start_node
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.docker, pytest.mark.fleet]
 
 REPO = Path(__file__).resolve().parents[2]
+crash = load_script("crash-campaign.py")
 UNIT = "specops-tiny-qwen.service"
 NODES = 2
 # The nodes start without speculation: the rollout measures their plain baseline on the
@@ -57,16 +59,20 @@ SMOKE = {"concurrency": [2], "context_lengths": [128], "output_len": 32,
          "humaneval": {"max_tokens": 48}}  # fmt: skip
 
 
-def playbook(inventory: Path, name: str, *args: str) -> subprocess.CompletedProcess[str]:
+def playbook_env() -> dict[str, str]:
     env = dict(os.environ)
     env["ANSIBLE_CONFIG"] = str(REPO / "ansible.cfg")
     env["PYTHONPATH"] = os.pathsep.join(
         [str(REPO / "src"), str(REPO / "lab" / "src"), env.get("PYTHONPATH", "")]
     )
+    return env
+
+
+def playbook(inventory: Path, name: str, *args: str) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).parent / "ansible-playbook"
     return subprocess.run(
         [str(exe), "-i", str(inventory), str(REPO / name), *args],
-        cwd=REPO, env=env, capture_output=True, text=True, check=False,
+        cwd=REPO, env=playbook_env(), capture_output=True, text=True, check=False,
     )  # fmt: skip
 
 
@@ -123,8 +129,27 @@ def test_rollout_good_change_rerun_and_bad_change(lab, tmp_path: Path, measureme
     names = [n.name for n in nodes]
     start = {n: identity(n) for n in names}
 
+    # Issue 31's rollout sample: the good change's first run is killed (its whole process
+    # group, as a lost controller) in node 1's restart and readiness gate. Every node then
+    # serves the old or the new profile, never both or neither; the run below completes
+    # the rollout, and node 1, on the new unit without a record of passing its gates,
+    # is gated, not skipped (it was, before: found by this kill).
+    assert crash._NEW == GOOD  # the campaign's profile: its checks read the new unit by it
+    point = crash.ROLLOUT_POINTS[0]
+    killed = crash.run_segment(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
+         str(REPO / "playbooks/rollout.yml"), "-e", rollout_vars(tmp_path, GOOD)],
+        point, env=playbook_env(), log=tmp_path / "killed.log",
+    )  # fmt: skip
+    assert killed.killed, f"the run ended before {point}: {killed.output[-3000:]}"
+    assert crash.rollout_problems(nodes) == []
+    assert records(tmp_path) == {}, "the killed run recorded no node"
+
     good = playbook(inventory, "playbooks/rollout.yml", "-e", rollout_vars(tmp_path, GOOD))
     assert good.returncode == 0, good.stdout[-8000:]
+    said = " ".join(good.stdout.split())  # the callback folds long messages at spaces
+    assert "specops-tune-node1: the unit already renders the new profile but no record" in said
+    assert "specops-tune-node2: the unit already renders" not in said
     recs = records(tmp_path)
     # P4, printed and kept (a measurement, not asserted): scripts/bench-rollout-overhead.py
     lines = overhead_table([recs[n] for n in sorted(recs)])

@@ -23,6 +23,7 @@ from ansible_collections.specops.infra.plugins.filter.rollout import (
     rollout_failure,
     rollout_record,
     rollout_restore,
+    rollout_resume,
 )
 from ansible_collections.specops.infra.plugins.module_utils import rollout_node as rn
 from jinja2 import Environment
@@ -240,7 +241,12 @@ def test_record_rejects_an_unknown_outcome() -> None:
 
 
 def test_filters_are_the_packages_functions() -> None:
-    assert set(FilterModule().filters()) == {"rollout_failure", "rollout_restore", "rollout_record"}
+    assert set(FilterModule().filters()) == {
+        "rollout_failure",
+        "rollout_restore",
+        "rollout_record",
+        "rollout_resume",
+    }
     f = rollout_failure(SMOKE_FAILED, change=CHANGE, smoke=SMOKE_FAILED)
     assert f == rn.failure(SMOKE_FAILED, change=CHANGE, smoke=SMOKE_FAILED).to_dict()
     r = rollout_restore({"skipped": True}, "n1", f, "p")
@@ -278,3 +284,63 @@ def test_the_filters_under_ansible(tmp_path: Path) -> None:
     # the restore step was skipped: the identity after is the change's
     assert rec["service_after"] == {"InvocationID": "new"}
     assert 0 <= rec["rollout_s"] < 3600
+
+
+# rollout_node.resume: a node already on the new unit (issue 31: a rollout killed after
+# it wrote the unit and before the gates passed).
+NEW = {"method": "ngram", "num_draft_tokens": 6}
+OLD_UNIT = "# speculative profile: null\nExecStart=/srv/vllm serve\n"
+NEW_UNIT = '# speculative profile: {"method": "ngram"}\nExecStart=/srv/vllm serve --spec\n'
+
+
+def _probe(**kw: Any) -> dict[str, Any]:
+    return {"written": False, "restarted": False, "ready": True, "text_before": NEW_UNIT, **kw}
+
+
+def _rec(outcome: str, profile: dict[str, Any]) -> str:
+    return json.dumps({"outcome": outcome, "profile": profile})
+
+
+@pytest.mark.parametrize("outcome", ["changed", "already-on-profile"])
+def test_a_node_recorded_as_passing_this_profile_is_done(outcome: str) -> None:
+    got = rn.resume(_probe(), profile=NEW, record_text=_rec(outcome, NEW),
+                    kept_previous=OLD_UNIT, record_path="r.json")  # fmt: skip
+    assert got == rn.Resume(True, NEW_UNIT, "")
+
+
+@pytest.mark.parametrize(
+    "record",
+    [None, "", "{not json", "[]", _rec("restored", NEW), _rec("changed", {"method": "none"})],
+)
+def test_a_node_on_the_new_unit_without_a_passing_record_is_gated_with_the_kept_unit(
+    record: str | None,
+) -> None:
+    got = rn.resume(_probe(), profile=NEW, record_text=record, kept_previous=OLD_UNIT,
+                    record_path="nodes/n1.json")  # fmt: skip
+    assert not got.done
+    assert got.previous_text == OLD_UNIT  # what a failure puts back: not the new unit
+    assert "no record at nodes/n1.json says it passed this profile's gates" in got.message
+    assert "the unit it ran before (kept beside it as .previous)" in got.message
+    # ... with no kept unit (or one equal to the current), the current one is all there is
+    for kept in (None, NEW_UNIT):
+        alone = rn.resume(_probe(), profile=NEW, record_text=record, kept_previous=kept,
+                          record_path="r")  # fmt: skip
+        assert (alone.done, alone.previous_text) == (False, NEW_UNIT)
+        assert "its current unit (no earlier one is kept)" in alone.message
+
+
+def test_a_node_to_change_or_not_answering_is_not_done_and_keeps_its_unit() -> None:
+    for probe in (_probe(written=True, text_before=OLD_UNIT), _probe(restarted=True)):
+        got = rn.resume(probe, profile=NEW, record_text=_rec("changed", NEW),
+                        kept_previous="# older", record_path="r")  # fmt: skip
+        assert got == rn.Resume(False, probe["text_before"], "")
+    down = rn.resume(_probe(ready=False), profile=NEW, record_text=_rec("changed", NEW),
+                     kept_previous=OLD_UNIT, record_path="r")  # fmt: skip
+    assert down == rn.Resume(False, NEW_UNIT, "")
+
+
+def test_the_resume_filter_adapts_bad_input() -> None:
+    assert rollout_resume(_probe(), NEW, "", "", "r")["done"] is False
+    assert FilterModule().filters()["rollout_resume"] is rollout_resume
+    with pytest.raises(AnsibleFilterError, match="rollout_resume: the probe and the profile"):
+        rollout_resume("nope", NEW)  # type: ignore[arg-type]

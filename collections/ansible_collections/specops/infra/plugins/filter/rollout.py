@@ -3,6 +3,8 @@
     {{ ansible_failed_result | specops.infra.rollout_failure(change=..., smoke=...) }}
     {{ _restore | specops.infra.rollout_restore(node=..., failure=..., record_path=...) }}
     {{ inventory_hostname | specops.infra.rollout_record(outcome=..., ...) | to_nice_json }}
+    {{ probe | specops.infra.rollout_resume(profile=..., record_text=..., kept_previous=...,
+                                            record_path=...) }}
 
 The logic is ``module_utils/rollout_node.py``'s; this file only adapts errors.
 """
@@ -15,7 +17,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 from ansible_collections.specops.infra.plugins.module_utils import rollout_node
 
-__all__ = ["FilterModule", "rollout_failure", "rollout_record", "rollout_restore"]
+__all__ = ["FilterModule", "rollout_failure", "rollout_record", "rollout_restore", "rollout_resume"]
 
 
 def rollout_failure(
@@ -55,6 +57,22 @@ def rollout_record(node: str, **kwargs: Any) -> dict[str, Any]:
         raise AnsibleFilterError(f"rollout_record: {exc}") from None
 
 
+def rollout_resume(
+    probe: Mapping[str, Any],
+    profile: Mapping[str, Any],
+    record_text: str | None = None,
+    kept_previous: str | None = None,
+    record_path: str = "",
+) -> dict[str, Any]:
+    """Whether the node is done (skipped) and the unit a failure puts back."""
+    if not isinstance(probe, Mapping) or not isinstance(profile, Mapping):
+        raise AnsibleFilterError("rollout_resume: the probe and the profile must be mappings")
+    return rollout_node.resume(
+        probe, profile=profile, record_text=record_text or None,
+        kept_previous=kept_previous or None, record_path=str(record_path),
+    ).to_dict()  # fmt: skip
+
+
 class FilterModule:
     """specops.infra rollout filters."""
 
@@ -63,4 +81,5 @@ class FilterModule:
             "rollout_failure": rollout_failure,
             "rollout_restore": rollout_restore,
             "rollout_record": rollout_record,
+            "rollout_resume": rollout_resume,
         }

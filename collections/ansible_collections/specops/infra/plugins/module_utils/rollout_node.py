@@ -14,6 +14,12 @@ results as Ansible has them (a missing step is ``None``):
   unit still has to be put back (a failed start was already undone by the step).
 - :func:`restore`: after the rescue's restore step, the node's outcome (``restored``
   or ``restore-failed``), the record's message and the play's stop message.
+- :func:`resume`: in the preflight, whether the node is done (its unit already renders
+  the new profile, it answers, and the controller's record says it passed this
+  profile's gates) and which unit a failure puts back: a rollout killed after it
+  wrote the new unit and before the gates passed left the node on the new unit with
+  no passing record; the re-run gates it, and the unit it ran before that change
+  (``<unit>.previous``, kept by ``service_unit``) is what a failure restores.
 - :func:`node_record`: the JSON record per node (``<report_dir>/<node>.json``) that
   ``specops rollout report`` and ``scripts/bench-rollout-overhead.py`` read
   (:func:`specops.tune.rollout.load_records`).
@@ -35,9 +41,11 @@ __all__ = [
     "PASSED",
     "Failure",
     "Restore",
+    "Resume",
     "failure",
     "node_record",
     "restore",
+    "resume",
     "truncate",
 ]
 
@@ -203,6 +211,63 @@ def restore(
         message=message,
         stop_message=stop,
         restored=_plain(failure["change"] if skipped else restore_result),
+    )
+
+
+@dataclass(frozen=True)
+class Resume:
+    done: bool  # on the new unit, answering, gated: recorded already-on-profile, skipped
+    previous_text: str  # the unit a failure puts back
+    message: str  # what the preflight says about the node ("" when nothing to say)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _record(text: str | None) -> Mapping[str, Any]:
+    try:
+        found = json.loads(text or "null")
+    except ValueError:
+        return {}
+    return found if isinstance(found, Mapping) else {}
+
+
+def resume(
+    probe: Mapping[str, Any],
+    *,
+    profile: Mapping[str, Any],
+    record_text: str | None,
+    kept_previous: str | None,
+    record_path: str,
+) -> Resume:
+    """The node at the preflight of a rollout (see the module's doc).
+
+    ``probe``: the check-mode ``service_unit`` result with the new profile (``written``
+    or ``restarted``: the unit would change; ``ready``; ``text_before``: the unit now);
+    ``profile``: the validated new profile; ``record_text``: the node's record on the
+    controller (None when it has none); ``kept_previous``: the node's
+    ``<unit>.previous`` (None when absent).
+    """
+    now = str(probe.get("text_before") or "")
+    on_unit = not probe.get("written") and not probe.get("restarted")
+    record = _record(record_text)
+    gated = record.get("outcome") in PASSED and record.get("profile") == _plain(profile)
+    if not on_unit or gated:
+        # a change to make, or a node that passed this profile's gates before: done
+        # when it answers; else its gates run again and a failure puts back what it runs
+        return Resume(on_unit and bool(probe.get("ready")), now, "")
+    before = kept_previous if kept_previous and kept_previous != now else now
+    kept = (
+        "the unit it ran before (kept beside it as .previous)"
+        if before != now
+        else "its current unit (no earlier one is kept)"
+    )
+    return Resume(
+        False,
+        before,
+        f"the unit already renders the new profile but no record at {record_path} says it"
+        " passed this profile's gates (a rollout stopped after writing the unit?): its"
+        f" gates run now, and a failure puts back {kept}",
     )
 
 
