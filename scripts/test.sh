@@ -138,7 +138,8 @@ run_pytest() {
   [[ ${SPECOPS_TEST_FLEET:-1} == 0 ]] && select=(-m "not fleet")
   # shellcheck disable=SC2086  # PYTEST_ARGS is a word list on purpose
   SPECOPS_TEST_OUT=$out python -m pytest -p no:cacheprovider --basetemp="$out/tmp" \
-    --junitxml="$xml" "${select[@]}" ${PYTEST_ARGS:-} "${ignore[@]}" "${paths[@]}"
+    --junitxml="$xml" --durations=40 --durations-min=15 "${select[@]}" ${PYTEST_ARGS:-} \
+    "${ignore[@]}" "${paths[@]}"
   local rc=$?
   if [[ ! -f $xml ]]; then
     ko "pytest $name (no report, exit $rc)"
@@ -216,7 +217,7 @@ not_run() {
 }
 
 run_molecule() {
-  local scenarios=("$@") s left
+  local scenarios=("$@") s left t0
   if ((${#scenarios[@]} == 0)); then
     for s in "${MOLECULE_ORDER[@]}"; do [[ -f molecule/$s/molecule.yml ]] && scenarios+=("$s"); done
     for s in molecule/*/molecule.yml; do
@@ -230,7 +231,9 @@ run_molecule() {
       not_run "$s" "run at ${SECONDS}s, ${left}s left of the ${BUDGET_S}s budget"
       continue
     fi
+    t0=$SECONDS
     check "molecule $s" timeout --kill-after=30 "$left" molecule test -s "$s"
+    printf '  (molecule %s: %ds)\n' "$s" $((SECONDS - t0))
   done
 }
 

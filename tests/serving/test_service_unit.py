@@ -8,7 +8,10 @@ systemd and the real vLLM CPU server in ``molecule/inference`` and in the fleet 
 from __future__ import annotations
 
 import os
+import signal
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ from ansible_collections.specops.infra.plugins.module_utils.service_unit import 
     parse_identity,
     render_environment_file,
     secret_like_keys,
+    started_before_written,
 )
 
 SHOW = """LoadState=loaded
@@ -50,6 +54,48 @@ def test_identity_of_a_unit_that_never_ran() -> None:
     assert ident.main_pid == 0
     assert ident.invocation_id == ""
     assert ident.start_to_healthy() is None
+
+
+def test_a_server_started_before_its_unit_was_written_is_stale(tmp_path: Path) -> None:
+    """The unit's mtime (wall clock) against systemd's monotonic start stamp."""
+    unit, env = tmp_path / "x.service", tmp_path / "x.env"
+    unit.write_text("u\n")
+    env.write_text("K=v\n")
+    ident = parse_identity(SHOW)  # started at monotonic 1000 s
+    written = unit.stat().st_mtime
+    os.utime(env, (written - 600, written - 600))
+
+    # the files written 600 s (env) and 0 s (unit) before "now"; "now" on the monotonic
+    # clock is 1000 s + `after`, so the server started `after` s before now
+    def stale(after: float, paths: list[str]) -> bool:
+        return started_before_written(ident, paths, real_now=written, mono_now=1000 + after)
+
+    assert stale(300, [str(unit)])  # the unit written 300 s after the start
+    assert not stale(300, [str(env)])  # the environment file 300 s before it
+    assert stale(300, [str(env), str(unit)])
+    assert not stale(1.5, [str(unit)])  # within the margin of the two clocks
+    assert not stale(300, [str(tmp_path / "absent")])
+    never = parse_identity("ActiveState=inactive\nExecMainStartTimestampMonotonic=0\n")
+    assert not started_before_written(never, [str(unit)], real_now=written, mono_now=2000)
+
+
+def test_a_started_change_outlives_the_controllers_hangup() -> None:
+    """A process that called outlive_hangup survives the SIGHUP a lost SSH session sends;
+    the same process without it dies of it (the default)."""
+    code = (
+        "import os, signal, sys\n"
+        "from ansible_collections.specops.infra.plugins.module_utils import service_unit\n"
+        "if sys.argv[1] == 'hold':\n    service_unit.outlive_hangup()\n"
+        "os.kill(os.getpid(), signal.SIGHUP)\nprint('finished')\n"
+    )
+    held = subprocess.run(
+        [sys.executable, "-c", code, "hold"], capture_output=True, text=True, check=False
+    )
+    assert (held.returncode, held.stdout) == (0, "finished\n"), held.stderr
+    plain = subprocess.run(
+        [sys.executable, "-c", code, "plain"], capture_output=True, text=True, check=False
+    )
+    assert plain.returncode == -signal.SIGHUP
 
 
 def test_write_atomic_replaces_with_mode_and_leaves_no_temporary(tmp_path: Path) -> None:

@@ -148,7 +148,9 @@ def test_rollout_good_change_rerun_and_bad_change(lab, tmp_path: Path, measureme
     good = playbook(inventory, "playbooks/rollout.yml", "-e", rollout_vars(tmp_path, GOOD))
     assert good.returncode == 0, good.stdout[-8000:]
     said = " ".join(good.stdout.split())  # the callback folds long messages at spaces
-    assert "specops-tune-node1: the unit already renders the new profile but no record" in said
+    # gated: no passing record, or (killed between the unit's write and the restart) a
+    # server that started before its unit was written
+    assert "specops-tune-node1: the unit already renders the new profile but " in said
     assert "specops-tune-node2: the unit already renders" not in said
     recs = records(tmp_path)
     # P4, printed and kept (a measurement, not asserted): scripts/bench-rollout-overhead.py

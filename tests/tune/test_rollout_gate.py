@@ -155,6 +155,7 @@ def test_overhead_leaves_out_what_the_engine_and_the_measurements_spend() -> Non
         "engine_stop_s": 0.6, "ready_s": 1.5, "baseline_s": 0.0, "smoke_s": 0.8,
     }  # fmt: skip
     row = overhead(record)
+    assert row is not None
     assert row["overhead"] == pytest.approx(7.6)
     assert row["orchestration"] == pytest.approx(7.6 - 0.6 - 1.5 - 0.8)
     lines = overhead_table([record])
@@ -162,8 +163,18 @@ def test_overhead_leaves_out_what_the_engine_and_the_measurements_spend() -> Non
     assert lines[-1] == "worst orchestration 4.7 s (target <= 5 s)"
     # the output gate's decoding is a measurement too
     gated = overhead({**record, "rollout_s": 44.1, "output_gate_s": 2.0})
+    assert gated is not None
     assert gated["output gate"] == 2.0
     assert gated["orchestration"] == pytest.approx(4.7)
+    # a node gated on the server a stopped rollout had started: no restart to take out
+    resumed = {**record, "node": "n1", "engine_start_to_healthy_s": None}
+    assert overhead(resumed) is None
+    both = overhead_table([record, resumed])
+    assert [line.split()[0] for line in both[1:2]] == ["n0"]
+    assert "not restarted by this rollout" in both[2]
+    assert both[2].endswith(": n1")
+    assert both[-1] == "worst orchestration 4.7 s (target <= 5 s)"
+    assert overhead_table([resumed])[-1].endswith(": n1")
 
 
 def test_rollout_report_shows_each_changed_node_roofline(synthetic, tmp_path: Path) -> None:

@@ -339,6 +339,20 @@ def test_a_node_to_change_or_not_answering_is_not_done_and_keeps_its_unit() -> N
     assert down == rn.Resume(False, NEW_UNIT, "")
 
 
+@pytest.mark.parametrize("record", [_rec("changed", NEW), None])
+def test_a_server_started_before_its_unit_was_written_is_restarted_and_gated(
+    record: str | None,
+) -> None:
+    """A run stopped between writing the unit and restarting left the old process
+    under the new text: even a node recorded as passing this profile is not done."""
+    stale = _probe(restarted=True, stale=True)
+    got = rn.resume(stale, profile=NEW, record_text=record, kept_previous=OLD_UNIT,
+                    record_path="r")  # fmt: skip
+    assert (got.done, got.previous_text) == (False, OLD_UNIT)
+    assert "its server started before that unit was written" in got.message
+    assert "puts back the unit it ran before" in got.message
+
+
 def test_the_resume_filter_adapts_bad_input() -> None:
     assert rollout_resume(_probe(), NEW, "", "", "r")["done"] is False
     assert FilterModule().filters()["rollout_resume"] is rollout_resume

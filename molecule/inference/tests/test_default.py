@@ -358,6 +358,23 @@ def test_check_mode_changes_nothing(host: Any) -> None:
     assert _show(host)["InvocationID"] == before["InvocationID"]
 
 
+def test_a_server_older_than_its_unit_is_restarted_once(host: Any) -> None:
+    """A run stopped between writing the unit and the restart leaves the old server
+    under the new text; the next run finds the text unchanged, and restarts the server
+    because it started before the file was written (service_unit's ``stale``)."""
+    before = _show(host)
+    host.check_output(f"touch {UNIT_PATH}")  # the text stands, written after the start
+    check = _converge("--check", "-e", "specops_lab_profile=draft_model")
+    assert check.returncode == 0, check.stdout[-4000:]
+    assert _recap_changed(check.stdout) > 0, "a check run reports the restart"
+    assert _show(host)["InvocationID"] == before["InvocationID"]
+    _, after, starts = _switch(host, "draft_model")
+    assert after["InvocationID"] != before["InvocationID"], "the old server still serves"
+    assert starts == 1
+    again = _converge("--check", "-e", "specops_lab_profile=draft_model")
+    assert _recap_changed(again.stdout) == 0, again.stdout[-4000:]
+
+
 def test_invalid_profile_fails_before_the_unit_is_touched(host: Any) -> None:
     unit_before = host.check_output(f"sha256sum {UNIT_PATH}; stat -c %Y {UNIT_PATH}")
     before = _show(host)

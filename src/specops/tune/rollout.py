@@ -382,7 +382,7 @@ OVERHEAD_COLUMNS = (
 )  # fmt: skip
 
 
-def overhead(record: Mapping[str, Any]) -> dict[str, float]:
+def overhead(record: Mapping[str, Any]) -> dict[str, float] | None:
     """P4 for one changed node, in seconds (see ``scripts/bench-rollout-overhead.py``).
 
     ``overhead`` is the rollout minus the engine's start-to-healthy (systemd's
@@ -391,31 +391,48 @@ def overhead(record: Mapping[str, Any]) -> dict[str, float]:
     /health, the output gate's greedy decoding, the baseline, the plain baseline (when
     measured in the rollout: its restart onto no speculation and its benchmark) and the
     smoke benchmark. (Records without ``output_gate_s`` or ``plain_s`` count them as 0.)
+    None for a node this rollout did not restart (one a stopped rollout had already
+    restarted, gated by the re-run): it has no engine start to take out.
     """
-    total, engine = float(record["rollout_s"]), float(record["engine_start_to_healthy_s"])
+    engine = record.get("engine_start_to_healthy_s")
+    if engine is None:
+        return None
+    total = float(record["rollout_s"])
     parts = [
         float(record.get(k) or 0)
         for k in ("engine_stop_s", "ready_s", "output_gate_s", "baseline_s", "plain_s", "smoke_s")
     ]
-    over = total - engine
+    over = total - float(engine)
     return dict(
-        zip(OVERHEAD_COLUMNS, (total, engine, over, *parts, over - sum(parts)), strict=True)
+        zip(OVERHEAD_COLUMNS, (total, float(engine), over, *parts, over - sum(parts)), strict=True)
     )
 
 
 def overhead_table(records: list[dict[str, Any]]) -> list[str]:
-    """P4 per changed node as a text table, and the worst overhead and orchestration."""
+    """P4 per changed node as a text table, and the worst overhead and orchestration
+    (of the nodes this rollout restarted; the others are named below the table)."""
     lines = [f"{'node (seconds)':<22}" + "".join(f"{c:>14}" for c in OVERHEAD_COLUMNS)]
-    rows = [overhead(r) for r in records]
-    for r, row in zip(records, rows, strict=True):
+    rows, unrestarted = [], []
+    for r in records:
+        row = overhead(r)
+        if row is None:
+            unrestarted.append(str(r["node"]))
+            continue
+        rows.append(row)
         lines.append(f"{r['node']!s:<22}" + "".join(f"{v:14.1f}" for v in row.values()))
-    lines.append(
-        f"worst overhead {max(r['overhead'] for r in rows):.1f} s"
-        " (rollout - start>health, incl. measurements)"
-    )
-    lines.append(
-        f"worst orchestration {max(r['orchestration'] for r in rows):.1f} s (target <= 5 s)"
-    )
+    if unrestarted:
+        lines.append(
+            f"not restarted by this rollout (gated on the server an earlier, stopped run"
+            f" started): {', '.join(unrestarted)}"
+        )
+    if rows:
+        lines.append(
+            f"worst overhead {max(r['overhead'] for r in rows):.1f} s"
+            " (rollout - start>health, incl. measurements)"
+        )
+        lines.append(
+            f"worst orchestration {max(r['orchestration'] for r in rows):.1f} s (target <= 5 s)"
+        )
     return lines
 
 

@@ -242,33 +242,41 @@ def resume(
 ) -> Resume:
     """The node at the preflight of a rollout (see the module's doc).
 
-    ``probe``: the check-mode ``service_unit`` result with the new profile (``written``
-    or ``restarted``: the unit would change; ``ready``; ``text_before``: the unit now);
-    ``profile``: the validated new profile; ``record_text``: the node's record on the
-    controller (None when it has none); ``kept_previous``: the node's
-    ``<unit>.previous`` (None when absent).
+    ``probe``: the check-mode ``service_unit`` result with the new profile (``written``:
+    the unit's text would change; ``restarted``: the server would restart; ``stale``:
+    the text stands but the server started before it was written; ``ready``;
+    ``text_before``: the unit now); ``profile``: the validated new profile;
+    ``record_text``: the node's record on the controller (None when it has none);
+    ``kept_previous``: the node's ``<unit>.previous`` (None when absent).
     """
     now = str(probe.get("text_before") or "")
-    on_unit = not probe.get("written") and not probe.get("restarted")
+    on_text = not probe.get("written")
+    stale = bool(probe.get("stale"))
     record = _record(record_text)
     gated = record.get("outcome") in PASSED and record.get("profile") == _plain(profile)
-    if not on_unit or gated:
+    if not on_text or (gated and not stale):
         # a change to make, or a node that passed this profile's gates before: done
-        # when it answers; else its gates run again and a failure puts back what it runs
-        return Resume(on_unit and bool(probe.get("ready")), now, "")
+        # when it runs this unit and answers; else its gates run again and a failure
+        # puts back what it runs
+        done = on_text and not probe.get("restarted") and bool(probe.get("ready"))
+        return Resume(done, now, "")
     before = kept_previous if kept_previous and kept_previous != now else now
     kept = (
         "the unit it ran before (kept beside it as .previous)"
         if before != now
         else "its current unit (no earlier one is kept)"
     )
-    return Resume(
-        False,
-        before,
-        f"the unit already renders the new profile but no record at {record_path} says it"
-        " passed this profile's gates (a rollout stopped after writing the unit?): its"
-        f" gates run now, and a failure puts back {kept}",
+    why = (
+        "its server started before that unit was written (a run stopped before the"
+        " restart?): it is restarted onto it and gated"
+        if stale
+        else f"no record at {record_path} says it passed this profile's gates (a rollout"
+        " stopped after writing the unit?): its gates run now"
     )
+    return Resume(
+        False, before, f"the unit already renders the new profile but {why}, and a failure"
+        f" puts back {kept}",
+    )  # fmt: skip
 
 
 def node_record(

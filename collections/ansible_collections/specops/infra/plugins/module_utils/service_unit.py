@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
@@ -51,10 +53,12 @@ __all__ = [
     "SecretEnvironment",
     "UnitChangeError",
     "apply_unit",
+    "outlive_hangup",
     "parse_identity",
     "read_identity",
     "render_environment_file",
     "secret_like_keys",
+    "started_before_written",
 ]
 
 SHOW_PROPERTIES = (
@@ -160,6 +164,7 @@ class ApplyResult:
     restored: bool = False
     ready: bool = False
     text_before: str = ""
+    stale: bool = False  # the running server started before its unit was last written
     missing: list[str] = field(default_factory=list)
     secrets_changed: bool = False  # the EnvironmentFile's content (never returned)
     output_gate: dict[str, object] | None = None
@@ -230,6 +235,48 @@ def _put_secrets(secrets: SecretEnvironment | None) -> None:
         return
     os.makedirs(os.path.dirname(secrets.path) or ".", mode=0o700, exist_ok=True)
     write_atomic(secrets.path, secrets.content, SECRET_MODE)
+
+
+def outlive_hangup() -> None:
+    """Let a change started on the node finish when the controller's connection drops.
+
+    An SSH session with a terminal hangs up its processes when the controller is lost
+    (a laptop lid, a dropped link): a step stopped between writing the unit and the
+    restart would leave the old server under the new text. Ignoring SIGHUP lets the
+    step run to its end on the node (write, restart, gates, restore on failure); the
+    next run reads the outcome. (A SIGKILL of the step itself still can stop it there:
+    :func:`started_before_written` finds that on the next run.)
+    """
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+# Seconds a file's write may follow its server's start before the server counts as
+# started from an earlier text: clock slew between systemd's stamp and the file's.
+STALE_MARGIN_S = 2.0
+
+
+def started_before_written(
+    ident: Identity, paths: list[str], *, real_now: float, mono_now: float
+) -> bool:
+    """Whether the running server started before one of ``paths`` was last written.
+
+    A run stopped between writing the unit (or its environment file) and restarting
+    the server leaves a process that runs what an earlier text said, under a file
+    that says otherwise; the next run finds the text unchanged. The file's mtime
+    (wall clock) is put on the monotonic clock systemd stamps the start with
+    (``ExecMainStartTimestampMonotonic``) through the offset between the two clocks now.
+    """
+    if not ident.running or ident.exec_main_start_monotonic <= 0:
+        return False
+    started = ident.exec_main_start_monotonic / 1e6
+    for path in paths:
+        try:
+            written = os.stat(path).st_mtime
+        except FileNotFoundError:
+            continue
+        if mono_now - (real_now - written) > started + STALE_MARGIN_S:
+            return True
+    return False
 
 
 def _refusals(content: str, requires: Mapping[str, str] | None, check_mode: bool) -> list[str]:
@@ -314,8 +361,9 @@ def apply_unit(
 ) -> ApplyResult:
     """Make ``unit`` run from ``content`` and answer; see the module docstring.
 
-    Restarts only when the text changed, the service is not running, or ``restart``
-    asks for it. ``requires`` maps paths the unit needs (its interpreter, ...) to what
+    Restarts only when the text changed, the service is not running, it started before
+    its unit was last written (:func:`started_before_written`), or ``restart`` asks for
+    it. ``requires`` maps paths the unit needs (its interpreter, ...) to what
     to do when one is missing: RuntimeError before anything changes (not in check mode,
     where a new host may not have them yet). ``drain_timeout`` > 0: before a running
     server is touched, wait until its /metrics reports no running requests (RuntimeError,
@@ -335,7 +383,11 @@ def apply_unit(
     secrets_changed = secrets is not None and secrets_before != secrets.content
     before = read_identity(unit, run)
     written = current != content or secrets_changed
-    must_start = written or restart or not before.running
+    stale = not written and started_before_written(
+        before, [path] + ([secrets.path] if secrets else []),
+        real_now=time.time(), mono_now=time.monotonic(),
+    )  # fmt: skip
+    must_start = written or restart or stale or not before.running
     must_enable = enabled and before.unit_file_state != "enabled"
     previous_path = f"{path}.previous" if written and current is not None else None
     if check_mode:
@@ -348,6 +400,7 @@ def apply_unit(
             changed=must_start or must_enable, restarted=must_start, written=written,
             before=before, after=before, previous_path=previous_path, ready=answers,
             text_before=current or "", missing=missing, secrets_changed=secrets_changed,
+            stale=stale,
         )  # fmt: skip
     if must_start and before.running:
         _before_stop(readiness.url, drain_timeout, gate)
@@ -369,7 +422,7 @@ def apply_unit(
         before=before, after=after, stop_seconds=round(stop_seconds, 2),
         ready_seconds=round(ready.seconds, 2) if ready else 0.0, previous_path=previous_path,
         ready=ready is not None and ready.ready, text_before=current or "",
-        secrets_changed=secrets_changed,
+        secrets_changed=secrets_changed, stale=stale,
     )  # fmt: skip
     gate_failed = ""
     if ready is not None and ready.ready:

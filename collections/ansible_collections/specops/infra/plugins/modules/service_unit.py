@@ -16,13 +16,16 @@ description:
     is written to I(environment_file) (root, 0600) for the unit's C(EnvironmentFile=),
     and a unit text whose C(Environment=) sets a secret-looking name (C(*TOKEN*),
     C(*SECRET*), C(*PASSWORD*), C(*API_KEY*), ...) is refused before anything changes.
-  - Restarts the service only when the text changed, it is not running, or I(restart) is
-    true, with a graceful stop (its processes and, where C(nvidia-smi) exists, their GPU memory
+  - Restarts the service only when the text changed, it is not running, its main process
+    started before the unit (or I(environment_file)) was last written (a run stopped
+    between the write and the restart: C(stale)), or I(restart) is true, with a graceful stop (its processes and, where C(nvidia-smi) exists, their GPU memory
     gone; nothing is killed by name or device), then C(systemctl start).
   - Waits until the server is ready (C(GET /health), I(served_model_name) in
     C(GET /v1/models), one generated token) and checks that a new process serves (a new
     C(InvocationID)). An unchanged, running service is only probed. In check mode nothing
     changes; one probe of the running server sets C(ready).
+  - A change, once started, is not stopped by a lost connection to the controller (the
+    step ignores SIGHUP): it runs to its end on the node, and the next run reads it.
   - When the new unit does not get ready and I(restore_on_failure) is true, the previous
     text goes back, the previous server is started and proven ready, and the module fails
     saying so (C(restored=true)); the last journal lines of the unit are in the message.
@@ -196,6 +199,12 @@ written:
   description: Whether the unit text changed.
   returned: always
   type: bool
+stale:
+  description: >-
+    Whether the running server started before its unchanged unit text was last written
+    (a run stopped between the write and the restart); it is restarted.
+  returned: always
+  type: bool
 restored:
   description: Whether the previous unit was put back after the new one failed.
   returned: always
@@ -268,6 +277,7 @@ from ansible_collections.specops.infra.plugins.module_utils.service_unit import 
     SecretEnvironment,
     UnitChangeError,
     apply_unit,
+    outlive_hangup,
     render_environment_file,
 )
 
@@ -335,6 +345,8 @@ def run_module() -> None:
             values = p["secret_environment"]
             text = render_environment_file({str(k): str(v) for k, v in values.items()})
             secrets = SecretEnvironment(p["environment_file"], text if values else None)
+        if not module.check_mode:
+            outlive_hangup()
         result = apply_unit(
             p["name"], p["path"], p["content"], readiness,
             enabled=p["enabled"], restart=p["restart"],
