@@ -114,3 +114,31 @@ def test_a_lab_only_touches_its_own_lxc_containers(tmp_path: Path) -> None:
     assert not _of_node(ours, tmp_path / "lxc" / "pve-b-801")
     assert _of_node(ours, tmp_path / "lxc" / "pve-b-802")
     assert not _of_node(ours, tmp_path / "lxc" / "pve-b-803"), "no config: not known as ours"
+
+
+def test_a_lab_daemon_keeps_no_descriptor_of_its_caller(tmp_path: Path) -> None:
+    """`flock /tmp/specops-lab.lock specops lab up` hands the lock's descriptor to the
+    command: a daemon that kept it would hold the lab's lock after the command ended, and
+    every later `flock` would wait for ever (it did, 2026-12-04)."""
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from specops_lab.up import _spawn  # noqa: PLC0415
+
+    lock = os.open(tmp_path / "lock", os.O_RDONLY | os.O_CREAT)
+    os.set_inheritable(lock, True)
+    log = tmp_path / "daemon.log"
+    pid = _spawn(["/bin/sleep", "30"], log)
+    try:
+        deadline = time.monotonic() + 10
+        while b"sleep" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            assert time.monotonic() < deadline, "the daemon did not start"
+            time.sleep(0.05)
+        held = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        assert str(tmp_path / "lock") not in held
+        assert held == {os.devnull, str(log)}
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+        os.close(lock)

@@ -250,9 +250,25 @@ def _ensure_api(paths: LabPaths, port: int, secret: str) -> None:
     )
 
 
+def _open_fds() -> list[int]:
+    """This process's open descriptors above stderr."""
+    listed = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    open_now = []
+    for fd in listed:  # the listing's own descriptor is closed by now
+        try:
+            os.fstat(fd)
+        except OSError:
+            continue
+        if fd > 2:
+            open_now.append(fd)
+    return open_now
+
+
 def _spawn(cmd: list[str], log: Path) -> int:
     """A daemon that outlives this command, by design: spawned in its own session with
-    no Popen object to reap it, its output appended to ``log``."""
+    no Popen object to reap it, its output appended to ``log``. It keeps no descriptor of
+    its caller's but the log: a lock the caller holds (``flock /tmp/specops-lab.lock
+    specops lab up``) is not held on by the lab's daemons after the caller ends."""
     log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         return os.posix_spawn(
@@ -263,6 +279,7 @@ def _spawn(cmd: list[str], log: Path) -> int:
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_DUP2, log_fd, 1),
                 (os.POSIX_SPAWN_DUP2, log_fd, 2),
+                *((os.POSIX_SPAWN_CLOSE, fd) for fd in _open_fds()),
             ],
             setsid=True,
         )
