@@ -18,14 +18,14 @@ description:
     C(*SECRET*), C(*PASSWORD*), C(*API_KEY*), ...) is refused before anything changes.
   - Restarts the service only when the text changed, it is not running, its main process
     started before the unit (or I(environment_file)) was last written (a run stopped
-    between the write and the restart: C(stale)), or I(restart) is true, with a graceful stop (its processes and, where C(nvidia-smi) exists, their GPU memory
+    between the write and the restart, C(stale)), or I(restart) is true, with a graceful stop (its processes and, where C(nvidia-smi) exists, their GPU memory
     gone; nothing is killed by name or device), then C(systemctl start).
   - Waits until the server is ready (C(GET /health), I(served_model_name) in
     C(GET /v1/models), one generated token) and checks that a new process serves (a new
     C(InvocationID)). An unchanged, running service is only probed. In check mode nothing
     changes; one probe of the running server sets C(ready).
   - A change, once started, is not stopped by a lost connection to the controller (the
-    step ignores SIGHUP): it runs to its end on the node, and the next run reads it.
+    step ignores SIGHUP); it runs to its end on the node, and the next run reads it.
   - When the new unit does not get ready and I(restore_on_failure) is true, the previous
     text goes back, the previous server is started and proven ready, and the module fails
     saying so (C(restored=true)); the last journal lines of the unit are in the message.
