@@ -295,13 +295,17 @@ def prepare_inputs(definition: Mapping[str, Any]) -> tuple[dict[str, str], Path,
 
 
 def base_image(definition: Mapping[str, Any]) -> tuple[str, str]:
+    """The base image's name and what identifies its content: its layers' digests and its
+    config's env, command and labels, not its id (``scripts/setup.sh image`` imports the
+    same cached rootfs on a fresh machine under a new id: the saved EE still fits)."""
     name = str(definition["images"]["base_image"]["name"])
-    out = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", name],
+    fmt = "{{json .RootFS.Layers}} {{json .Config.Env}} {{json .Config.Cmd}} {{json .Config.Labels}}"
+    out = subprocess.run(["docker", "image", "inspect", "-f", fmt, name],
                          capture_output=True, text=True, check=False)  # fmt: skip
     if out.returncode != 0:
         raise BuildError(f"base image {name}: not on this docker engine "
                          "(scripts/setup.sh image makes it)")  # fmt: skip
-    return name, out.stdout.strip()
+    return name, hashlib.sha256(out.stdout.strip().encode()).hexdigest()
 
 
 def labelled_image(digest: str) -> str | None:
@@ -399,7 +403,7 @@ def make(tag: str = DEFAULT_TAG, *, save: bool = True, force: bool = False) -> R
         if save:
             _save(found, digest)
     _run(["docker", "tag", found, tag])
-    return Result(tag, found, digest, {"build": "built"}.get(how, how), time.monotonic() - start)
+    return Result(tag, found, digest, {"build": "built", "load": "loaded"}.get(how, how), time.monotonic() - start)
 
 
 def _build(venv: Path, wheel: Path, reqs: list[str], digest: str, tag: str) -> str:
