@@ -178,7 +178,7 @@ def _run(argv: list[str], **kwargs: Any) -> str:
     if proc.returncode != 0:
         raise BuildError(f"{' '.join(argv[:4])} ... failed ({proc.returncode}):\n"
                          f"{proc.stdout[-4000:]}{proc.stderr[-4000:]}")  # fmt: skip
-    return proc.stdout
+    return str(proc.stdout)
 
 
 def _load_script(name: str) -> Any:
@@ -254,8 +254,8 @@ def collection_requirements(root: Path, names: Iterable[str], excluded: Iterable
             )
             req = path / python if isinstance(python, str) else path / "__none__"
         if req.is_file():
-            for line in req.read_text().splitlines():
-                line = line.split("#", 1)[0].strip()
+            for raw in req.read_text().splitlines():
+                line = raw.split("#", 1)[0].strip()
                 if line:
                     out.append(line)
     return out
@@ -299,7 +299,8 @@ def base_image(definition: Mapping[str, Any]) -> tuple[str, str]:
     config's env, command and labels, not its id (``scripts/setup.sh image`` imports the
     same cached rootfs on a fresh machine under a new id: the saved EE still fits)."""
     name = str(definition["images"]["base_image"]["name"])
-    fmt = "{{json .RootFS.Layers}} {{json .Config.Env}} {{json .Config.Cmd}} {{json .Config.Labels}}"
+    fmt = ("{{json .RootFS.Layers}} {{json .Config.Env}} {{json .Config.Cmd}} "
+           "{{json .Config.Labels}}")  # fmt: skip
     out = subprocess.run(["docker", "image", "inspect", "-f", fmt, name],
                          capture_output=True, text=True, check=False)  # fmt: skip
     if out.returncode != 0:
@@ -343,7 +344,7 @@ def wheelhouse(reqs: list[str], wheel: Path, pip: Path) -> Path:
 
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
@@ -403,7 +404,8 @@ def make(tag: str = DEFAULT_TAG, *, save: bool = True, force: bool = False) -> R
         if save:
             _save(found, digest)
     _run(["docker", "tag", found, tag])
-    return Result(tag, found, digest, {"build": "built", "load": "loaded"}.get(how, how), time.monotonic() - start)
+    said = {"build": "built", "load": "loaded"}.get(how, how)
+    return Result(tag, found, digest, said, time.monotonic() - start)
 
 
 def _build(venv: Path, wheel: Path, reqs: list[str], digest: str, tag: str) -> str:
@@ -412,14 +414,15 @@ def _build(venv: Path, wheel: Path, reqs: list[str], digest: str, tag: str) -> s
     shutil.rmtree(context, ignore_errors=True)
     with serve(house) as url:
         _say(f"ansible-builder build (wheelhouse {house} served at {url})")
-        argv = [str(venv / "bin/ansible-builder"), "build", "-f", str(EE_FILE), "-c", str(context),
-                "--container-runtime", "docker", "-t", tag, "-v", "3",
+        argv = [str(venv / "bin/ansible-builder"), "build", "-f", str(EE_FILE),
+                "-c", str(context), "--container-runtime", "docker", "-t", tag, "-v", "3",
                 "--build-arg", f"PIP_FIND_LINKS={url}", "--build-arg", "PIP_NO_INDEX=1",
                 "--extra-build-cli-args", f"--network host --label {LABEL}={digest}"]  # fmt: skip
         log = CACHE / "build.log"
         with log.open("w") as out:
+            env = {**os.environ, "DOCKER_BUILDKIT": "0"}  # the classic builder: --network host
             proc = subprocess.run(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                                  check=False, env={**os.environ, "DOCKER_BUILDKIT": "0"})  # fmt: skip
+                                  check=False, env=env)  # fmt: skip
         if proc.returncode != 0:
             tail = log.read_text()[-6000:]
             raise BuildError(f"ansible-builder build failed ({proc.returncode}; {log}):\n{tail}")
@@ -448,8 +451,10 @@ def _save(image_id: str, digest: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--tag", default=DEFAULT_TAG)
-    parser.add_argument("--no-save", action="store_true",
-                        help="do not docker save the built image under $SPECOPS_CACHE/ee")  # fmt: skip
+    parser.add_argument(
+        "--no-save", action="store_true",
+        help="do not docker save the built image under $SPECOPS_CACHE/ee",
+    )  # fmt: skip
     parser.add_argument("--force", action="store_true", help="build even when cached")
     args = parser.parse_args(argv)
     try:

@@ -174,7 +174,7 @@ class _KeyedServer(http.server.BaseHTTPRequestHandler):
         if self._keyed():
             self._answer(200, {"choices": [{"text": "x"}], "usage": {"completion_tokens": 1}})
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

@@ -65,7 +65,7 @@ def test_a_secret_file_is_read_when_the_value_is_empty(role: str, tmp_path: Path
         {value_var: "from-the-var", f"{value_var}_file": str(secret)},
         {value_var: "", f"{value_var}_file": ""},
     ]
-    got = _resolve(tmp_path, role, cases, env_secret="from-the-env")
+    got = _resolve(tmp_path, role, cases, env_secret="from-the-env")  # noqa: S106 (a test value)
     # The PVE token falls back to the controller's environment, the hub token to none.
     last = "from-the-env" if role == "pve_container" else ""
     assert got == ["from-the-file", "from-the-var", last]
