@@ -404,6 +404,7 @@ def make(tag: str = DEFAULT_TAG, *, save: bool = True, force: bool = False) -> R
         if save:
             _save(found, digest)
     _run(["docker", "tag", found, tag])
+    _prune_replaced(found)
     said = {"build": "built", "load": "loaded"}.get(how, how)
     return Result(tag, found, digest, said, time.monotonic() - start)
 
@@ -430,6 +431,16 @@ def _build(venv: Path, wheel: Path, reqs: list[str], digest: str, tag: str) -> s
     if found is None:
         raise BuildError(f"ansible-builder built no image with label {LABEL}={digest}")
     return found
+
+
+def _prune_replaced(current: str) -> None:
+    """Remove the EEs this build replaced (labelled, no longer tagged). The builder's
+    intermediate stages stay: they are docker's layer cache for the next build."""
+    out = _run(["docker", "images", "-q", "--no-trunc", "--filter", f"label={LABEL}",
+                "--filter", "dangling=true"])  # fmt: skip
+    for image in out.split():
+        if image != current:
+            subprocess.run(["docker", "rmi", image], capture_output=True, check=False)
 
 
 def _save(image_id: str, digest: str) -> None:

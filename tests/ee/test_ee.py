@@ -72,7 +72,7 @@ def test_the_ee_carries_the_collection_and_controller_of_one_version(
     done = navigator(ee_image, site, "exec", "--",
                      "ansible-galaxy collection list specops.infra --format json")  # fmt: skip
     assert done.rc == 0, done.output
-    listed = json.loads(done.output[done.output.index("{"):])
+    listed = json.loads(done.output[done.output.index("{") :])
     assert [c["specops.infra"]["version"] for c in listed.values()] == [VERSION]
     assert str(REPO) not in done.output
 

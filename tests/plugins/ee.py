@@ -21,6 +21,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +32,7 @@ import pytest
 
 from plugins.scripts import REPO, load_script
 
-__all__ = ["EeImage", "Navigated", "navigator", "site_dir"]
+__all__ = ["LAB_CONTAINER_OPTIONS", "EeImage", "Navigated", "lab_image", "navigator", "site_dir"]
 
 # ansible-runner's event markers in the stdout it relays (ESC[K<base64>ESC[<n>D).
 _EVENT_MARK = re.compile(r"\x1b\[K(?:[A-Za-z0-9+/=]+\x1b\[\d+D)?")
@@ -109,6 +111,7 @@ def navigator(
     site: Path,
     *args: str,
     container_options: Sequence[str] = (),
+    image: str | None = None,
     timeout: float = 1200,
 ) -> Navigated:
     """``ansible-navigator <args>`` in ``site`` with the EE (see the module's doc)."""
@@ -117,7 +120,7 @@ def navigator(
     # (exec fails with --pae: it writes no playbook artifact anyway)
     artifact = ["--pae", "false"] if sub == "run" else []
     argv = [str(ee.navigator_bin), sub, "--mode", "stdout", "--ee", "true",
-            "--eei", ee.tag, "--pull-policy", "never", "--ce", "docker", *artifact,
+            "--eei", image or ee.tag, "--pull-policy", "never", "--ce", "docker", *artifact,
             "--lf", "/dev/null", *(f"--co={o}" for o in options), *rest]  # fmt: skip
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("ANSIBLE_", "PYTHON", "VIRTUAL_ENV"))}  # fmt: skip
@@ -127,3 +130,76 @@ def navigator(
                           timeout=timeout, check=False)  # fmt: skip
     output = _EVENT_MARK.sub("", proc.stdout + proc.stderr)
     return Navigated(argv, proc.returncode, output, time.monotonic() - start)
+
+
+# --- the lab through the EE (tests/deploy/test_deploy_lab.py)
+#
+# A test-only layer over the EE, never shipped: the lab's own collection specops.lab
+# (its connections: lxc-attach into the lab's containers, a lab node's root on this
+# machine), its package specops_lab (the PVE stand-in's CLIs the lab inventory calls) and
+# Debian's lxc tools. The container then sees what the lab's connections need of this
+# machine: its LXC containers (--pid=host, the cgroup tree, /var/lib/lxc, /run/lxc) and
+# the lab's node trees (/var/lib/specops/lab). A lab node's stand-in tools name the
+# interpreter of whoever ran `specops lab up`: that path is linked to the EE's Python,
+# which carries specops_lab in this layer.
+LAB_IMAGE = "specops/ee-lab:test"
+LAB_DIR = Path("/var/lib/specops/lab")
+LAB_CONTAINER_OPTIONS = (
+    "--pid=host",
+    "--cgroupns=host",
+    "--cap-add=ALL",
+    "--cap-drop=SYS_RESOURCE",  # outside this machine's bounding set (--privileged fails)
+    "--security-opt=seccomp=unconfined",
+    "--security-opt=apparmor=unconfined",
+    "--volume=/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    "--volume=/var/lib/lxc:/var/lib/lxc",
+    "--volume=/run/lxc:/run/lxc",
+    f"--volume={LAB_DIR}:{LAB_DIR}",
+)
+_SHIM_PYTHON = re.compile(r"^exec (\S+) -m specops_lab\.node ", re.MULTILINE)
+
+
+def _shim_interpreters() -> list[str]:
+    found = set()
+    for shim in LAB_DIR.glob("*/usr/*bin/*"):
+        if shim.is_file() and shim.stat().st_size < 4096:
+            found |= set(_SHIM_PYTHON.findall(shim.read_text(errors="replace")))
+    return sorted(found)
+
+
+def lab_image(ee: EeImage) -> str:
+    """``specops/ee-lab:test``: the layer above (docker's cache keeps it while nothing in
+    it changes)."""
+    from plugins.consumer import build_wheel  # noqa: PLC0415  (only the lab tests need it)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = Path(tmp)
+        build_wheel(REPO / "lab", "specops_lab", ctx)
+        galaxy = Path(sys.executable).parent / "ansible-galaxy"
+        subprocess.run([str(galaxy), "collection", "build", "--output-path", str(ctx),
+                        str(REPO / "collections/ansible_collections/specops/lab")],
+                       check=True, capture_output=True)  # fmt: skip
+        links = "".join(
+            f"RUN mkdir -p {Path(p).parent} && ln -sfn /usr/bin/python3 {p}\n"
+            for p in _shim_interpreters()
+        )
+        (ctx / "Dockerfile").write_text(
+            f"FROM {ee.tag}\n"
+            # lxc-attach needs root: the lab's layer runs as root (the EE as uid 1000)
+            "USER root\n"
+            "RUN /usr/local/bin/pkgmgr-apt install -y lxc && /usr/local/bin/pkgmgr-apt clean all\n"
+            "COPY specops_lab-*.whl specops-lab-*.tar.gz /tmp/lab/\n"
+            "RUN python3 -m pip install -q --no-deps --no-index --no-cache-dir /tmp/lab/*.whl"
+            " && ansible-galaxy collection install --offline"
+            " -p /usr/share/ansible/collections /tmp/lab/*.tar.gz && rm -rf /tmp/lab\n"
+            f"{links}"
+            # Not the EE: build_ee.py finds the EE by this label (inherited from FROM).
+            "LABEL specops.test=lab specops.ee.inputs=\n"
+        )
+        proc = subprocess.run(["docker", "build", "--network", "host", "-t", LAB_IMAGE, str(ctx)],
+                              capture_output=True, text=True, check=False,
+                              env={**os.environ, "DOCKER_BUILDKIT": "0"})  # fmt: skip
+        if proc.returncode != 0:
+            raise RuntimeError(f"docker build {LAB_IMAGE} failed:\n{proc.stdout[-4000:]}"
+                               f"{proc.stderr[-4000:]}")  # fmt: skip
+    return LAB_IMAGE
