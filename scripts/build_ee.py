@@ -32,6 +32,7 @@ seconds=<n>``; tests/ee/conftest.py reads it.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import functools
 import hashlib
 import http.server
@@ -380,8 +381,26 @@ class Result:
                 f"seconds={self.seconds:.1f}")  # fmt: skip
 
 
+@contextmanager
+def _locked() -> Iterator[None]:
+    """One build at a time per checkout (the two CI lanes may both ask for the EE: the
+    second waits, then finds it built)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / ".lock").open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def make(tag: str = DEFAULT_TAG, *, save: bool = True, force: bool = False) -> Result:
     """The EE for this checkout under ``tag`` (see the module's doc)."""
+    with _locked():
+        return _make(tag, save=save, force=force)
+
+
+def _make(tag: str, *, save: bool, force: bool) -> Result:
     start = time.monotonic()
     definition = yaml.safe_load(EE_FILE.read_text())
     venv = tools()
