@@ -137,7 +137,8 @@ def navigator(
 # A test-only layer over the EE, never shipped: the lab's own collection specops.lab
 # (its connections: lxc-attach into the lab's containers, a lab node's root on this
 # machine), its package specops_lab (the PVE stand-in's CLIs the lab inventory calls) and
-# Debian's lxc tools. The container then sees what the lab's connections need of this
+# Debian's lxc tools (and lxc-templates, whose common configs the lab's containers
+# include). The container then sees what the lab's connections need of this
 # machine: its LXC containers (--pid=host, the cgroup tree, /var/lib/lxc, /run/lxc) and
 # the lab's node trees (/var/lib/specops/lab). A lab node's stand-in tools name the
 # interpreter of whoever ran `specops lab up`: that path is linked to the EE's Python,
@@ -187,7 +188,9 @@ def lab_image(ee: EeImage) -> str:
             f"FROM {ee.tag}\n"
             # lxc-attach needs root: the lab's layer runs as root (the EE as uid 1000)
             "USER root\n"
-            "RUN /usr/local/bin/pkgmgr-apt install -y lxc && /usr/local/bin/pkgmgr-apt clean all\n"
+            # lxc-templates: the <ostype>.common.conf every lab container's config includes
+            "RUN /usr/local/bin/pkgmgr-apt install -y lxc lxc-templates"
+            " && /usr/local/bin/pkgmgr-apt clean all\n"
             "COPY specops_lab-*.whl specops-lab-*.tar.gz /tmp/lab/\n"
             "RUN python3 -m pip install -q --no-deps --no-index --no-cache-dir /tmp/lab/*.whl"
             " && ansible-galaxy collection install --offline"
