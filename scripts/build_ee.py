@@ -310,10 +310,24 @@ def base_image(definition: Mapping[str, Any]) -> tuple[str, str]:
     return name, hashlib.sha256(out.stdout.strip().encode()).hexdigest()
 
 
-def labelled_image(digest: str) -> str | None:
-    out = _run(["docker", "images", "-q", "--no-trunc", "--filter", f"label={LABEL}={digest}"])
-    ids = out.split()
-    return ids[0] if ids else None
+def labelled_image(digest: str, tag: str = DEFAULT_TAG) -> str | None:
+    """The EE built from ``digest``: the image with its label. An image built FROM the EE
+    inherits the label until it sets its own, and docker lists the newest step of a
+    build in progress: of several, the one whose parent has no such label (the EE, not
+    a step above it), and of those the one ``tag`` names."""
+    # -a: the steps above the EE too (they are the EE's children: not roots)
+    out = _run(["docker", "images", "-a", "-q", "--no-trunc", "--filter",
+                f"label={LABEL}={digest}"])  # fmt: skip
+    ids = list(dict.fromkeys(out.split()))
+    if len(ids) <= 1:
+        return ids[0] if ids else None
+    parents = {i: _run(["docker", "image", "inspect", "-f", "{{.Parent}}", i]).strip() for i in ids}
+    roots = [i for i in ids if parents[i] not in ids]
+    tagged = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", tag],
+                            capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
+    if tagged in roots:
+        return tagged
+    return (roots or ids)[0]
 
 
 def wheelhouse(reqs: list[str], wheel: Path, pip: Path) -> Path:
@@ -408,14 +422,14 @@ def _make(tag: str, *, save: bool, force: bool) -> Result:
     _, parts["base"] = base_image(definition)
     digest = inputs_hash(parts)
     saved = SAVES / f"{digest}.tar"
-    found = labelled_image(digest)
+    found = labelled_image(digest, tag)
     how = decide(labelled=found is not None, saved=saved.is_file(), force=force)
     if how == "cached" and found:
         _say(f"image {found[:19]} has label {LABEL}={digest[:16]}...: nothing to build")
     elif how == "load":
         _say(f"loading {saved}")
         _run(["docker", "load", "-i", str(saved)])
-        found = labelled_image(digest)
+        found = labelled_image(digest, tag)
         if found is None:
             raise BuildError(f"{saved}: loaded, but no image has label {LABEL}={digest}")
     else:
@@ -446,7 +460,7 @@ def _build(venv: Path, wheel: Path, reqs: list[str], digest: str, tag: str) -> s
         if proc.returncode != 0:
             tail = log.read_text()[-6000:]
             raise BuildError(f"ansible-builder build failed ({proc.returncode}; {log}):\n{tail}")
-    found = labelled_image(digest)
+    found = labelled_image(digest, tag)
     if found is None:
         raise BuildError(f"ansible-builder built no image with label {LABEL}={digest}")
     return found

@@ -186,6 +186,9 @@ def lab_image(ee: EeImage) -> str:
         )
         (ctx / "Dockerfile").write_text(
             f"FROM {ee.tag}\n"
+            # First: not the EE. build_ee.py finds the EE by this label, which FROM passes
+            # on to every step's image of this build (docker lists the newest while it runs).
+            "LABEL specops.test=lab specops.ee.inputs=\n"
             # lxc-attach needs root: the lab's layer runs as root (the EE as uid 1000)
             "USER root\n"
             # lxc-templates: the <ostype>.common.conf every lab container's config includes
@@ -196,8 +199,6 @@ def lab_image(ee: EeImage) -> str:
             " && ansible-galaxy collection install --offline"
             " -p /usr/share/ansible/collections /tmp/lab/*.tar.gz && rm -rf /tmp/lab\n"
             f"{links}"
-            # Not the EE: build_ee.py finds the EE by this label (inherited from FROM).
-            "LABEL specops.test=lab specops.ee.inputs=\n"
         )
         proc = subprocess.run(["docker", "build", "--network", "host", "-t", LAB_IMAGE, str(ctx)],
                               capture_output=True, text=True, check=False,
