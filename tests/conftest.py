@@ -22,6 +22,7 @@ settings.load_profile("specops")
 # `python -m pytest`, from any working directory.
 pytest_plugins = [
     "pytester",
+    "plugins.ee",
     "plugins.measurements",
     "plugins.strict",
     "plugins.synthetic_server",

@@ -44,7 +44,8 @@ from typing import Any
 import httpx
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils.gpu import HostRoots, gather_facts
-from plugins.consumer import Site, make_site
+from plugins.consumer import Site, copy_secrets, make_site
+from plugins.ee import LAB_CONTAINER_OPTIONS, EeImage, Navigated, lab_image, navigator, site_dir
 from plugins.lab_secrets import lab_secrets
 from plugins.measurements import Record
 from plugins.scripts import load_script
@@ -466,6 +467,68 @@ def test_check_diff_on_converged_lab_reports_no_change(check_run: Run) -> None:
     recap = check_run.recap()
     assert set(recap) >= HOSTS, f"no recap for {HOSTS - set(recap)}: {check_run.output[-3000:]}"
     assert {h: r["changed"] for h, r in recap.items() if r["changed"]} == {}, recap
+
+
+# Issue 33: the execution environment on the lab, as AWX's execution nodes run jobs:
+# ansible-navigator runs specops.infra.verify (the GPU doctor, failing on any finding)
+# and specops.infra.benchmark inside the EE (tests/plugins/ee.py: the test-only layer
+# specops/ee-lab:test adds the lab's connections and lxc tools, the container sees the
+# lab's LXC containers and node trees) from a site with the lab inventory, on the lab
+# this module converged. The secrets come as AWX's credential types give them: files
+# named by variables (the server's API key, the PVE token), no environment.
+@pytest.fixture(scope="module")
+def ee_lab_runs(
+    check_run: Run, ee_image: EeImage, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Navigated, Navigated]:
+    assert check_run.rc == 0, "the lab did not converge; see the first run's test"
+    image = lab_image(ee_image)
+    secrets = lab_secrets(REPO)
+    site = site_dir(tmp_path_factory.mktemp("ee-site"), REPO / "inventory/lab")
+    args = copy_secrets(site / "secrets", secrets.vars_file, secrets.vault_password_file,
+                        secrets.api_key_file)  # fmt: skip
+    token = site / "secrets" / "pve-api-token-secret"
+    token.touch(mode=0o600)
+    token.write_bytes((LAB / "secrets" / "pve-api-token-secret").read_bytes())
+    args += ["-e", f"pve_container_api_token_secret_file={token}",
+             "-e", f"migrate_api_token_secret_file={token}"]  # fmt: skip
+    runs = []
+    for playbook in ("specops.infra.verify", "specops.infra.benchmark"):
+        done = navigator(ee_image, site, "run", playbook, *args, image=image,
+                         container_options=LAB_CONTAINER_OPTIONS)  # fmt: skip
+        LOGS.mkdir(parents=True, exist_ok=True)
+        (LOGS / f"ee-{playbook.rsplit('.', 1)[1]}.log").write_text(done.output)
+        runs.append(done)
+    return site, runs[0], runs[1]
+
+
+def test_the_ee_runs_the_doctor_and_the_benchmark_on_the_lab(
+    ee_lab_runs: tuple[Path, Navigated, Navigated], measurement: Record
+) -> None:
+    site, verify, bench = ee_lab_runs
+    secret_values = [s.value for s in lab_secrets(REPO).known()]
+    for run in (verify, bench):
+        assert run.rc == 0, run.output[-6000:]
+        assert {h: r["failed"] + r["unreachable"] for h, r in run.recap().items()} == dict.fromkeys(
+            run.recap(), 0
+        )
+        assert not [v for v in secret_values if v in run.output], "a secret in the output"
+    # The doctor probed the keyed server with its key (a 401 was a finding before).
+    assert set(verify.recap()) >= {"pve-a", "pve-b", CT}, verify.recap()
+    assert "1 container(s): 1 healthy, 0 warning, 0 unhealthy" in verify.output, verify.output[
+        -4000:
+    ]
+    report_m = re.search(r'"report (\S+/report\.md)"', bench.output)
+    assert report_m, bench.output[-3000:]
+    report = Path(report_m[1])
+    assert report.parent.parent == site / "results" / CT
+    assert "tok/s" in report.read_text()
+    assert '"failed cells: 0"' in bench.output
+    measurement(
+        "ee-lab",
+        [f"EE on the lab (ansible-navigator): verify {verify.seconds:.0f} s, "
+         f"benchmark {bench.seconds:.0f} s"],
+        {"verify_s": verify.seconds, "benchmark_s": bench.seconds},
+    )  # fmt: skip
 
 
 # Issue 33: the same deploy from an operator's site repository, with the installed

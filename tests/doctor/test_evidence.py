@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import stat
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence import (
     conf_evidence,
     container_evidence,
@@ -19,6 +24,9 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence 
     parse_allow,
 )
 from ansible_collections.specops.infra.plugins.module_utils.pve_conf import parse
+from ansible_collections.specops.infra.plugins.modules.gpu_doctor_container import (
+    gather as container_gather,
+)
 from ansible_collections.specops.infra.plugins.modules.gpu_doctor_container import server_url
 from ansible_collections.specops.infra.plugins.modules.gpu_doctor_node import gather
 from doctor.conftest import generated
@@ -133,3 +141,75 @@ def test_container_evidence_here_server_down() -> None:
     assert ev["server"]["url"] == f"http://127.0.0.1:{port}"
     assert ev["server"]["stage"] == "health"
     assert server_url("::1", 8000) == "http://[::1]:8000"
+
+
+class _KeyedServer(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-compatible stand-in keyed as vLLM is with VLLM_API_KEY: /health open,
+    every /v1 route 401 without ``Authorization: Bearer <key>``."""
+
+    KEY = "k-0123456789"
+
+    def _answer(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _keyed(self) -> bool:
+        if self.headers.get("Authorization") == f"Bearer {self.KEY}":
+            return True
+        self._answer(401, {"error": "Unauthorized"})
+        return False
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            self._answer(200, {})
+        elif self._keyed():
+            self._answer(200, {"data": [{"id": "tiny"}]})
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self._keyed():
+            self._answer(200, {"choices": [{"text": "x"}], "usage": {"completion_tokens": 1}})
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def keyed_server() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeyedServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_readiness_probe_sends_the_servers_api_key(keyed_server: int) -> None:
+    """A server started with a key (inference_service_api_key_file) answers 401 to a
+    probe without it: the doctor's probe sends the key it is given (verify.yml passes
+    inference_service_api_key_file as gpu_doctor_server_api_key_file)."""
+    params = {"paths": [], "engine_python": "", "cuda": False, "kernel_root": "/",
+              "server_host": "0.0.0.0", "server_port": keyed_server,
+              "served_model_name": "tiny"}  # fmt: skip
+    without = container_gather({**params, "api_key": ""})["server"]
+    assert (without["ok"], without["stage"]) == (False, "models")
+    assert "401" in without["detail"]
+    keyed = container_gather({**params, "api_key": _KeyedServer.KEY})["server"]
+    assert (keyed["ok"], keyed["stage"]) == (True, "ready"), keyed
+    assert _KeyedServer.KEY not in json.dumps(keyed)
+
+
+def test_verify_passes_the_servers_key_file_to_the_doctor() -> None:
+    repo = Path(__file__).resolve().parents[2]
+    plays = yaml.safe_load((repo / "playbooks/verify.yml").read_text())
+    include = next(t for p in plays for t in p.get("tasks", [])
+                   if t.get("vars", {}).get("gpu_doctor_phase") == "container")  # fmt: skip
+    assert include["vars"]["gpu_doctor_server_api_key_file"] == (
+        "{{ inference_service_api_key_file | default('') }}"
+    )
+    task = yaml.safe_load((repo / "roles/gpu_doctor/tasks/container.yml").read_text())[0]
+    assert "gpu_doctor_server_api_key_file" in task["specops.infra.gpu_doctor_container"]["api_key"]

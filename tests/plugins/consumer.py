@@ -35,7 +35,7 @@ from pathlib import Path
 
 from plugins.scripts import REPO, load_script
 
-__all__ = ["SITE_CFG", "Site", "make_site"]
+__all__ = ["SITE_CFG", "Site", "copy_secrets", "make_site"]
 
 # docs/install.md's ansible.cfg for a site repository (kept equal: test_site_cfg_is_the_docs).
 SITE_CFG = """\
@@ -129,7 +129,7 @@ def constraints(out: Path) -> Path:
     return path
 
 
-def _copy_secrets(
+def copy_secrets(
     folder: Path, vars_file: Path, vault_password_file: Path, key_file: Path
 ) -> list[str]:
     """The known secrets, copied into the site (0700 folder, 0600 files); the vars file's
@@ -180,5 +180,5 @@ def make_site(vars_file: Path, vault_password_file: Path, key_file: Path) -> Sit
     inventory = root / "inventory"
     shutil.copytree(REPO / "inventory/lab", inventory, symlinks=False,
                     ignore=shutil.ignore_patterns("hardware", "differences.yml"))  # fmt: skip
-    args = _copy_secrets(root / "secrets", vars_file, vault_password_file, key_file)
+    args = copy_secrets(root / "secrets", vars_file, vault_password_file, key_file)
     return Site(root, venv, args, time.monotonic() - start)

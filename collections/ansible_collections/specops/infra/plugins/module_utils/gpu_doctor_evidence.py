@@ -446,10 +446,12 @@ def container_evidence(
     kernel_root: str = "/",
     server_url: str | None = None,
     served_model_name: str | None = None,
+    api_key: str | None = None,
     dev_root: str = "/",
     runner: Runner | None = None,
 ) -> dict[str, Any]:
-    """What the container itself shows of its GPU path; reads and probes, writes nothing."""
+    """What the container itself shows of its GPU path; reads and probes, writes nothing.
+    ``api_key``: the server's key, sent by the readiness probe as a bearer token."""
     evidence: dict[str, Any] = {
         "schema": EVIDENCE_SCHEMA,
         "reachable": True,
@@ -465,7 +467,7 @@ def container_evidence(
             evidence["cuda"] = cuda_evidence(python, runner)
             evidence["cuda"]["engine_python"] = bool(engine_python) or python != fallback_python
     if server_url:
-        result = probe(server_url, served_model_name or "")
+        result = probe(server_url, served_model_name or "", api_key=api_key)
         evidence["server"] = {
             "url": server_url,
             "served_model_name": served_model_name,

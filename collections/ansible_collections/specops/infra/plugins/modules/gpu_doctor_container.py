@@ -54,6 +54,12 @@ options:
     description: Model name the server serves; empty skips the readiness probe.
     type: str
     default: ""
+  api_key:
+    description:
+      - The server's API key, sent as a bearer token by the readiness probe (a server
+        started with a key answers 401 without it). Empty - none. Never logged.
+    type: str
+    default: ""
 """
 
 EXAMPLES = r"""
@@ -102,6 +108,7 @@ def gather(params: dict[str, Any]) -> dict[str, Any]:
         kernel_root=params["kernel_root"],
         server_url=server_url(params["server_host"], params["server_port"]) if served else None,
         served_model_name=served or None,
+        api_key=params.get("api_key") or None,
     )
 
 
@@ -115,6 +122,7 @@ def run_module() -> None:
             "server_host": {"type": "str", "default": "127.0.0.1"},
             "server_port": {"type": "int", "default": 8000},
             "served_model_name": {"type": "str", "default": ""},
+            "api_key": {"type": "str", "default": "", "no_log": True},
         },
         supports_check_mode=True,
     )
