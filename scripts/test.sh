@@ -102,12 +102,17 @@ run_lint() {
 # Balance (the full run of 9b5c5a5, seconds): first lane 2849 with the fleet failure
 # case (153 s) in it; second lane lint 186 + molecule 1388-1675 + this shard 792 without
 # it (the eager lab servers, docs/testing.md "Server starts", took 394 s off the shard).
+# The EE's tests use this lane's ngram server (35 s with the EE saved in
+# /var/cache/specops/ee, ~135 s when it is built); the EE's lab test stays with the lab.
+# Full run of b575548 (before the EE, local, with other work beside it): first lane
+# 2185 s, second lane 202 + 1271 + 832 s.
 PYTEST_SECOND_LANE=(
   tests/tune/test_real_rollout.py
   tests/lab/test_fleet_failures.py
   tests/lab/test_vllm_server.py
   tests/serving/test_output_gate_vllm.py
   tests/bench/test_e2e_vllm.py
+  tests/ee/test_ee.py
 )
 
 # run_pytest [NAME PATH...]: one pytest session over PATHs (default: all of tests/ but the
