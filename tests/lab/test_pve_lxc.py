@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,17 @@ def test_dev_entries_allow_real_major_minor_only(lab_cluster: Cluster) -> None:
     assert conf.read_text() == before  # start never writes the PVE conf
 
 
+def _wait_for_systemd(node: Node, vmid: int, timeout: float = 120) -> None:
+    """Until the container's systemd answers (its signal handlers are set up by then)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = pct.ct_exec(node, vmid, ["systemctl", "is-system-running"], timeout=30)
+        if state.stdout.strip():
+            return
+        assert time.monotonic() < deadline, f"CT {vmid}: systemd did not answer: {state}"
+        time.sleep(0.5)
+
+
 def test_dev_entry_follows_a_changed_major(lab_cluster: Cluster) -> None:
     """PVE stats the node at every start: a new uvm major needs no conf edit."""
     node = lab_cluster.node("pvetest-b")
@@ -105,6 +117,10 @@ def test_dev_entry_follows_a_changed_major(lab_cluster: Cluster) -> None:
     _create(node, 103, "dev0: /dev/nvidia-uvm\n")
     pct.ct_start(node, 103)
     assert open_devices_in_ct(node, 103, "/dev/nvidia-uvm") == {"/dev/nvidia-uvm": "ENXIO"}
+    # systemd, the container's PID 1, drops the shutdown signal until it has installed its
+    # handler (a namespace's init ignores a signal it does not handle): a shutdown sent
+    # early in its boot waits out the whole timeout (PVE's `pct shutdown` too). CI, 2026-12-04.
+    _wait_for_systemd(node, 103)
     pct.ct_shutdown(node, 103, timeout=30)
     node.host_path("/dev/nvidia-uvm").unlink()
     _mknod(node, "/dev/nvidia-uvm", 511, 0)
