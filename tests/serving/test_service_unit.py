@@ -85,6 +85,8 @@ def test_a_started_change_outlives_the_controllers_hangup() -> None:
     code = (
         "import os, signal, sys\n"
         "from ansible_collections.specops.infra.plugins.module_utils import service_unit\n"
+        # the default an SSH session's process has (a run under nohup inherits SIG_IGN)
+        "signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
         "if sys.argv[1] == 'hold':\n    service_unit.outlive_hangup()\n"
         "os.kill(os.getpid(), signal.SIGHUP)\nprint('finished')\n"
     )
