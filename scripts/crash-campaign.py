@@ -117,19 +117,76 @@ class Segment:
 
 
 @dataclass(frozen=True)
+class Position:
+    """Where a task banner stands in a run, in terms that hold between runs whose task
+    counts differ (a re-run skips what is done): the play it belongs to (its banner's
+    text), which time that play banner was printed (a serial batch prints it once per
+    batch), and which time this task's name was printed within that play."""
+
+    play: str
+    play_n: int
+    nth: int
+
+
+class Positions:
+    """Follows a run's output line by line; :meth:`feed` gives each task banner's
+    :class:`Position` and counts the banners (``count``)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._plays: dict[str, int] = {}
+        self._play = ("", 0)
+        self._names: dict[str, int] = {}
+
+    def feed(self, line: str) -> Position | None:
+        if line.startswith("PLAY ["):
+            name = _banner_name(line, "PLAY [")
+            self._plays[name] = self._plays.get(name, 0) + 1
+            self._play = (name, self._plays[name])
+            self._names = {}
+            return None
+        if not _TASK.match(line):
+            return None
+        name = _banner_name(line)
+        self.count += 1
+        self._names[name] = self._names.get(name, 0) + 1
+        return Position(*self._play, self._names[name])
+
+
+def task_positions(output: str) -> list[tuple[str, Position]]:
+    """Each task banner of a run's output: its name and its :class:`Position`."""
+    track = Positions()
+    found = []
+    for line in output.splitlines():
+        pos = track.feed(line)
+        if pos is not None:
+            found.append((_banner_name(line), pos))
+    return found
+
+
+@dataclass(frozen=True)
 class KillAt:
     """A kill point: the ``at``-th task banner of a run (an int) or the first banner
-    holding the text ``at``; the kill comes ``after_s`` seconds later (0: at the task
-    boundary; more: in the middle of that task, or of a later one)."""
+    holding the text ``at`` (at ``where``, when given: a task name that recurs, as the
+    host roles' tasks do in each batch, is told apart by its :class:`Position`); the
+    kill comes ``after_s`` seconds later (0: at the task boundary; more: in the middle of
+    that task, or of a later one)."""
 
     at: int | str
     after_s: float = 0.0
+    where: Position | None = None
 
-    def reached(self, count: int, line: str) -> bool:
-        return count == self.at if isinstance(self.at, int) else self.at in line
+    def reached(self, count: int, line: str, pos: Position | None = None) -> bool:
+        if isinstance(self.at, int):
+            return count == self.at
+        return self.at in line and (self.where is None or self.where == pos)
 
     def __str__(self) -> str:
-        return f"{self.at}" + (f"+{self.after_s:g}s" if self.after_s else "")
+        at = f"{self.at}"
+        if self.where is not None:
+            w = self.where
+            at += f" (play {w.play!r} #{w.play_n}, #{w.nth} there)"
+        return at + (f"+{self.after_s:g}s" if self.after_s else "")
 
 
 def _descendants(pid: int) -> list[int]:
@@ -243,21 +300,22 @@ def run_segment(
     watchdog.start()
     delayed: threading.Timer | None = None
     lines: list[str] = []
-    tasks = 0
+    track = Positions()
     assert proc.stdout is not None
     try:
         for line in proc.stdout:
             lines.append(line)
-            if _TASK.match(line):
-                tasks += 1
-                if kill_at is not None and delayed is None and kill_at.reached(tasks, line):
-                    if not kill_at.after_s:
-                        kill_point()
-                        if on_point is None:
-                            break
-                        continue
-                    delayed = threading.Timer(kill_at.after_s, kill_point)
-                    delayed.start()
+            pos = track.feed(line)
+            if pos is not None and (
+                kill_at is not None and delayed is None and kill_at.reached(track.count, line, pos)
+            ):
+                if not kill_at.after_s:
+                    kill_point()
+                    if on_point is None:
+                        break
+                    continue
+                delayed = threading.Timer(kill_at.after_s, kill_point)
+                delayed.start()
         rc = proc.wait()
     finally:
         watchdog.cancel()
@@ -272,7 +330,7 @@ def run_segment(
     left = sorted(p for p in orphans if _alive(p))
     segment = Segment(
         tuple(argv), kill_at, killed.is_set(), rc, "".join(lines), time.monotonic() - start,
-        tasks, len(orphans), left, log,
+        track.count, len(orphans), left, log,
     )  # fmt: skip
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -280,9 +338,9 @@ def run_segment(
     return segment
 
 
-def _banner_name(line: str) -> str:
+def _banner_name(line: str, kind: str = "TASK [") -> str:
     """``TASK [role : Name.] ****`` -> ``role : Name.`` as a banner holds it."""
-    return line[len("TASK [") :].rstrip("* \n").removesuffix("]")
+    return line[len(kind) :].rstrip("* \n").removesuffix("]")
 
 
 def chain(
@@ -295,16 +353,15 @@ def chain(
 ) -> list[Segment]:
     """Run ``argv`` killed at ``points[0]``, re-run killed at ``points[1]`` (counted in
     that run), ..., then once more to its end. ``after_kill`` inspects the state each
-    kill left. Returns every segment, the completing run last."""
+    kill left. A run that does not reach its point (the kills before moved the state
+    past it: a re-run skips what is done) runs to its end, unkilled, and the chain goes
+    on with the next point. Returns every segment, the completing run last."""
     segments: list[Segment] = []
     for i, k in enumerate([*points, None]):
-        name = "end" if k is None else re.sub(r"[^A-Za-z0-9+]+", "-", str(k))[:40]
+        name = "end" if k is None else re.sub(r"[^A-Za-z0-9+]+", "-", str(k.at))[:40]
         log = logs / f"{i:02d}-kill-{name}.log" if logs else None
         seg = run_segment(argv, k, env=env, log=log)
         segments.append(seg)
-        if k is not None and not seg.killed:
-            # The run ended before its k-th task: nothing left to kill.
-            return segments
         if seg.killed and after_kill is not None:
             after_kill(seg)
     return segments
@@ -565,23 +622,28 @@ def deploy_campaign(
         killed: list[str] = []
 
         def after_kill(seg: Segment) -> None:
-            killed.extend(settle() or conf_problems(before))
+            found = settle() or conf_problems(before)
+            killed.extend(found)
+            print(f"  killed at {seg.kill_at} after {seg.seconds:.0f} s: "
+                  f"{'; '.join(found) or 'nothing wrong'}", flush=True)  # fmt: skip
 
-        # Each point is the clean run's k-th task, found by its name in the re-run that
-        # follows the last kill (a re-run skips what is done: its counts differ).
-        names = [_banner_name(x) for x in clean.output.splitlines() if _TASK.match(x)]
-        segs = chain(
-            DEPLOY, [KillAt(names[k - 1]) for k in ks], env=_env(), after_kill=after_kill,
-            logs=logs / "chain",
-        )  # fmt: skip
+        # Each point is the clean run's k-th task, found by its name and position in the
+        # re-run that follows the last kill (a re-run skips what is done: its counts
+        # differ; the host roles' tasks recur in each batch: the position tells which).
+        tasks = task_positions(clean.output)
+        kills = [KillAt(tasks[k - 1][0], where=tasks[k - 1][1]) for k in ks]
+        segs = chain(DEPLOY, kills, env=_env(), after_kill=after_kill, logs=logs / "chain")
         problems = [f"after a kill: {p}" for p in killed]
-        if not segs[-1].killed and len(segs) <= len(ks):
-            problems.append(f"run {len(segs)} ended before its task {ks[len(segs) - 1]}")
+        unreached = [k for k, seg in zip(ks, segs, strict=False) if not seg.killed]
+        for k, seg in zip(ks, segs, strict=False):
+            if not seg.killed and seg.rc != 0:
+                problems.append(f"the run for point {k} ended rc {seg.rc} (see {seg.log})")
         problems += check_after(segs[-1], before, reference, idempotent=True)
-        outcomes.append(
-            Outcome("deploy", "chain " + ",".join(map(str, ks)), not problems, problems,
-                    time.monotonic() - start)
-        )  # fmt: skip
+        tried = [k for k in ks if k not in unreached]
+        label = f"chain {len(tried)} of {len(ks)} reached: " + ",".join(map(str, tried))
+        if unreached:
+            label += f"; not reached (the state had moved past them): {unreached}"
+        outcomes.append(Outcome("deploy", label, not problems, problems, time.monotonic() - start))
         return outcomes
     for i, k in enumerate(ks):
         start = time.monotonic()

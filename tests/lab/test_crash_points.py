@@ -137,3 +137,56 @@ def test_records_half_written_or_unreadable_are_found(tmp_path: Path) -> None:
     (run / "cells.json").write_text('{"cells": [')
     found = crash.record_problems(tmp_path)
     assert [Path(p.split(":")[0]).name for p in found] == ["cells.json", "results.json.tmp"]
+
+
+_BATCHES = """\
+- name: Batches.
+  hosts: all
+  serial: 1
+  gather_facts: false
+  connection: local
+  tasks:
+{tasks}
+"""
+
+
+def test_a_recurring_task_is_killed_in_the_batch_its_position_names(tmp_path: Path) -> None:
+    """The host roles' tasks recur in each serial batch under the same names: a point is
+    the name and its position (the play banner's n-th print, the name's n-th print
+    there), so the second batch's task is killed there, not at the first batch's."""
+    tasks = "\n".join(
+        f"    - name: Step {i}.\n      ansible.builtin.command: touch {tmp_path}/"
+        f"{{{{ inventory_hostname }}}}-{i}.done\n      changed_when: true"
+        for i in (1, 2, 3)
+    )
+    play = tmp_path / "batches.yml"
+    play.write_text(_BATCHES.format(tasks=tasks))
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "h1,h2,", str(play)]
+    clean = crash.run_segment(argv, None, env=_env())
+    found = crash.task_positions(clean.output)
+    assert [(name, p.play_n, p.nth) for name, p in found] == [
+        ("Step 1.", 1, 1), ("Step 2.", 1, 1), ("Step 3.", 1, 1),
+        ("Step 1.", 2, 1), ("Step 2.", 2, 1), ("Step 3.", 2, 1),
+    ]  # fmt: skip
+    for done in tmp_path.glob("*.done"):
+        done.unlink()
+    name, where = found[4]  # batch 2's "Step 2."
+    seg = crash.run_segment(argv, crash.KillAt(name, where=where), env=_env())
+    assert seg.killed, seg.output[-2000:]
+    assert sorted(p.name for p in tmp_path.glob("*.done")) == [
+        "h1-1.done", "h1-2.done", "h1-3.done", "h2-1.done",
+    ]  # fmt: skip
+
+
+def test_a_chain_goes_on_past_a_point_its_run_did_not_reach(tmp_path: Path) -> None:
+    """A re-run that skips what is done may never print a point's banner: it runs to its
+    end unkilled, and the chain takes the next point."""
+    play = _playbook(tmp_path, 4)
+    where = crash.Position("localhost", 9, 1)  # a ninth print of the play: never
+    segs = crash.chain(
+        _argv(play),
+        [crash.KillAt("Step 2.", where=where), crash.KillAt(3)],
+        env=_env(),
+    )
+    assert [s.killed for s in segs] == [False, True, False]
+    assert [s.rc for s in segs] == [0, -9, 0]
