@@ -47,10 +47,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -407,6 +409,52 @@ def lab_state() -> LabState:
     return state
 
 
+# What differs between two clean runs of the host part from the same hard state (two
+# runs compared on 2026-12-04, 960 files each): the boot's id, pid files, the emulated
+# units' process and invocation ids, the node tools' call logs. Everything else in a
+# node tree (its /etc, module and driver state, sysfs bindings, device nodes, PVE
+# configs) a converged re-run must leave byte for byte as a clean run does.
+_VOLATILE = re.compile(r"^(proc/sys/kernel/random/boot_id|var/log/.*|.*\.pid)$")
+_UNIT_STATE = ("ActiveState", "SubState", "Result")
+
+
+def node_state() -> dict[str, str]:
+    """Every file, link and device node of every lab node's tree, as ``node/path`` ->
+    a digest (mode included), the volatile ones above left out; an emulated unit's
+    state file reduced to its state."""
+    state: dict[str, str] = {}
+    for name, root in _nodes().items():
+        for path in sorted(root.rglob("*")):
+            rel = path.relative_to(root).as_posix()
+            if _VOLATILE.match(rel):
+                continue
+            st = path.lstat()
+            key = f"{name}/{rel}"
+            if stat.S_ISLNK(st.st_mode):
+                state[key] = "-> " + os.readlink(path)
+            elif stat.S_ISDIR(st.st_mode):
+                state[key] = f"dir {st.st_mode:o}"
+            elif not stat.S_ISREG(st.st_mode):
+                state[key] = f"node {st.st_mode:o} {os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+            elif rel.startswith("run/specops-lab/units/") and rel.endswith(".json"):
+                unit = json.loads(path.read_bytes() or b"{}")
+                state[key] = json.dumps({k: unit.get(k) for k in _UNIT_STATE})
+            else:
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+                state[key] = f"{digest} {st.st_mode:o}"
+    return state
+
+
+def state_differences(reference: dict[str, str], now: dict[str, str]) -> list[str]:
+    """What a re-run left otherwise than a clean run: each path named, at most 20."""
+    diffs = [
+        f"{p}: {'missing' if p not in now else 'extra' if p not in reference else 'differs'}"
+        for p in sorted(set(reference) | set(now))
+        if reference.get(p) != now.get(p)
+    ]
+    return diffs[:20] + ([f"... and {len(diffs) - 20} more"] if len(diffs) > 20 else [])
+
+
 def _kind(path: str) -> str:
     return "qemu" if "/qemu-server/" in path else "lxc"
 
@@ -564,6 +612,7 @@ def _env() -> dict[str, str]:
 
 
 DEPLOY = (str(REPO / ".venv/bin/ansible-playbook"), "-i", "inventory/lab", "deploy.yml")
+HOST = (*DEPLOY[:3], "playbooks/host.yml")  # deploy.yml's first import
 
 
 @dataclass
@@ -656,6 +705,62 @@ def deploy_campaign(
         idem = idempotent_every > 0 and i % idempotent_every == 0
         problems += check_after(final, before, reference, idempotent=idem)
         outcomes.append(Outcome("deploy", str(k), not problems, problems, time.monotonic() - start))
+        print(_row(outcomes[-1]), flush=True)
+    return outcomes
+
+
+def host_campaign(
+    points: str, *, idempotent_every: int, complete_every: int, logs: Path
+) -> list[Outcome]:
+    """deploy.yml's host part (``playbooks/host.yml``: the deploy's first tasks, the same
+    banners in the same order), every point from the hard real state: a fresh lab, the
+    run killed at its k-th task, re-run to the end of the host part; the nodes' trees
+    must then equal a clean run's (:func:`node_state`), configs, locks and VM cards as
+    :func:`conf_problems` checks. A chain cannot reach the tasks a node runs before its
+    driver install once an earlier kill has moved it past them; this reaches each.
+    Every ``complete_every``-th point the whole deploy.yml is run after the host part's
+    re-run and checked as the deploy scenario does (server, records, changed=0): the
+    container part then starts from a host state the comparison proved equal to a clean
+    run's."""
+    outcomes: list[Outcome] = []
+    before = _fresh_lab()
+    clean = run_segment(HOST, None, env=_env(), log=logs / "clean.log")
+    if clean.rc != 0:
+        raise SystemExit(f"the clean run failed (rc {clean.rc}); see {logs / 'clean.log'}")
+    reference = node_state()
+    names = [name for name, _ in task_positions(clean.output)]
+    ks = parse_points(points, clean.tasks)
+    files = len(reference)
+    print(f"host: a clean run has {clean.tasks} tasks ({clean.seconds:.0f} s), "
+          f"{files} files in the node trees; points {_ranges(ks)}", flush=True)  # fmt: skip
+    for i, k in enumerate(ks):
+        start = time.monotonic()
+        before = _fresh_lab()
+        seg = run_segment(HOST, KillAt(k), env=_env(), log=logs / f"k{k:03d}-killed.log")
+        problems = [f"after the kill: {p}" for p in settle() or conf_problems(before)]
+        hit = task_positions(seg.output)
+        if not seg.killed:
+            problems.append(f"the run ended (rc {seg.rc}) before its task {k}")
+        elif hit[-1][0] != names[k - 1]:  # the run is the clean one up to its kill
+            problems.append(f"killed at {hit[-1][0]!r}, the clean run's task {k} is "
+                            f"{names[k - 1]!r}")  # fmt: skip
+        final = run_segment(HOST, None, env=_env(), log=logs / f"k{k:03d}-rerun.log")
+        if final.rc != 0:
+            problems.append(f"re-run rc {final.rc}: {final.output[-1500:]}")
+        else:
+            problems += conf_problems(before)
+            left = state_differences(reference, node_state())
+            problems += [f"not as a clean run: {d}" for d in left]
+            if idempotent_every > 0 and i % idempotent_every == 0:
+                again = run_segment(HOST, None, env=_env(), log=logs / f"k{k:03d}-again.log")
+                changed = {h: c for h, c in again.changed().items() if c}
+                if again.rc != 0 or changed:
+                    problems.append(f"a further run: rc {again.rc}, changed {changed}")
+            if complete_every > 0 and i % complete_every == 0:
+                full = run_segment(DEPLOY, None, env=_env(), log=logs / f"k{k:03d}-deploy.log")
+                problems += check_after(full, before, None, idempotent=True)
+        label = f"{k} {names[k - 1]}"
+        outcomes.append(Outcome("host", label, not problems, problems, time.monotonic() - start))
         print(_row(outcomes[-1]), flush=True)
     return outcomes
 
@@ -985,18 +1090,38 @@ ROLLOUT_POINTS = (
 
 
 def parse_points(points: str, total: int) -> list[int]:
-    """``all`` (1..total), ``N`` (N spread points) or a list ``k1,k2,...``."""
+    """``all`` (1..total), ``N`` (N spread points) or a list ``k1,k2,a-b,...`` (``a-b``:
+    every task from a to b)."""
     if points == "all":
         return list(range(1, total + 1))
-    if "," in points or points.startswith("="):
-        ks = [int(p) for p in points.lstrip("=").split(",") if p]
+    if "," in points or "-" in points or points.startswith("="):
+        ks: list[int] = []
+        try:
+            for part in (p for p in points.lstrip("=").split(",") if p):
+                low, _, high = part.partition("-")
+                ks += range(int(low), int(high or low) + 1)
+        except ValueError:
+            raise SystemExit(
+                f"--points: {points!r}; valid: all, N (a count) or k1,k2,a-b,..."
+            ) from None
         bad = [k for k in ks if not 1 <= k <= total]
         if bad:
             raise SystemExit(f"--points: {bad} outside 1..{total} (the clean run's tasks)")
         return ks
     if points.isdigit() and int(points) > 0:
         return spread(total, int(points))
-    raise SystemExit(f"--points: {points!r}; valid: all, N (a count) or k1,k2,... ")
+    raise SystemExit(f"--points: {points!r}; valid: all, N (a count) or k1,k2,a-b,...")
+
+
+def _ranges(ks: Sequence[int]) -> str:
+    """``[1, 2, 3, 7]`` -> ``1-3, 7``."""
+    runs: list[list[int]] = []
+    for k in ks:
+        if runs and k == runs[-1][-1] + 1:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
 
 
 def _row(o: Outcome) -> str:
@@ -1011,7 +1136,11 @@ def table(outcomes: Sequence[Outcome]) -> str:
     for o in outcomes:
         by.setdefault(o.scenario, []).append(o)
     for scenario, rows in by.items():
-        tried = ", ".join(o.point for o in rows)
+        numbered = [o.point.split(" ", 1)[0] for o in rows]
+        if all(n.isdigit() for n in numbered):  # one per task (host): its numbers
+            tried = _ranges([int(n) for n in numbered])
+        else:
+            tried = ", ".join(o.point for o in rows)
         ok = sum(o.converged for o in rows)
         lost = "; ".join(p for o in rows for p in o.problems)[:400] or "nothing"
         lines.append(f"| {scenario} | {len(rows)} ({tried}) | {ok}/{len(rows)} | {lost} |")
@@ -1030,7 +1159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--scenario", action="append",
-        choices=("deploy", "migrate", "rollout", "engine", "reboot-fail"),
+        choices=("deploy", "host", "migrate", "rollout", "engine", "reboot-fail"),
     )  # fmt: skip
     parser.add_argument("--points", default="4", help="all | N (spread) | k1,k2,...")
     parser.add_argument(
@@ -1041,6 +1170,10 @@ def main(argv: list[str] | None = None) -> int:
         "--idempotent-every", type=int, default=1,
         help="deploy, per point: a further run (changed=0) after every n-th point; 0: never",
     )  # fmt: skip
+    parser.add_argument(
+        "--complete-every", type=int, default=25,
+        help="host: the whole deploy.yml run and checked after every n-th point; 0: never",
+    )  # fmt: skip
     ns = parser.parse_args(argv)
     logs = REPO / ".cache" / "crash-campaign" / time.strftime("%Y%m%dT%H%M%S")
     outcomes: list[Outcome] = []
@@ -1050,6 +1183,11 @@ def main(argv: list[str] | None = None) -> int:
                 outcomes += deploy_campaign(
                     ns.points, chained=ns.chain, idempotent_every=ns.idempotent_every,
                     logs=logs / "deploy",
+                )  # fmt: skip
+            elif scenario == "host":
+                outcomes += host_campaign(
+                    ns.points, idempotent_every=ns.idempotent_every,
+                    complete_every=ns.complete_every, logs=logs / "host",
                 )  # fmt: skip
             elif scenario == "migrate":
                 outcomes += migrate_campaign(

@@ -5,6 +5,7 @@ chain of kills ends with a run that completes."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -106,16 +107,76 @@ def test_a_run_shorter_than_its_point_is_not_killed(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("points", "total", "want"),
-    [("all", 3, [1, 2, 3]), ("4", 100, [20, 40, 60, 80]), ("5,9", 10, [5, 9]), ("=7", 10, [7])],
+    [
+        ("all", 3, [1, 2, 3]),
+        ("4", 100, [20, 40, 60, 80]),
+        ("5,9", 10, [5, 9]),
+        ("=7", 10, [7]),
+        ("2-4,7,9-10", 10, [2, 3, 4, 7, 9, 10]),
+    ],
 )
 def test_points(points: str, total: int, want: list[int]) -> None:
     assert crash.parse_points(points, total) == want
 
 
-@pytest.mark.parametrize("points", ["0", "11,2", "some"])
+@pytest.mark.parametrize("points", ["0", "11,2", "some", "3-11", "a-b,2"])
 def test_points_refused(points: str) -> None:
     with pytest.raises(SystemExit, match="--points"):
         crash.parse_points(points, 10)
+
+
+def test_point_ranges_print_back() -> None:
+    ks = crash.parse_points("58-98,101-166", 167)
+    assert len(ks) == 107
+    assert crash._ranges(ks) == "58-98, 101-166"
+    assert crash._ranges([3]) == "3"
+
+
+def _tree(root: Path) -> None:
+    (root / "etc/modprobe.d").mkdir(parents=True)
+    (root / "etc/modprobe.d/nouveau.conf").write_text("blacklist nouveau\n")
+    (root / "var/log").mkdir(parents=True)
+    (root / "var/log/calls").write_text("one\n")
+    (root / "run/specops-lab/units").mkdir(parents=True)
+    unit = {"ActiveState": "active", "SubState": "running", "Result": "success", "MainPID": 7}
+    (root / "run/specops-lab/units/nvidia-persistenced.service.json").write_text(json.dumps(unit))
+    (root / "sys/bus/pci/devices/0000:01:00.0").mkdir(parents=True)
+    (root / "sys/bus/pci/devices/0000:01:00.0/driver").symlink_to("../../drivers/vfio-pci")
+
+
+def test_node_state_finds_what_a_rerun_left_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two trees built alike compare equal whatever their logs and pids say; a changed
+    file, a moved binding, a stopped unit, a missing or an extra file are each named."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    _tree(a)
+    _tree(b)
+    monkeypatch.setattr(crash, "_nodes", lambda: {"pve-a": a})
+    reference = crash.node_state()
+    monkeypatch.setattr(crash, "_nodes", lambda: {"pve-a": b})
+    (b / "var/log/calls").write_text("one\ntwo\n")  # a log: volatile
+    unit = b / "run/specops-lab/units/nvidia-persistenced.service.json"
+    unit.write_text(unit.read_text().replace('"MainPID": 7', '"MainPID": 8'))
+    assert crash.state_differences(reference, crash.node_state()) == []
+
+    unit.write_text(unit.read_text().replace('"active"', '"failed"'))
+    (b / "etc/modprobe.d/nouveau.conf").write_text("")
+    driver = b / "sys/bus/pci/devices/0000:01:00.0/driver"
+    driver.unlink()
+    driver.symlink_to("../../drivers/nvidia")
+    (b / "etc/modprobe.d/nvidia.conf").write_text("options nvidia\n")
+    assert crash.state_differences(reference, crash.node_state()) == [
+        "pve-a/etc/modprobe.d/nouveau.conf: differs",
+        "pve-a/etc/modprobe.d/nvidia.conf: extra",
+        "pve-a/run/specops-lab/units/nvidia-persistenced.service.json: differs",
+        "pve-a/sys/bus/pci/devices/0000:01:00.0/driver: differs",
+    ]
+    (b / "etc/modprobe.d/nvidia.conf").unlink()
+    (b / "etc/modprobe.d/nouveau.conf").unlink()
+    assert "pve-a/etc/modprobe.d/nouveau.conf: missing" in crash.state_differences(
+        reference, crash.node_state()
+    )
 
 
 def test_banner_names_find_the_task_again() -> None:
