@@ -21,8 +21,12 @@ touched) runs:
 
 deploy.yml's container, serve and benchmark parts, and the rollout of a profile change
 over the serving group, work on the lab's real serving container, which the fleet does
-not multiply (the other nodes host none): their cost does not grow with N and is not
-measured here (docs/performance.md).
+not multiply (the other nodes host none). ``--rollout`` measures the rollout against the
+fleet's size on THE lab (``specops lab up --nodes N``, the lab's own directory, network
+and serving container ``lab-ct801`` on pve-b): the lab grown to each N in turn
+(``deploy.yml`` at the first N, then ``playbooks/host.yml`` for the nodes added), and at
+each N ``playbooks/rollout.yml`` rolls a profile change over the serving group (ngram 4
+and 6 draft tokens in turn: every rollout restarts the server and runs every gate).
 
 Each run's wall time, task results (PLAY RECAP: ok + failed + skipped + unreachable),
 changed count, PVE API calls (the API stand-in's request log), the controller's peak RSS
@@ -42,6 +46,7 @@ import math
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -57,7 +62,7 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu import (  # noqa
 from specops_lab.fleet import fleet_plan, write_fleet  # noqa: E402
 from specops_lab.fleet_run import PlaybookRun, profile_summary, run_playbook  # noqa: E402
 from specops_lab.node import NO_RETURN_FAULT, boot  # noqa: E402
-from specops_lab.paths import UNREACHABLE_FAULT  # noqa: E402
+from specops_lab.paths import UNREACHABLE_FAULT, lab_dir  # noqa: E402
 from specops_lab.pve.testing import free_port  # noqa: E402
 from specops_lab.up import LabPaths, down, up  # noqa: E402
 
@@ -134,6 +139,75 @@ def bench_one(n: int, args: argparse.Namespace) -> dict[str, Any]:
     finally:
         down(paths)
     return row
+
+
+# --rollout: the lab's serving profile (inventory/lab: ngram, 4 draft tokens) and the
+# change rolled out, in turn; the smoke benchmark kept small (tests/tune's plan).
+ROLLOUT_PROFILES = (
+    {"method": "ngram", "num_draft_tokens": 6, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
+    {"method": "ngram", "num_draft_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
+)
+ROLLOUT_SMOKE = {"concurrency": [2], "context_lengths": [128], "output_len": 32,
+                 "requests_per_cell": 4, "warmup_per_cell": 1,
+                 "humaneval": {"max_tokens": 48}}  # fmt: skip
+
+
+def _lab_up_fleet(n: int) -> Path:
+    """THE lab grown (or shrunk) to ``n`` nodes; returns its fleet inventory."""
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "specops"), "lab", "up", "--nodes", str(n), "--json"],
+        cwd=REPO, capture_output=True, text=True, check=False, timeout=900,
+    )  # fmt: skip
+    if out.returncode != 0:
+        raise SystemExit(f"specops lab up --nodes {n}: rc {out.returncode}\n{out.stderr[-3000:]}")
+    return Path(json.loads(out.stdout)["inventory"])
+
+
+def rollout_fleet(sizes: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The rollout of a profile change over the serving group as the fleet grows: see the
+    module's text (``--rollout``). One row per N: the converging run (``grow``: the
+    first deploy, then the host part for the nodes added) and the rollout."""
+    lab = lab_dir()
+    work = Path(args.base) / "rollout"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    rows: list[dict[str, Any]] = []
+    for i, n in enumerate(sizes):
+        inventory = _lab_up_fleet(n)
+        grow = run_playbook(lab, inventory, "deploy.yml" if i == 0 else "playbooks/host.yml",
+                            env=_settings_env(args))  # fmt: skip
+        row: dict[str, Any] = {"n": n, "steps": {"grow": _summary(grow)}}
+        print(f"  N={n} grow: {_line(row['steps']['grow'])}", flush=True)
+        if grow.rc != 0:
+            (Path(args.base) / f"rollout-n{n}-grow.log").write_text(grow.output)
+            raise SystemExit(f"N={n}: the converging run failed, log {args.base}")
+        profile = ROLLOUT_PROFILES[i % 2]
+        extra = work / f"vars-n{n}.json"
+        extra.write_text(json.dumps({
+            "speculative_rollout_profile": profile,
+            "speculative_rollout_smoke_plan": ROLLOUT_SMOKE,
+            # timings on a two-core machine decide nothing here: measured, not gated
+            "speculative_rollout_throughput_drop": None,
+            "speculative_rollout_baseline_dir": str(work / "baselines"),
+            "speculative_rollout_report_dir": str(work / "nodes"),
+            "speculative_rollout_plain_baseline_dir": str(work / "plain"),
+        }))  # fmt: skip
+        run = run_playbook(lab, inventory, "playbooks/rollout.yml", "-e", f"@{extra}",
+                           env=_settings_env(args))  # fmt: skip
+        row["steps"]["rollout"] = _summary(run)
+        row["steps"]["rollout"]["serving"] = sorted(
+            h for h in run.hosts if h not in ("localhost",) and not h.startswith("pve-")
+        )
+        print(f"  N={n} rollout ({profile['num_draft_tokens']} draft tokens): "
+              f"{_line(row['steps']['rollout'])}", flush=True)  # fmt: skip
+        if run.rc != 0:
+            (Path(args.base) / f"rollout-n{n}.log").write_text(run.output)
+            raise SystemExit(f"N={n}: the rollout failed, log {args.base}/rollout-n{n}.log")
+        rows.append(row)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"settings": {"batch": args.batch},
+                                                   "rows": rows}, indent=1))  # fmt: skip
+    return rows
 
 
 def _driver_loaded(paths: LabPaths, node: str) -> bool:
@@ -288,6 +362,12 @@ def main(argv: list[str] | None = None) -> int:
         "unreachable and the middle one's reboot never returning, then a run limited to them",
     )
     p.add_argument("--reboot-timeout", type=int, default=10, help="nvidia_driver_reboot_timeout")
+    p.add_argument(
+        "--rollout",
+        action="store_true",
+        help="instead of the steps: THE lab grown to each N, a rollout over its serving group "
+        "at each (the lab's serving container; run under the lab lock)",
+    )
     p.add_argument("--reuse", action="store_true", help="keep the lab of an earlier run")
     p.add_argument("--base", default=str(REPO / ".cache" / "fleet-bench"), help="lab directories")
     p.add_argument("--json", help="write the rows here")
@@ -318,6 +398,15 @@ def main(argv: list[str] | None = None) -> int:
         "fact_cache": not args.no_fact_cache,
     }
     print(f"fleet scale: N = {sizes}, settings {settings}", flush=True)
+    if args.rollout:
+        if sizes != sorted(set(sizes)):
+            p.error("--rollout: --nodes must grow (each N larger than the one before)")
+        try:
+            rows = rollout_fleet(sizes, args)
+        finally:  # the lab back to nothing: the next `specops lab up` builds the two nodes
+            down(LabPaths(lab_dir()), destroy=True)
+        print(table(rows, ["grow", "rollout"]))
+        return 0
     rows = []
     for n in sizes:
         rows.append(bench_one(n, args))

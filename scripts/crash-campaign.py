@@ -26,7 +26,11 @@ Scenarios: ``deploy`` (deploy.yml on the lab from the hard real state: ``specops
 down --destroy`` and ``up`` before each point, a clean run first gives the number of
 tasks and the reference configs) and ``migrate`` (playbooks/migrate.yml on a deployed
 lab, CT 801 moved back and forth between pve-b and pve-a: after each kill the container
-is on exactly one node, and the re-run completes the move). Faults that are no
+is on exactly one node, and the re-run completes the move). ``host`` is the deploy's
+host part (``playbooks/host.yml``, deploy.yml's first tasks) at each point from the hard
+real state, its re-run's node trees compared file by file with a clean run's (every
+``--complete-every``-th point completed by the whole deploy.yml): it reaches the tasks a
+node runs before its driver install, which a chain cannot. Faults that are no
 controller kill: ``engine`` (the engine SIGKILLed by its unit during a benchmark cell and
 during the readiness gate) and ``reboot-fail`` (a lab node's emulated reboot does not
 come back): each must fail clearly, change nothing by half, and a re-run converge.
