@@ -732,7 +732,10 @@ def host_campaign(
     if clean.rc != 0:
         raise SystemExit(f"the clean run failed (rc {clean.rc}); see {logs / 'clean.log'}")
     reference = node_state()
-    names = [name for name, _ in task_positions(clean.output)]
+    # A point is the clean run's k-th task by name and position: a run that finds the
+    # fact cache expired (ansible.cfg: 600 s) prints one "Gathering Facts" more.
+    tasks = task_positions(clean.output)
+    names = [name for name, _ in tasks]
     ks = parse_points(points, clean.tasks)
     files = len(reference)
     print(f"host: a clean run has {clean.tasks} tasks ({clean.seconds:.0f} s), "
@@ -740,14 +743,14 @@ def host_campaign(
     for i, k in enumerate(ks):
         start = time.monotonic()
         before = _fresh_lab()
-        seg = run_segment(HOST, KillAt(k), env=_env(), log=logs / f"k{k:03d}-killed.log")
+        point = KillAt(tasks[k - 1][0], where=tasks[k - 1][1])
+        seg = run_segment(HOST, point, env=_env(), log=logs / f"k{k:03d}-killed.log")
         problems = [f"after the kill: {p}" for p in settle() or conf_problems(before)]
         hit = task_positions(seg.output)
         if not seg.killed:
             problems.append(f"the run ended (rc {seg.rc}) before its task {k}")
-        elif hit[-1][0] != names[k - 1]:  # the run is the clean one up to its kill
-            problems.append(f"killed at {hit[-1][0]!r}, the clean run's task {k} is "
-                            f"{names[k - 1]!r}")  # fmt: skip
+        elif hit[-1] != tasks[k - 1]:
+            problems.append(f"killed at {hit[-1]}, the clean run's task {k} is {tasks[k - 1]}")
         final = run_segment(HOST, None, env=_env(), log=logs / f"k{k:03d}-rerun.log")
         if final.rc != 0:
             problems.append(f"re-run rc {final.rc}: {final.output[-1500:]}")
