@@ -659,7 +659,7 @@ def check_after(
 
 
 def deploy_campaign(
-    points: str, *, chained: bool, idempotent_every: int, logs: Path
+    points: str, *, chained: bool, idempotent_every: int, logs: Path, points_log: Path | None = None
 ) -> list[Outcome]:
     outcomes: list[Outcome] = []
     before = _fresh_lab()
@@ -667,8 +667,14 @@ def deploy_campaign(
     if clean.rc != 0:
         raise SystemExit(f"the clean run failed (rc {clean.rc}); see {logs / 'clean.log'}")
     reference = {p: d for p, d in lab_state().confs.items() if _kind(p) == "lxc"}
-    ks = parse_points(points, clean.tasks)
-    print(f"deploy: a clean run has {clean.tasks} tasks ({clean.seconds:.0f} s); points {ks}")
+    # The points' numbers: this clean run's tasks, or an earlier clean run's (its log),
+    # so that a campaign can go on where an earlier one stopped (a run that gathers
+    # facts the cache no longer holds counts one task more: the names and positions
+    # hold, the numbers not).
+    numbered = task_positions(points_log.read_text() if points_log else clean.output)
+    ks = parse_points(points, len(numbered))
+    print(f"deploy: a clean run has {clean.tasks} tasks ({clean.seconds:.0f} s); points "
+          f"{_ranges(ks)}{f' of {points_log}' if points_log else ''}")  # fmt: skip
     if chained:
         start = time.monotonic()
         before = _fresh_lab()
@@ -683,8 +689,7 @@ def deploy_campaign(
         # Each point is the clean run's k-th task, found by its name and position in the
         # re-run that follows the last kill (a re-run skips what is done: its counts
         # differ; the host roles' tasks recur in each batch: the position tells which).
-        tasks = task_positions(clean.output)
-        kills = [KillAt(tasks[k - 1][0], where=tasks[k - 1][1]) for k in ks]
+        kills = [KillAt(numbered[k - 1][0], where=numbered[k - 1][1]) for k in ks]
         segs = chain(DEPLOY, kills, env=_env(), after_kill=after_kill, logs=logs / "chain")
         problems = [f"after a kill: {p}" for p in killed]
         unreached = [k for k, seg in zip(ks, segs, strict=False) if not seg.killed]
@@ -701,7 +706,8 @@ def deploy_campaign(
     for i, k in enumerate(ks):
         start = time.monotonic()
         before = _fresh_lab()
-        seg = run_segment(DEPLOY, KillAt(k), env=_env(), log=logs / f"k{k:03d}-killed.log")
+        point = KillAt(numbered[k - 1][0], where=numbered[k - 1][1])
+        seg = run_segment(DEPLOY, point, env=_env(), log=logs / f"k{k:03d}-killed.log")
         problems = [f"after the kill: {p}" for p in settle() or conf_problems(before)]
         if not seg.killed:
             problems.append(f"the run ended (rc {seg.rc}) before its task {k}")
@@ -1178,6 +1184,10 @@ def main(argv: list[str] | None = None) -> int:
         help="deploy, per point: a further run (changed=0) after every n-th point; 0: never",
     )  # fmt: skip
     parser.add_argument(
+        "--points-log", type=Path,
+        help="deploy: number the points by the tasks of this earlier clean run's log",
+    )  # fmt: skip
+    parser.add_argument(
         "--complete-every", type=int, default=25,
         help="host: the whole deploy.yml run and checked after every n-th point; 0: never",
     )  # fmt: skip
@@ -1189,7 +1199,7 @@ def main(argv: list[str] | None = None) -> int:
             if scenario == "deploy":
                 outcomes += deploy_campaign(
                     ns.points, chained=ns.chain, idempotent_every=ns.idempotent_every,
-                    logs=logs / "deploy",
+                    logs=logs / "deploy", points_log=ns.points_log,
                 )  # fmt: skip
             elif scenario == "host":
                 outcomes += host_campaign(
