@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import threading
 from pathlib import Path
 
 from bench_consistency import assert_report_consistent
@@ -76,11 +78,71 @@ def test_ngram_matrix_against_real_vllm(vllm_ngram_server, tmp_path: Path) -> No
     json.loads(path.read_text())  # valid JSON on disk
 
 
+class _HoldAfter:
+    """A TCP relay in front of the real server that lets ``let_through`` generation
+    requests (``POST /v1/completions`` or chat) reach it and holds every later one unsent: the
+    client then waits inside its next cell, however slow or fast this machine is, and the
+    test kills it there. Everything else (``/tokenize``, ``/metrics``) passes."""
+
+    MARKS = (b"POST /v1/completions ", b"POST /v1/chat/completions ")
+
+    def __init__(self, upstream: str, let_through: int) -> None:
+        from urllib.parse import urlsplit  # noqa: PLC0415
+
+        up = urlsplit(upstream)
+        self._upstream = (up.hostname or "127.0.0.1", up.port or 80)
+        self._left = let_through
+        self._lock = threading.Lock()
+        self.held = threading.Event()
+        self._release = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.base_url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:  # closed
+                return
+            server = socket.create_connection(self._upstream, timeout=60)
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, requests: bool) -> None:
+        try:
+            while chunk := src.recv(65536):
+                asked = sum(chunk.count(m) for m in self.MARKS) if requests else 0
+                if asked:
+                    with self._lock:
+                        self._left -= asked
+                        over = self._left < 0
+                    if over:
+                        self.held.set()
+                        self._release.wait(120)
+                        return
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                sock.close()
+
+    def let_all_through(self) -> None:
+        with self._lock:
+            self._left = 1 << 30
+        self._release.set()  # the held request's connection closes: its client is gone
+
+    def close(self) -> None:
+        self._release.set()
+        self._listener.close()
+
+
 def test_a_run_killed_mid_matrix_resumes_with_its_finished_cells(
     vllm_ngram_server, tmp_path: Path, capsys
 ) -> None:
-    """SIGKILL (no chance to clean up) a real run against the real server after its first
-    cells; --resume measures only the rest and keeps the finished cells as measured."""
+    """SIGKILL (no chance to clean up) a real run against the real server inside its third
+    cell; --resume measures only the rest and keeps the finished cells as measured."""
     import os  # noqa: PLC0415
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
@@ -89,9 +151,11 @@ def test_a_run_killed_mid_matrix_resumes_with_its_finished_cells(
     from specops.cli import main  # noqa: PLC0415
 
     out = tmp_path / "runs"
+    # two cells of three requests each reach the server; the third cell's first waits
+    relay = _HoldAfter(vllm_ngram_server.base_url, let_through=6)
     argv = [
         sys.executable, "-m", "specops.cli", "bench", "run", "--base-url",
-        vllm_ngram_server.base_url, "--concurrency", "1,2", "--context-lengths", "64,96,128",
+        relay.base_url, "--concurrency", "1,2", "--context-lengths", "64,96,128",
         "--output-len", "16", "--requests-per-cell", "3", "--waves-per-cell", "0",
         "--warmup-per-cell", "0", "--temperature", "0", "--out", str(out), "--json",
         "--no-report",
@@ -100,22 +164,27 @@ def test_a_run_killed_mid_matrix_resumes_with_its_finished_cells(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )  # fmt: skip
-    killed_at = None
-    while proc.poll() is None:
+    try:
+        deadline = time.monotonic() + 180
+        while proc.poll() is None and not relay.held.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
         found = list(out.glob("*/cells.jsonl"))
-        if found and found[0].read_bytes().count(b"\n") >= 2:
-            proc.kill()
-            killed_at = found[0].parent
-            break
-        time.sleep(0.05)
-    proc.communicate(timeout=60)
-    assert killed_at is not None, "the run ended before it could be killed"
-    assert not (killed_at / "results.json").exists()  # killed: nothing was finished up
-    kept = [json.loads(line) for line in (killed_at / "cells.jsonl").read_text().splitlines()
-            if line.strip()]  # fmt: skip
-    assert 2 <= len(kept) < 6
+        held = relay.held.is_set()
+        proc.kill()
+        _, stderr = proc.communicate(timeout=60)
+        assert held, f"the run never asked for a 7th generation: rc {proc.returncode}\n{stderr}"
+        assert len(found) == 1, found
+        killed_at = found[0].parent
+        assert not (killed_at / "results.json").exists()  # killed: nothing was finished up
+        kept = [json.loads(line) for line in (killed_at / "cells.jsonl").read_text().splitlines()
+                if line.strip()]  # fmt: skip
+        assert [(c["concurrency"], c["context_tokens"]) for c in kept] == [(1, 64), (2, 64)]
 
-    assert main(["bench", "run", "--resume", str(killed_at), "--json", "--no-report"]) == 0
+        # the resumed run keeps its plan (the relay's address): from now on all pass
+        relay.let_all_through()
+        assert main(["bench", "run", "--resume", str(killed_at), "--json", "--no-report"]) == 0
+    finally:
+        relay.close()
     capsys.readouterr()
     done = load_results(killed_at / "results.json")
     assert [(c.concurrency, c.context_tokens) for c in done.cells] == [

@@ -452,6 +452,15 @@ def down(paths: LabPaths, *, destroy: bool = False) -> None:  # noqa: PLR0912  (
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
+    # --json: stdout carries the JSON alone, the progress goes to stderr
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        info = _up_from_args(args)
+    if args.json:
+        print(json.dumps(info, indent=2))
+    return 0
+
+
+def _up_from_args(args: argparse.Namespace) -> dict[str, Any]:
     hardware = Path(args.hardware or REPO_ROOT / "inventory" / "lab" / "hardware")
     inventory: Path | None = None
     if args.nodes is not None:
@@ -470,9 +479,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     )
     if inventory is not None:
         info["inventory"] = str(inventory)
-    if args.json:
-        print(json.dumps(info, indent=2))
-    return 0
+    return info
 
 
 def _cmd_down(args: argparse.Namespace) -> int:
