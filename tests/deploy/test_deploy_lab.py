@@ -469,6 +469,25 @@ def test_check_diff_on_converged_lab_reports_no_change(check_run: Run) -> None:
     assert {h: r["changed"] for h, r in recap.items() if r["changed"]} == {}, recap
 
 
+def test_a_profile_change_playbook_finds_what_deploy_installed(
+    check_run: Run, tmp_path: Path
+) -> None:
+    """playbooks/speculative-apply.yml (the sweep's applier; rollout.yml has the same first
+    step) on the node deploy.yml built, with the inventory's own profile: the inventory
+    names no venv, so the play reads the one the deploy recorded on the node and renders
+    the unit deploy.yml wrote, byte for byte (nothing written, no restart)."""
+    assert check_run.rc == 0, "the lab did not converge; see the first run's test"
+    report = tmp_path / "apply.json"
+    run = _run([str(REPO / ".venv/bin/ansible-playbook"), "-i", "inventory/lab",
+                "playbooks/speculative-apply.yml", "-l", CT,
+                "-e", json.dumps({"speculative_apply_report": str(report)})])  # fmt: skip
+    assert run.rc == 0, run.output[-4000:]
+    assert run.recap()[CT]["changed"] == 0, run.output[-4000:]
+    result = json.loads(report.read_text())["result"]
+    assert (result["written"], result["restarted"]) == (False, False), result
+    assert result["before"]["invocation_id"] == result["after"]["invocation_id"] != "", result
+
+
 # Issue 33: the execution environment on the lab, as AWX's execution nodes run jobs:
 # ansible-navigator runs specops.infra.verify (the GPU doctor, failing on any finding)
 # and specops.infra.benchmark inside the EE (tests/plugins/ee.py: the test-only layer
