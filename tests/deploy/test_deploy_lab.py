@@ -431,6 +431,14 @@ def test_container_has_its_gpu_userspace_and_server(first_run: Run) -> None:
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert smi.stdout.split()[0] == "580.126.09", "userspace = pve-b's kernel module"
+    # What a restart's graceful stop asks (service_stop.gpu_pids): no process holds the
+    # card (the lab's engine runs on the CPU)
+    apps = subprocess.run(
+        ["lxc-attach", "-n", LXC_NAME, "--", "nvidia-smi", "--query-compute-apps=pid",
+         "--format=csv,noheader"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert (apps.returncode, apps.stdout) == (0, ""), apps
 
 
 def test_second_run_changes_nothing(

@@ -7,11 +7,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils.service_stop import (
     alive,
     descendants,
+    gpu_pids,
     parse_compute_apps,
     parse_show,
     wait_released,
@@ -29,6 +31,20 @@ def test_parse_compute_apps() -> None:
     assert parse_compute_apps(text) == [12345, 23456]
     assert parse_compute_apps("No running processes found\n") == []
     assert parse_compute_apps("") == []
+
+
+def test_gpu_pids_runs_nvidia_smi_and_names_its_error(tmp_path: Path) -> None:
+    """nvidia-smi prints its errors on stdout (NVML's, an unknown field): the error
+    carries them, not an empty stderr."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\n[ "$1" = --query-compute-apps=pid ] && echo "4242, 100 MiB"\n')
+    smi.chmod(0o755)
+    assert gpu_pids(str(smi)) == [4242]
+    smi.write_text(
+        "#!/bin/sh\necho 'Failed to initialize NVML: Driver/library version mismatch'\nexit 18\n"
+    )
+    with pytest.raises(RuntimeError, match=r"failed \(18\): Failed to initialize NVML"):
+        gpu_pids(str(smi))
 
 
 def test_descendants_follow_a_real_process_tree() -> None:

@@ -28,7 +28,8 @@ set by its connection, ``specops.lab.node``) every file the installer writes, us
 included, goes under the node's root, and DKMS and the kernel headers are the node's.
 The module's dynamic char majors are the node's (``etc/specops-lab/nvidia-majors`` of the
 tree, from its hardware description), else nvidia-uvm 508 / nvidia-caps 507. The generated
-``nvidia-smi`` answers ``--query-gpu=driver_version --format=csv,noheader``, ``-L`` and
+``nvidia-smi`` answers ``--query-gpu=driver_version --format=csv,noheader``,
+``--query-compute-apps=pid`` (no process: the lab's engines run on the CPU), ``-L`` and
 plain, and prints NVML's "Driver/library version mismatch" when the userspace version
 differs from the simulated kernel module's.
 
@@ -312,6 +313,15 @@ if query:
         row = [kv if f == "driver_version" else (addr.upper() if f == "pci.bus_id" else known[f])
                for f in fields]
         print(", ".join(row))
+    sys.exit(0)
+# The processes holding GPU memory: none on a lab node (its engine runs on the CPU), so
+# the answer is what the driver prints for idle cards: nothing.
+apps = [a.split("=", 1)[1] for a in args if a.startswith("--query-compute-apps=")]
+if apps:
+    for f in apps[0].split(","):
+        if f not in ("pid", "process_name", "used_memory", "gpu_uuid", "gpu_bus_id"):
+            print(f'Field "{f}" is not a valid field to query.')
+            sys.exit(2)
     sys.exit(0)
 if args and args[0] not in ("-q", "--query"):
     print(f"Invalid combination of input arguments: {' '.join(args)}")

@@ -131,7 +131,9 @@ def gpu_pids(nvidia_smi: str) -> list[int]:
         check=False,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"{nvidia_smi} failed ({proc.returncode}): {proc.stderr.strip()}")
+        # nvidia-smi prints its errors on stdout (NVML's, an unknown field)
+        why = (proc.stderr.strip() or proc.stdout.strip())[-500:]
+        raise RuntimeError(f"{nvidia_smi} failed ({proc.returncode}): {why}")
     return parse_compute_apps(proc.stdout)
 
 
