@@ -490,7 +490,9 @@ def test_a_profile_change_playbook_finds_what_deploy_installed(
                 "playbooks/speculative-apply.yml", "-l", CT,
                 "-e", json.dumps({"speculative_apply_report": str(report)})])  # fmt: skip
     assert run.rc == 0, run.output[-4000:]
-    assert run.recap()[CT]["changed"] == 0, run.output[-4000:]
+    # one change: the report written on the controller; none on the node
+    assert run.recap()[CT]["changed"] == 1, run.output[-4000:]
+    assert re.findall(r"^changed: \[(.*)\]$", run.output, re.MULTILINE) == [f"{CT} -> localhost"]
     result = json.loads(report.read_text())["result"]
     assert (result["written"], result["restarted"]) == (False, False), result
     assert result["before"]["invocation_id"] == result["after"]["invocation_id"] != "", result
