@@ -172,6 +172,7 @@ def rollout_fleet(sizes: list[int], args: argparse.Namespace) -> list[dict[str, 
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     rows: list[dict[str, Any]] = []
+    down(LabPaths(lab), destroy=True)  # the first deploy from the hard real state
     for i, n in enumerate(sizes):
         inventory = _lab_up_fleet(n)
         grow = run_playbook(lab, inventory, "deploy.yml" if i == 0 else "playbooks/host.yml",

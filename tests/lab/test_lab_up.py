@@ -153,3 +153,24 @@ def test_a_lab_daemon_keeps_no_descriptor_of_its_caller(tmp_path: Path) -> None:
         os.kill(pid, signal.SIGTERM)
         os.waitpid(pid, 0)
         os.close(lock)
+
+
+def test_a_lab_of_another_shape_leaves_no_tree_of_the_last(
+    lab: tuple[LabPaths, int, Path], tmp_path: Path
+) -> None:
+    """The two-node lab, then a lab of pve-b alone (a fleet of 1): pve-a's tree, in
+    whatever state its last run left it, must not stand in for pve-a's description the
+    next time pve-a is in the lab (a host campaign once started from a converged pve-a)."""
+    paths, port, template = lab
+    both = REPO / "inventory/lab/hardware"
+    up(paths, hardware_dir=both, template=template, port=port, with_network=False)
+    marker = paths.node_root("pve-a") / "sys" / "module" / "specops-test-marker"
+    marker.write_text("changed by a role\n")
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "pve-b.yml").write_bytes((both / "pve-b.yml").read_bytes())
+    info = up(paths, hardware_dir=one, template=template, port=port, with_network=False)
+    assert sorted(info["nodes"]) == ["pve-b"]
+    assert not paths.node_root("pve-a").exists()
+    up(paths, hardware_dir=both, template=template, port=port, with_network=False)
+    assert not marker.exists(), "pve-a built again from its description"

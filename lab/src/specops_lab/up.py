@@ -389,6 +389,7 @@ def up(
     if with_network:
         network.ensure_up(lab_net, _say)
     cluster = _ensure_cluster(paths, list(specs), cgroup)
+    _remove_trees(paths, keep=set(specs))
     for name, spec_file in specs.items():
         _ensure_tree(paths, name, spec_file, reset=reset)
         _ensure_template(cluster.node(name), template)
@@ -448,7 +449,23 @@ def down(paths: LabPaths, *, destroy: bool = False) -> None:  # noqa: PLR0912  (
                 shutil.rmtree(node.root)
                 _say(f"{node.name}: node tree removed (the next up builds it from its description)")
         shutil.rmtree(paths.cluster_dir, ignore_errors=True)
+    _remove_trees(paths, keep=set())
     shutil.rmtree(paths.lab_dir / "fleet", ignore_errors=True)
+
+
+def _remove_trees(paths: LabPaths, *, keep: set[str]) -> None:
+    """Remove the node trees of the lab directory that are not ``keep``'s: the nodes a
+    lab of another shape left (a fleet of N after the two-node lab, or the reverse).
+    Kept, such a tree would be taken as built the next time its node is in the lab, in
+    whatever state its last run left it, not from its description."""
+    for root in sorted(
+        p.parent.parent for p in paths.lab_dir.glob("*/etc/specops-lab-hardware.sha256")
+    ):
+        if root.name in keep or root.parent != paths.lab_dir:
+            continue
+        stop_node_processes(root)
+        shutil.rmtree(root)
+        _say(f"{root.name}: node tree removed (not a node of this lab; the next up builds it)")
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
