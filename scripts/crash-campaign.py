@@ -87,6 +87,8 @@ LAB = Path("/var/lib/specops/lab")
 VMID = 801
 CT_HOST = "lab-ct801"
 PORT = 8000
+# Where the roles record a refresh owed for changed files until it ran (pending_refresh).
+PENDING = "var/lib/specops/pending"
 _TASK = re.compile(r"^TASK \[")
 # An ansible-playbook recap line (tests/deploy/test_deploy_lab.py reads runs with it too).
 RECAP = re.compile(
@@ -552,6 +554,22 @@ def _main(text: str) -> dict[str, str]:
     return items
 
 
+def boot_problems() -> list[str]:
+    """What the nodes would boot otherwise than their files say: an initramfs not rebuilt
+    since a modprobe file changed (host points 165 and 166 found it: the handler was
+    lost with the controller), or a refresh a run recorded as owed and never did (the
+    markers of specops.infra.pending_refresh)."""
+    from specops_lab.node import initramfs_drift  # noqa: PLC0415
+
+    problems: list[str] = []
+    for name, root in _nodes().items():
+        problems += [f"{name}: {d}" for d in initramfs_drift(root)]
+        pending = root / PENDING
+        for marker in sorted(pending.iterdir()) if pending.is_dir() else []:
+            problems.append(f"{name}: /{PENDING}/{marker.name}: a refresh still owed")
+    return problems
+
+
 def serving_problems() -> list[str]:
     """The deployed server answers a completion on the container's address."""
     address = network.load().address(VMID)
@@ -646,6 +664,7 @@ def check_after(
         problems.append(f"re-run rc {final.rc}: {final.output[-1500:]}")
         return problems
     problems += conf_problems(before, reference)
+    problems += boot_problems()
     problems += serving_problems()
     problems += record_problems(_results_dir())
     problems += latest_results_problems()
@@ -761,7 +780,7 @@ def host_campaign(
         if final.rc != 0:
             problems.append(f"re-run rc {final.rc}: {final.output[-1500:]}")
         else:
-            problems += conf_problems(before)
+            problems += conf_problems(before) + boot_problems()
             left = state_differences(reference, node_state())
             problems += [f"not as a clean run: {d}" for d in left]
             if idempotent_every > 0 and i % idempotent_every == 0:

@@ -66,6 +66,8 @@ __all__ = [
     "TOOLS",
     "boot",
     "booted_spec",
+    "initramfs_contents",
+    "initramfs_drift",
     "install_tools",
     "main",
     "node_env",
@@ -160,6 +162,37 @@ def _install_scripts(conf_text: str) -> list[str]:
     return out
 
 
+def initramfs_contents(root: Path) -> dict[str, str]:
+    """What an initramfs built now carries: each modprobe configuration file and the hook
+    scripts its ``install`` lines run (paths relative to the snapshot)."""
+    out: dict[str, str] = {}
+    scripts: list[str] = []
+    for conf in sorted((root / "etc" / "modprobe.d").glob("*.conf")):
+        text = conf.read_text()
+        out[f"modprobe.d/{conf.name}"] = text
+        scripts += _install_scripts(text)
+    for script in scripts:
+        src = root / _rel(script)
+        if src.is_file():
+            out[f"scripts/{_rel(script)}"] = src.read_text()
+    return out
+
+
+def initramfs_drift(root: Path) -> list[str]:
+    """How the initramfs the node would boot differs from one built now (empty: none). A
+    boot file changed and no update-initramfs since: the next boot ignores the change."""
+    snap = root / INITRAMFS_DIR
+    have = {str(f.relative_to(snap)): f.read_text() for f in sorted(snap.rglob("*")) if f.is_file()}
+    want = initramfs_contents(root)
+    drift = []
+    for rel in sorted(set(have) | set(want)):
+        if have.get(rel) == want.get(rel):
+            continue
+        why = "missing" if rel not in have else "differs from its source"
+        drift.append(f"/{INITRAMFS_DIR}/{rel}: {why if rel in want else 'its source is gone'}")
+    return drift
+
+
 def update_initramfs(root: Path, args: Sequence[str]) -> int:
     """Snapshot the modprobe configuration (and hook scripts) the initramfs carries."""
     _record(root, "update-initramfs " + " ".join(args))
@@ -168,17 +201,10 @@ def update_initramfs(root: Path, args: Sequence[str]) -> int:
     if tmp.exists():
         _rmtree(tmp)
     (tmp / "modprobe.d").mkdir(parents=True)
-    scripts: list[str] = []
-    for conf in sorted((root / "etc" / "modprobe.d").glob("*.conf")):
-        text = conf.read_text()
-        (tmp / "modprobe.d" / conf.name).write_text(text)
-        scripts += _install_scripts(text)
-    for script in scripts:
-        src = root / _rel(script)
-        if src.is_file():
-            dst = tmp / "scripts" / _rel(script)
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_text(src.read_text())
+    for rel, text in initramfs_contents(root).items():
+        dst = tmp / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_text(text)
     if snap.exists():
         _rmtree(snap)
     tmp.rename(snap)
