@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils.pending_refresh import (
     apply,
+    holds,
     owe,
     query,
     settle,
@@ -59,10 +60,40 @@ def test_check_mode_writes_and_removes_nothing(tmp_path: Path) -> None:
     assert marker.exists()
 
 
+def test_owed_only_when_a_named_file_is_about_to_change(tmp_path: Path) -> None:
+    """A role that does not know whether its files change names them with their text."""
+    marker = str(tmp_path / "pending" / "nvidia_driver-update-initramfs")
+    conf = tmp_path / "blacklist-nouveau.conf"
+    unit = tmp_path / "nvidia-device-nodes.service"
+    want = {str(conf): "blacklist nouveau\n", str(unit): "[Unit]\n"}
+    assert not holds(want)  # neither file is there
+
+    out = apply(marker, "owed", "r", files=want)
+    assert (out.changed, out.owed) == (True, True)  # a missing file: owed
+    settle(marker)
+
+    conf.write_text("blacklist nouveau\n")
+    unit.write_text("[Unit]\r\n")  # other text (line ends count)
+    assert not holds(want)
+    assert apply(marker, "owed", "r", files=want).owed
+    settle(marker)
+
+    unit.write_text("[Unit]\n")
+    assert holds(want)
+    out = apply(marker, "owed", "r", files=want)
+    assert (out.changed, out.owed) == (False, False)  # nothing will change: nothing owed
+    assert not Path(marker).exists()
+
+    # ... but a marker an earlier run left is still found: the refresh is done then.
+    owe(marker, "left by a lost run")
+    out = apply(marker, "owed", "r", files=want)
+    assert (out.changed, out.owed, out.was_owed) == (False, True, True)
+
+
 @pytest.mark.parametrize(
     ("path", "state", "reason", "words"),
     [
-        ("relative/marker", "query", "", "path: an absolute path"),
+        ("relative/marker", "query", "", "absolute paths are needed, not 'relative/marker'"),
         ("/m", "owed", "  ", "reason:"),
         ("/m", "maybe", "", "state: one of owed, query, settled"),
     ],
@@ -70,6 +101,11 @@ def test_check_mode_writes_and_removes_nothing(tmp_path: Path) -> None:
 def test_bad_input_is_named(path: str, state: str, reason: str, words: str) -> None:
     with pytest.raises(ValueError, match=words):
         apply(path, state, reason)
+
+
+def test_a_relative_file_is_refused() -> None:
+    with pytest.raises(ValueError, match="absolute paths are needed, not 'etc/x'"):
+        apply("/m", "owed", "r", files={"etc/x": "text"})
 
 
 def _module(args: dict[str, object], *, check: bool = False) -> dict[str, object]:
@@ -100,6 +136,12 @@ def test_the_module_owes_reads_and_settles(tmp_path: Path) -> None:
     out = _module({"path": marker, "state": "settled"})
     assert (out["changed"], out["owed"]) == (True, False)
     assert not Path(marker).exists()
+    conf = tmp_path / "blacklist-nouveau.conf"
+    conf.write_text("blacklist nouveau\n")
+    same = {"path": marker, "state": "owed", "reason": "r", "files": {str(conf): conf.read_text()}}
+    assert _module(same)["owed"] is False
+    assert _module({**same, "files": {str(conf): "other"}})["owed"] is True
+    assert _module({"path": marker, "state": "settled"})["changed"] is True
     failed = _module({"path": marker, "state": "owed"})
     assert failed.get("failed") is True
     assert "reason:" in str(failed["msg"])

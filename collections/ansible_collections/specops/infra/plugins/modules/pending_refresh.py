@@ -13,7 +13,8 @@ description:
     after C(/etc/default/grub)) leaves the change unapplied, and the re-run finds the files
     as wanted and notifies nothing.
   - With I(state=owed) the module writes a marker file before the files change (a role
-    knows, or reads, whether they will); the handler removes it with I(state=settled) after
+    that knows whether they will says so in I(state); one that does not names them in
+    I(files) with their wanted text); the handler removes it with I(state=settled) after
     the refresh. With I(state=query) it only reads the marker. The return value I(owed) says
     whether the refresh is owed after the step, so a task notifies its handler with
     C(changed_when) on it, and a run that finds a marker an earlier run left does the refresh.
@@ -35,6 +36,12 @@ options:
     description: The marker's text, required with I(state=owed) (which files change, which command is owed).
     type: str
     default: ""
+  files:
+    description:
+      - The files the refresh reads, as absolute path to the text each is about to be
+        written with. With I(state=owed) the refresh is owed only when one of them does
+        not hold its text yet (missing, or other text). They are only read.
+    type: dict
 notes:
   - Supports check mode (reports what it would write or remove).
 """
@@ -45,6 +52,16 @@ EXAMPLES = r"""
     path: /var/lib/specops/pending/vfio_release-update-initramfs
     state: "{{ 'owed' if files_change else 'query' }}"
     reason: /etc/modprobe.d changed for vfio-pci; update-initramfs -u -k all is owed.
+  register: owed
+  changed_when: owed.owed
+  notify: Update initramfs
+
+- name: Record the rebuild as owed when the blacklist is about to change.
+  specops.infra.pending_refresh:
+    path: /var/lib/specops/pending/nvidia_driver-update-initramfs
+    state: owed
+    files: "{{ {'/etc/modprobe.d/blacklist-nouveau.conf': blacklist_text} }}"
+    reason: the nouveau blacklist changes; update-initramfs -u is owed.
   register: owed
   changed_when: owed.owed
   notify: Update initramfs
@@ -74,12 +91,15 @@ def run_module() -> None:
             "path": {"type": "path", "required": True},
             "state": {"type": "str", "choices": list(STATES), "default": "query"},
             "reason": {"type": "str", "default": ""},
+            "files": {"type": "dict"},
         },
         supports_check_mode=True,
     )
     p: dict[str, Any] = module.params
     try:
-        out = apply(p["path"], p["state"], p["reason"], check_mode=module.check_mode)
+        out = apply(
+            p["path"], p["state"], p["reason"], files=p["files"], check_mode=module.check_mode
+        )
     except (OSError, ValueError) as exc:
         module.fail_json(msg=f"pending_refresh {p['path']}: {exc}")
     module.exit_json(changed=out.changed, owed=out.owed, was_owed=out.was_owed)
