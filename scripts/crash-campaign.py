@@ -49,6 +49,7 @@ It prints one table row per scenario: crash points tried, converged, anything lo
 from __future__ import annotations
 
 import argparse
+import configparser
 import contextlib
 import fcntl
 import hashlib
@@ -358,21 +359,52 @@ def chain(
     env: dict[str, str] | None = None,
     after_kill: Callable[[Segment], None] | None = None,
     logs: Path | None = None,
+    facts: Path | None = None,
 ) -> list[Segment]:
     """Run ``argv`` killed at ``points[0]``, re-run killed at ``points[1]`` (counted in
     that run), ..., then once more to its end. ``after_kill`` inspects the state each
     kill left. A run that does not reach its point (the kills before moved the state
     past it: a re-run skips what is done) runs to its end, unkilled, and the chain goes
-    on with the next point. Returns every segment, the completing run last."""
+    on with the next point. A point at ``Gathering Facts`` empties the fact cache
+    (``facts``, ansible.cfg's by default) first: :func:`expire_facts_for`. Returns every
+    segment, the completing run last."""
     segments: list[Segment] = []
     for i, k in enumerate([*points, None]):
         name = "end" if k is None else re.sub(r"[^A-Za-z0-9+]+", "-", str(k.at))[:40]
         log = logs / f"{i:02d}-kill-{name}.log" if logs else None
+        if k is not None:
+            expire_facts_for(k, facts)
         seg = run_segment(argv, k, env=env, log=log)
         segments.append(seg)
         if seg.killed and after_kill is not None:
             after_kill(seg)
     return segments
+
+
+GATHERING = "Gathering Facts"
+
+
+def fact_cache() -> Path:
+    """The controller's fact cache folder, as ansible.cfg names it."""
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(REPO / "ansible.cfg")
+    return REPO / cfg.get("defaults", "fact_caching_connection")
+
+
+def expire_facts_for(point: KillAt, cache: Path | None = None) -> None:
+    """A play prints ``Gathering Facts`` only for hosts whose cached facts have expired
+    (ansible.cfg: ``fact_caching_timeout``, 600 s): a clean run from a fresh lab, longer
+    than that, prints it for a later play that a re-run, finding the facts cached, does
+    not. For a point at that banner, the cache (``cache``, ansible.cfg's by default) is
+    emptied before the run meant for it, so the run is in the clean run's state there
+    and the kill lands while facts are read. The cache is the controller's, not a
+    node's: emptying it changes no node."""
+    if point.at != GATHERING:
+        return
+    folder = fact_cache() if cache is None else cache
+    for entry in folder.glob("*") if folder.is_dir() else ():
+        if entry.is_file():
+            entry.unlink()
 
 
 def spread(total: int, n: int) -> list[int]:
@@ -726,6 +758,7 @@ def deploy_campaign(
         start = time.monotonic()
         before = _fresh_lab()
         point = KillAt(numbered[k - 1][0], where=numbered[k - 1][1])
+        expire_facts_for(point)
         seg = run_segment(DEPLOY, point, env=_env(), log=logs / f"k{k:03d}-killed.log")
         problems = [f"after the kill: {p}" for p in settle() or conf_problems(before)]
         if not seg.killed:
@@ -769,6 +802,7 @@ def host_campaign(
         start = time.monotonic()
         before = _fresh_lab()
         point = KillAt(tasks[k - 1][0], where=tasks[k - 1][1])
+        expire_facts_for(point)
         seg = run_segment(HOST, point, env=_env(), log=logs / f"k{k:03d}-killed.log")
         problems = [f"after the kill: {p}" for p in settle() or conf_problems(before)]
         hit = task_positions(seg.output)

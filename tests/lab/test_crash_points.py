@@ -251,3 +251,38 @@ def test_a_chain_goes_on_past_a_point_its_run_did_not_reach(tmp_path: Path) -> N
     )
     assert [s.killed for s in segs] == [False, True, False]
     assert [s.rc for s in segs] == [0, -9, 0]
+
+
+def test_a_point_at_gathering_facts_is_reached_although_the_cache_holds_them(
+    tmp_path: Path,
+) -> None:
+    """A clean run from a fresh lab outlives the fact cache's timeout and prints a later
+    play's ``Gathering Facts``; a re-run finds the facts cached and does not. The chain
+    empties the cache before the run meant for that point: the kill lands there, and
+    the completing run converges."""
+    cache = tmp_path / "facts"
+    play = tmp_path / "play.yml"
+    play.write_text(
+        "- hosts: localhost\n  connection: local\n  gather_facts: true\n  tasks:\n"
+        f"    - name: Step 1.\n      ansible.builtin.shell: touch {tmp_path}/1.done\n"
+        "      changed_when: true\n"
+    )
+    env = _env() | {
+        "ANSIBLE_GATHERING": "smart",
+        "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.jsonfile",
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(cache),
+        "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "600",
+    }
+    first = crash.run_segment(_argv(play), None, env=env)
+    assert first.rc == 0, first.output[-2000:]
+    assert "TASK [Gathering Facts]" in first.output
+    cached = crash.run_segment(_argv(play), None, env=env)  # what a re-run finds
+    assert cached.rc == 0
+    assert "TASK [Gathering Facts]" not in cached.output
+    assert list(cache.iterdir())
+
+    point = crash.KillAt(crash.GATHERING, where=crash.Position("localhost", 1, 1))
+    segs = crash.chain(_argv(play), [point], env=env, facts=cache)
+    assert [s.killed for s in segs] == [True, False], segs[0].output[-2000:]
+    assert crash.task_positions(segs[0].output)[-1] == (crash.GATHERING, point.where)
+    assert segs[-1].rc == 0
