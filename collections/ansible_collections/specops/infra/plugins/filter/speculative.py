@@ -2,7 +2,8 @@
 
     {{ profile | specops.infra.speculative_launch('sglang', '0.5.11') }}
     {{ profile | specops.infra.speculative_launch('sglang', '0.5.11', ['ddtree'],
-                 name='inference_service_speculative', flags=flag_set) }}
+                 name='inference_service_speculative', flags=flag_set,
+                 target={'path': model_dir, 'architectures': ['MiMoForCausalLM']}) }}
     {{ profile | specops.infra.speculative_validate }}
 
 ``speculative_launch`` is the one route from a profile to a server: it parses and
@@ -12,7 +13,9 @@ task with ``<name>.<field>: problem`` naming the valid values. ``flags=``: the i
 build's flag set (``<venv>/.specops-engine-flags.json``, written by the
 ``specops.infra.engine_flags`` module after the build); with it the profile is checked
 against what that build accepts and its capabilities are read from it; without it, the
-recorded list of the released version.
+recorded list of the released version. ``target=``: the served model (``path`` as the
+unit passes it, ``architectures`` from its config.json), for what an engine needs per
+architecture (SGLang's NEXTN draft path: ``speculative_translate.TargetModel``).
 
 ``speculative_validate`` checks a profile without an engine (the rollout's new profile
 before it knows the node's build); it runs the same parse.
@@ -36,6 +39,7 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative_profile 
     SpeculativeProfile,
 )
 from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
+    TargetModel,
     launch,
 )
 
@@ -87,10 +91,14 @@ def speculative_launch(
     *,
     name: str = "speculative",
     flags: Mapping[str, Any] | None = None,
+    target: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``{argv, env, profile}`` for a profile mapping on an engine build, in one pass."""
     profile = _profile(data, name)
-    argv, env = _named(name, lambda: launch(profile, _engine(engine, version, capabilities, flags)))
+    model = TargetModel.from_mapping(target) if target else None
+    argv, env = _named(
+        name, lambda: launch(profile, _engine(engine, version, capabilities, flags), target=model)
+    )
     return {"argv": list(argv), "env": dict(env), "profile": profile.to_mapping()}
 
 
