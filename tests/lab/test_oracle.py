@@ -110,7 +110,8 @@ def test_ci_spec_is_the_mimo_family_on_the_cpu_shape() -> None:
 @pytest.fixture(scope="module")
 def tiny_llama(vllm_lab: LabPaths, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("oracle") / "tiny-llama"
-    return build_oracle(vllm_lab, TINY_LLAMA, out=out).path
+    # small shards: the layers' tensors span several files, as a 7B build's do
+    return build_oracle(vllm_lab, TINY_LLAMA, out=out, shard_mb=0.5).path
 
 
 def test_tiny_llama_family_passes_its_checks_and_the_preflight(tiny_llama: Path) -> None:
@@ -144,6 +145,8 @@ def test_tiny_llama_family_passes_its_checks_and_the_preflight(tiny_llama: Path)
     assert {"d2t", "t2d", "fc.weight", "lm_head.weight", "midlayer.hidden_norm.weight"} <= set(
         index["weight_map"]
     )
+    layer_shards = sorted(f.name for f in (tiny_llama / "target").glob("layers-*.safetensors"))
+    assert len(layer_shards) > 1, layer_shards
     # the drafter shares the target's embeddings and lm_head: the same shard, hard-linked
     emb = [f for f in (tiny_llama / "drafter").iterdir() if f.name.startswith("embed")]
     assert emb

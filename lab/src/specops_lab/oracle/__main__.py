@@ -33,6 +33,8 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--device", default="cpu", help="torch device: cpu, cuda (default cpu)")
     build.add_argument("--spec", default="{}", help="more OracleSpec fields as JSON")
     build.add_argument("--no-check", action="store_true", help="skip the self-check")
+    build.add_argument("--shard-mb", type=float, default=4000.0,
+                       help="largest safetensors file, MB (default 4000)")  # fmt: skip
     check = sub.add_parser("check", help="self-check a built folder again")
     check.add_argument("out", type=Path)
     check.add_argument("--device", default="cpu")
@@ -47,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
 
         extra = json.loads(args.spec)
         spec = OracleSpec.from_mapping({**extra, "families": args.family, "shape": args.shape})
-        build(spec, args.out, device=args.device, check=not args.no_check)
+        build(spec, args.out, device=args.device, check=not args.no_check,
+              shard_bytes=int(args.shard_mb * 1e6))  # fmt: skip
         print(args.out / RECORD_NAME)
         return 0
     from specops_lab.oracle.selfcheck import CheckFailed, check_build  # noqa: PLC0415

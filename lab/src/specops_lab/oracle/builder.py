@@ -49,10 +49,10 @@ from specops_lab.oracle.spec import (
     next_map,
 )
 
-__all__ = ["NEXT_NAME", "build", "target_layer_ids"]
+__all__ = ["NEXT_NAME", "SHARD_BYTES", "build", "target_layer_ids"]
 
 NEXT_NAME = "oracle-next.json"
-_SHARD_BYTES = 4_000_000_000
+SHARD_BYTES = 4_000_000_000  # per safetensors file, as checkpoints are cut
 Log = Callable[[str], None]
 
 
@@ -74,13 +74,14 @@ def _sha256(path: Path) -> str:
 
 
 class _Shards:
-    """Named groups of tensors written once under ``root/.shards``."""
+    """Named groups of tensors written once under ``root/.shards``, split at ``limit``."""
 
-    def __init__(self, root: Path, log: Log) -> None:
+    def __init__(self, root: Path, log: Log, limit: int = SHARD_BYTES) -> None:
         self.dir = root / ".shards"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.names: dict[str, dict[str, int]] = {}  # file -> {tensor: bytes}
         self.log = log
+        self.limit = limit
 
     def write(self, name: str, tensors: dict[str, Any]) -> list[str]:
         """Write ``tensors`` as ``name.safetensors`` (split when large); the file names."""
@@ -90,7 +91,7 @@ class _Shards:
         keys = list(tensors)
         for key in keys:
             nbytes = tensors[key].numel() * tensors[key].element_size()
-            if chunk and size + nbytes > _SHARD_BYTES:
+            if chunk and size + nbytes > self.limit:
                 files.append(self._save(f"{name}-{len(files) + 1:03d}", chunk))
                 chunk, size = {}, 0
             chunk[key] = tensors[key]
@@ -154,6 +155,44 @@ def _folder(
         "config_sha256": _sha256(out / "config.json"),
         "shards": files,
     }
+
+
+def _record_head(spec: OracleSpec, device: str) -> dict[str, Any]:
+    return {
+        "spec": spec.to_dict(),
+        "target": spec.target,
+        "dims": _dims_record(spec),
+        "device": device,
+        "torch": str(torch.__version__),
+        "python": platform.python_version(),
+        "expected_margin": round(expected_margin(spec), 3),
+    }
+
+
+def _digests(out: Path) -> dict[str, str]:
+    """sha256 of every file the build wrote (the record aside), each inode read once."""
+    seen: dict[tuple[int, int], str] = {}
+    out_map: dict[str, str] = {}
+    for p in sorted(out.rglob("*")):
+        if not p.is_file() or p.name == RECORD_NAME:
+            continue
+        st = p.stat()
+        key = (st.st_dev, st.st_ino)
+        if key not in seen:
+            seen[key] = _sha256(p)
+        out_map[str(p.relative_to(out))] = seen[key]
+    return out_map
+
+
+def _vocabulary(spec: OracleSpec, out: Path, tokdir: Path, record: dict[str, Any]) -> list[int]:
+    """The tokenizer (into ``tokdir``) and the permutation (``oracle-next.json``)."""
+    shape = spec.dims
+    tok, record["tokenizer"] = tokenizer.train(shape.vocab_size)
+    tokenizer.write(tok, tokdir, shape.max_position_embeddings)
+    nxt = next_map(shape.vocab_size, spec.cycle, spec.seed)
+    (out / NEXT_NAME).write_text(json.dumps(nxt) + "\n")
+    record["next_sha256"] = _sha256(out / NEXT_NAME)
+    return nxt
 
 
 def _dims_record(spec: OracleSpec) -> dict[str, Any]:
@@ -267,9 +306,10 @@ def _write(
     partners: dict[str, tuple[dict[str, Any], Any]],
     tokdir: Path,
     log: Log,
+    shard_bytes: int,
 ) -> dict[str, Any]:
     """Shards once, then each folder's index, configs, tokenizer and hard links."""
-    shards = _Shards(out, log)
+    shards = _Shards(out, log, shard_bytes)
     emb = shards.write("embed", t.common)
     head = shards.write("head", {"lm_head.weight": t.head})
     first = shards.write("first", t.first)
@@ -304,34 +344,26 @@ def build(
     device: str = "cpu",
     check: bool = True,
     log: Log = print,
+    shard_bytes: int = SHARD_BYTES,
 ) -> dict[str, Any]:
-    """Build ``spec`` into ``out`` (created; must be empty) and return the record."""
+    """Build ``spec`` into ``out`` (created; must be empty) and return the record.
+
+    The tensors are freed before the self-check, which loads the folders as written.
+    """
     began = time.monotonic()
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} is not empty: build into a new folder")
     out.mkdir(parents=True, exist_ok=True)
     shape = spec.dims
-    record: dict[str, Any] = {
-        "spec": spec.to_dict(),
-        "target": spec.target,
-        "dims": _dims_record(spec),
-        "device": device,
-        "torch": str(torch.__version__),
-        "python": platform.python_version(),
-        "expected_margin": round(expected_margin(spec), 3),
-    }
+    record = _record_head(spec, device)
     timings: dict[str, float] = {}
 
     def lap(what: str) -> None:
         timings[what] = round(time.monotonic() - began - sum(timings.values()), 2)
         log(f"[{time.monotonic() - began:7.1f} s] {what}")
 
-    tok, record["tokenizer"] = tokenizer.train(shape.vocab_size)
     tokdir = out / ".tokenizer"
-    tokenizer.write(tok, tokdir, shape.max_position_embeddings)
-    nxt = next_map(shape.vocab_size, spec.cycle, spec.seed)
-    (out / NEXT_NAME).write_text(json.dumps(nxt) + "\n")
-    record["next_sha256"] = _sha256(out / NEXT_NAME)
+    nxt = _vocabulary(spec, out, tokdir, record)
     lap("tokenizer and permutation")
 
     draw = weights.Draw(spec.seed, device)
@@ -350,8 +382,11 @@ def build(
         lap("noise calibration")
     partners = _partners(spec, draw)
     record["folders"] = _write(spec, out, t=t, noisy=noisy, partners=partners, tokdir=tokdir,
-                               log=log)  # fmt: skip
+                               log=log, shard_bytes=shard_bytes)  # fmt: skip
     shutil.rmtree(tokdir)
+    del t, noisy, partners, draw, batch
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
     lap("files written")
 
     failed: CheckFailed | None = None
@@ -363,11 +398,7 @@ def build(
             failed = exc
         lap("self-check")
     record["seconds"] = timings
-    record["files"] = {
-        str(p.relative_to(out)): _sha256(p)
-        for p in sorted(out.rglob("*"))
-        if p.is_file() and p.name != RECORD_NAME
-    }
+    record["files"] = _digests(out)
     (out / RECORD_NAME).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     if failed is not None:
         raise failed

@@ -106,9 +106,10 @@ def build_oracle(
     device: str = "cpu",
     check: bool = True,
     python: Path | None = None,
+    shard_mb: float | None = None,
 ) -> BuildResult:
     """Build ``spec`` unless its folder is complete (has the record); ``out`` instead of
-    the cache; ``python`` instead of the venv's."""
+    the cache; ``python`` instead of the venv's; ``shard_mb`` the largest shard file."""
     paths = paths or lab_paths()
     began = time.monotonic()
     target = out if out is not None else oracle_dir(paths, spec)
@@ -127,6 +128,8 @@ def build_oracle(
                                       if k not in ("families", "shape")})]  # fmt: skip
         if not check:
             argv.append("--no-check")
+        if shard_mb is not None:
+            argv += ["--shard-mb", str(shard_mb)]
         env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "PYTHONPATH": pythonpath(),
                **_ENV}  # fmt: skip
         proc = subprocess.run(
