@@ -37,7 +37,7 @@ _EOS, _PAD, _MASK = SPECIAL_TOKENS[2], SPECIAL_TOKENS[0], SPECIAL_TOKENS[3]
 def corpus(limit_bytes: int) -> tuple[list[str], str]:
     """Paragraphs of the interpreter's stdlib text (sorted), and their digest."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    names = list(CORPUS_FILES)
+    names = [n for n in CORPUS_FILES if (stdlib / n).is_file()]  # a trimmed stdlib lacks some
     if limit_bytes > sum((stdlib / n).stat().st_size for n in names):
         extra = sorted(
             str(p.relative_to(stdlib))

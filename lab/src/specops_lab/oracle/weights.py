@@ -274,11 +274,13 @@ def drafter_config(spec: OracleSpec, layers: int) -> dict[str, Any]:
 def dflash_config(spec: OracleSpec, target_layer_ids: Sequence[int]) -> dict[str, Any]:
     """DFlash drafter config: ``dflash_config`` + top-level ``layer_types`` and window.
 
-    The layers are sliding-window but the last (the seeds' drafter: 4 sliding + 1 full).
+    The layers are sliding-window but the last (the seeds' drafter: 4 sliding + 1 full);
+    a one-layer drafter is full attention (vLLM CPU 0.32 builds no mixed drafter).
     """
     shape = spec.dims
     n = spec.dflash_layers
     types = ["sliding_attention"] * (n - 1) + ["full_attention"]
+    sliding = n > 1  # a 1-layer drafter is full attention: no window to declare
     return {
         **_base(shape),
         "architectures": ["DFlashDraftModel"],
@@ -293,8 +295,8 @@ def dflash_config(spec: OracleSpec, target_layer_ids: Sequence[int]) -> dict[str
             "target_layer_ids": list(target_layer_ids),
         },
         "layer_types": types,
-        "use_sliding_window": True,
-        "sliding_window": spec.dflash_window,
+        "use_sliding_window": sliding,
+        "sliding_window": spec.dflash_window if sliding else None,
         "max_window_layers": n,
     }
 
