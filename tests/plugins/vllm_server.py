@@ -11,7 +11,9 @@ Fixtures:
   configs the lab supports, started on first use;
 - ``vllm_oracle``: the CI oracle (``specops_lab.oracle.lab.CI_SPEC``: a MiMo target whose
   output is a permutation chain, an MTP layer that predicts it, built and cached like the
-  tiny model); ``vllm_servers.get(spec, model=oracle / "target")`` serves it.
+  tiny model); ``vllm_servers.get(spec, model=oracle / "target")`` serves it;
+- ``vllm_oracle_drafters``: the Llama-family CI oracle (``CI_DRAFTERS_SPEC``) with its
+  EAGLE3 and DFlash drafters.
 
 Every test that uses one of these is marked ``vllm`` (and ``slow``) automatically.
 Set ``SPECOPS_CACHE`` to move the cache. The time each step took is printed in the
@@ -25,14 +27,14 @@ from pathlib import Path
 
 import pytest
 
-from specops_lab.oracle.lab import build_oracle
+from specops_lab.oracle.lab import CI_DRAFTERS_SPEC, build_oracle
 from specops_lab.vllm import LabPaths, SpecConfig, VllmServer, lab_paths, prepare
 
 __all__ = ["VllmServerPool"]
 
 _FIXTURES = frozenset(
     {"vllm_lab", "vllm_servers", "vllm_plain_server", "vllm_ngram_server", "vllm_draft_server",
-     "vllm_oracle"}
+     "vllm_oracle", "vllm_oracle_drafters"}
 )  # fmt: skip
 _TIMINGS: list[str] = []
 
@@ -91,6 +93,16 @@ def vllm_lab() -> LabPaths:
 def vllm_oracle(vllm_lab: LabPaths) -> Path:
     """The CI oracle's folder (built once, cached under the lab cache)."""
     built = build_oracle(vllm_lab)
+    _TIMINGS.append(
+        f"oracle {'built' if built.changed else 'cached'} in {built.seconds:.1f} s ({built.path})"
+    )
+    return built.path
+
+
+@pytest.fixture(scope="session")
+def vllm_oracle_drafters(vllm_lab: LabPaths) -> Path:
+    """The Llama-family CI oracle's folder: target, drafter, eagle3, dflash (cached)."""
+    built = build_oracle(vllm_lab, CI_DRAFTERS_SPEC)
     _TIMINGS.append(
         f"oracle {'built' if built.changed else 'cached'} in {built.seconds:.1f} s ({built.path})"
     )

@@ -1,6 +1,6 @@
 """``specops lab oracle``: build, check and show oracle models.
 
-``build`` with no family builds the CI oracle (:data:`~specops_lab.oracle.lab.CI_SPEC`)
+``build`` with no family builds the CI oracles (:data:`~specops_lab.oracle.lab.CI_SPECS`)
 into the lab cache (a no-op when built); with ``--family``/``--shape``/``--out`` any
 build, in the lab's vLLM venv (or ``--python``). ``check`` runs the self-check again,
 ``show`` prints a build's record in short.
@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from specops.errors import ValidationError
-from specops_lab.oracle.lab import CI_SPEC, build_oracle, oracle_dir, oracle_record, pythonpath
+from specops_lab.oracle.lab import (
+    CI_SPECS,
+    build_oracle,
+    oracle_dir,
+    oracle_record,
+    pythonpath,
+)
 from specops_lab.oracle.spec import FAMILIES, SHAPES, OracleSpec
 from specops_lab.vllm_install import lab_paths
 
@@ -25,7 +31,7 @@ def _paths(args: argparse.Namespace) -> Any:
     return lab_paths(Path(args.cache) if args.cache else None)
 
 
-def _spec(args: argparse.Namespace) -> OracleSpec:
+def _specs(args: argparse.Namespace) -> tuple[OracleSpec, ...]:
     try:
         extra = json.loads(args.spec)
     except ValueError as exc:
@@ -35,22 +41,22 @@ def _spec(args: argparse.Namespace) -> OracleSpec:
     if not isinstance(extra, dict):
         raise ValidationError("--spec", "must be a JSON object of OracleSpec fields")
     if not args.family:
-        if args.shape or extra:
-            raise ValidationError("--family", "is required with --shape or --spec")
-        return CI_SPEC
+        if args.shape or extra or args.out:
+            raise ValidationError("--family", "is required with --shape, --spec or --out")
+        return CI_SPECS
     if not args.shape:
         raise ValidationError("--shape", f"is required with --family; one of {', '.join(SHAPES)}")
-    return OracleSpec.from_mapping({**extra, "families": args.family, "shape": args.shape})
+    return (OracleSpec.from_mapping({**extra, "families": args.family, "shape": args.shape}),)
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    spec = _spec(args)
-    result = build_oracle(
-        _paths(args), spec, out=Path(args.out) if args.out else None, device=args.device,
-        check=not args.no_check, python=Path(args.python) if args.python else None,
-    )  # fmt: skip
-    state = "built" if result.changed else "already built"
-    print(f"{result.path}: {state} in {result.seconds:.1f} s")
+    for spec in _specs(args):
+        result = build_oracle(
+            _paths(args), spec, out=Path(args.out) if args.out else None, device=args.device,
+            check=not args.no_check, python=Path(args.python) if args.python else None,
+        )  # fmt: skip
+        state = "built" if result.changed else "already built"
+        print(f"{result.path}: {state} in {result.seconds:.1f} s")
     return 0
 
 
@@ -101,7 +107,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         p.add_argument("--python", help="python with torch (default: the lab's vLLM venv)")
         p.add_argument("--device", default="cpu", help="torch device (default cpu)")
 
-    p = sub.add_parser("build", help="build an oracle (no family: the CI oracle, cached)")
+    p = sub.add_parser("build", help="build an oracle (no family: the CI oracles, cached)")
     common(p)
     p.add_argument("--family", action="append", choices=FAMILIES,
                    help="partner family; repeat for several on one target")  # fmt: skip

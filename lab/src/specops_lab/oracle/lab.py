@@ -6,11 +6,12 @@ place, under a lock, as :mod:`specops_lab.vllm_model` does for the tiny model. T
 cache key hashes the spec, every source file of the builder and the venv's torch and
 tokenizers versions: a change to any of them builds a new folder beside the old one.
 
-:data:`CI_SPEC` is the oracle the CPU tests serve (``scripts/setup.sh vllm`` builds it):
-the MiMo family in the ``cpu`` shape, cycles of 8 tokens, the noise calibrated in
-float32 (what the lab's CPU vLLM computes in). Its target serves no speculation,
-``ngram``, ``mtp`` and (with ``drafter/``) ``draft_model``; docs/testing.md gives the
-measured speed-ups.
+:data:`CI_SPECS` are the oracles the CPU tests serve (``scripts/setup.sh vllm`` builds
+them): :data:`CI_SPEC`, the MiMo family in the ``cpu`` shape, cycles of 8 tokens, the
+noise calibrated in float32 (what the lab's CPU vLLM computes in), whose target serves no
+speculation, ``ngram``, ``mtp`` and (with ``drafter/``) ``draft_model`` (docs/testing.md
+gives the measured speed-ups); and :data:`CI_DRAFTERS_SPEC`, the Llama family in the
+``tiny`` shape, whose EAGLE3 and DFlash drafters the lab's vLLM loads.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from specops_lab.vllm_install import LabPaths, file_lock, installed_versions, la
 from specops_lab.vllm_model import BuildResult
 
 __all__ = [
+    "CI_DRAFTERS_SPEC",
     "CI_SPEC",
+    "CI_SPECS",
     "build_oracle",
     "oracle_dir",
     "oracle_key",
@@ -47,6 +50,13 @@ __all__ = [
 CI_SPEC: Final = OracleSpec(
     families=("mtp",), shape="cpu", cycle=8, calibration_dtype="float32", noise_alpha=0.7
 )
+# The Llama family for the drafters the CPU build can load: EAGLE3, and DFlash with one
+# (full-attention) layer, since vLLM CPU 0.32 builds no mixed sliding/full drafter.
+CI_DRAFTERS_SPEC: Final = OracleSpec(
+    families=("draft_model", "dflash", "eagle3"), shape="tiny", cycle=8,
+    calibration_dtype="float32", noise_alpha=None, dflash_layers=1,
+)  # fmt: skip
+CI_SPECS: Final = (CI_SPEC, CI_DRAFTERS_SPEC)
 _HERE = Path(__file__).resolve().parent
 # What decides the files: the builder's modules (not this one, not the CLI), the
 # tokenizer's corpus list and DFlash's layer rule.
