@@ -5,7 +5,8 @@ engine, or reuse the one already built from the same inputs.
     scripts/build_ee.py [--tag specops/ee:latest] [--no-save] [--force]
 
 1. The tools: a venv ``.cache/ee-tools`` with ansible-builder and ansible-navigator
-   (:data:`TOOL_PINS`), made again only when the pins change.
+   (:data:`TOOL_PINS`) from their lock ``ee/tools.lock`` (hash-checked), made again only
+   when the lock changes.
 2. The inputs the EE file names under ``.cache/ee/inputs/``: the collection tarball
    (scripts/build_collection.py) as ``specops-infra.tar.gz`` and the collections it
    depends on (galaxy.yml ``dependencies``), copied from the pinned ``ansible`` bundle
@@ -17,9 +18,10 @@ engine, or reuse the one already built from the same inputs.
    An image labelled ``specops.ee.inputs=<hash>`` is the EE: nothing is built. Else a
    ``docker save`` of it under ``$SPECOPS_CACHE/ee/<hash>.tar`` (CI machines keep
    /var/cache/specops, not always their docker images) is loaded. Else:
-4. The wheelhouse (``.cache/ee/wheelhouse``; ``pip download`` of everything the build
-   installs, with requirements.txt's pins as constraints; downloaded again only when
-   its requirements change), served on 127.0.0.1 for the build: the build runs with
+4. The wheelhouse (``.cache/ee/wheelhouse``; ``pip download`` of the EE's lock
+   ``ee/requirements.lock``, every file hash-checked, after checking that the lock holds
+   everything the build installs; downloaded again only when the lock changes), served
+   on 127.0.0.1 for the build: the build runs with
    the host's network (``--network host``) and the build arguments ``PIP_FIND_LINKS``
    and ``PIP_NO_INDEX`` (declared ``ARG`` in the EE file, so nothing of them stays in
    the image); then ``ansible-builder build``, labelled with the hash, and
@@ -80,7 +82,9 @@ DEFAULT_TAG = "specops/ee:latest"
 LABEL = "specops.ee.inputs"
 WHEELHOUSE_PORT = 47317
 # The tools, pinned (PyPI). ansible-navigator brings ansible-runner and ansible-core.
-TOOL_PINS = ("ansible-builder==3.2.0", "ansible-navigator==26.10.0")
+TOOL_PINS = ("ansible-builder==3.2.0", "ansible-navigator==26.10.0")  # = ee/tools.txt
+TOOLS_LOCK = REPO / "ee/tools.lock"
+EE_LOCK = REPO / "ee/requirements.lock"
 # What ansible-builder itself installs on top of the EE file's packages: its builder
 # stage's tools, and the container init (options.container_init's default).
 BUILDER_PACKAGES = ("bindep", "pyyaml", "packaging", "dumb-init==1.2.5")
@@ -193,23 +197,54 @@ def _load_script(name: str) -> Any:
     return module
 
 
+def _require_current(name: str) -> None:
+    """Refuse a lock made from other inputs than today's (scripts/lock.py check)."""
+    problems = _load_script("lock.py").check([name])
+    if problems:
+        raise BuildError("; ".join(problems))
+
+
+def _lock_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def tools(venv: Path = TOOLS) -> Path:
-    """The tool venv (ansible-builder, ansible-navigator); made again when the pins change."""
-    stamp = venv / ".specops-pins"
-    want = "\n".join(TOOL_PINS)
+    """The tool venv (ansible-builder, ansible-navigator) from ``ee/tools.lock``; made again
+    when the lock changes."""
+    _require_current("ee-tools")
+    stamp = venv / ".specops-lock"
+    want = _lock_digest(TOOLS_LOCK)
     if (venv / "bin/ansible-builder").exists() and stamp.is_file() and stamp.read_text() == want:
         return venv
-    _say(f"tools: making {venv} ({', '.join(TOOL_PINS)})")
+    _say(f"tools: making {venv} from {TOOLS_LOCK.name} ({', '.join(TOOL_PINS)})")
     _run(["/usr/bin/python3", "-m", "venv", "--clear", str(venv)])
-    _run([str(venv / "bin/pip"), "install", "-q", "--disable-pip-version-check", *TOOL_PINS])
+    _run([str(venv / "bin/pip"), "install", "-q", "--disable-pip-version-check",
+          "--require-hashes", "--no-deps", "-r", str(TOOLS_LOCK)])  # fmt: skip
     stamp.write_text(want)
     return venv
 
 
 def constraints() -> list[str]:
-    """requirements.txt's ``name==version`` pins (extras dropped: a constraint has none)."""
-    lines = (REPO / "requirements.txt").read_text().splitlines()
-    return [re.sub(r"\[[^]]*\]", "", line.strip()) for line in lines if PIN.match(line.strip())]
+    """The EE lock's ``name==version`` pins (ee/requirements.lock, no hashes, no markers)."""
+    lock = _load_script("lock.py")
+    return [f"{key.split(' ; ')[0]}=={version}" for key, version in lock.pins(EE_LOCK).items()]
+
+
+def missing_from_lock(requirements: Iterable[str], pinned: Mapping[str, str]) -> list[str]:
+    """The requirements (``name[extra] <specifier>``) the lock's pins do not satisfy."""
+    from packaging.requirements import Requirement  # noqa: PLC0415 - the venv's
+    from packaging.utils import canonicalize_name  # noqa: PLC0415
+
+    versions = {canonicalize_name(k.split(" ; ")[0]): v for k, v in pinned.items()}
+    out = []
+    for text in requirements:
+        req = Requirement(text)
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        have = versions.get(canonicalize_name(req.name))
+        if have is None or not req.specifier.contains(have, prereleases=True):
+            out.append(f"{text} (the lock has {have or 'nothing'})")
+    return out
 
 
 def build_wheel(out: Path) -> Path:
@@ -287,11 +322,11 @@ def prepare_inputs(definition: Mapping[str, Any]) -> tuple[dict[str, str], Path,
         "all_from_collections"
     ) or []
     reqs = wheelhouse_requirements(definition, collection_requirements(root, names, excluded))
-    parts["wheelhouse"] = json.dumps([reqs, constraints()])
+    parts["wheelhouse"] = json.dumps([reqs, _lock_digest(EE_LOCK)])
     for path in sorted((REPO / "ee").iterdir()):
         parts[f"ee/{path.name}"] = hashlib.sha256(path.read_bytes()).hexdigest()
     parts["definition"] = hashlib.sha256(EE_FILE.read_bytes()).hexdigest()
-    parts["tools"] = ",".join(TOOL_PINS)
+    parts["tools"] = _lock_digest(TOOLS_LOCK)
     return parts, wheel, reqs
 
 
@@ -337,20 +372,25 @@ def wheelhouse(reqs: list[str], wheel: Path, pip: Path) -> Path:
         meta = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
         requires = sorted(line for line in whl.read(meta).decode().splitlines()
                           if line.startswith("Requires-Dist:"))  # fmt: skip
-    pins = constraints()
-    want = hashlib.sha256(json.dumps([reqs, requires, pins]).encode()).hexdigest()
+    _require_current("ee")
+    missing = missing_from_lock(
+        [*reqs, *(r.removeprefix("Requires-Dist:").strip() for r in requires)],
+        _load_script("lock.py").pins(EE_LOCK),
+    )
+    if missing:
+        raise BuildError(f"{EE_LOCK.relative_to(REPO)} does not hold what the EE installs: "
+                         f"{'; '.join(missing)}; name it in ee/requirements.txt (or "
+                         "pyproject.toml) and run `scripts/lock.py update ee`")  # fmt: skip
+    want = hashlib.sha256(json.dumps([reqs, requires, _lock_digest(EE_LOCK)]).encode()).hexdigest()
     stamp = WHEELHOUSE / ".specops-requirements"
     if not (stamp.is_file() and stamp.read_text() == want):
-        _say(f"wheelhouse: pip download of {len(reqs)} requirements and the wheel's into "
-             f"{WHEELHOUSE}")  # fmt: skip
+        _say(f"wheelhouse: pip download of {EE_LOCK.name} (hash-checked) into {WHEELHOUSE}")
         shutil.rmtree(WHEELHOUSE, ignore_errors=True)
         WHEELHOUSE.mkdir(parents=True)
-        cons = CACHE / "constraints.txt"
-        # The EE's own pins win over requirements.txt's where both name a package.
-        named = {re.split(r"[=<>~!\[ ]", r, maxsplit=1)[0].lower() for r in reqs}
-        cons.write_text("".join(f"{p}\n" for p in pins if p.split("==")[0].lower() not in named))
-        _run([str(pip), "download", "-q", "--disable-pip-version-check", "--only-binary=:all:",
-              "-d", str(WHEELHOUSE), "-c", str(cons), *reqs, str(wheel)])  # fmt: skip
+        # Only the locked versions are there to choose when the build installs from it.
+        _run([str(pip), "download", "-q", "--disable-pip-version-check",
+              "--only-binary=:all:", "--require-hashes", "--no-deps",
+              "-d", str(WHEELHOUSE), "-r", str(EE_LOCK)])  # fmt: skip
         stamp.write_text(want)
     for old in WHEELHOUSE.glob("specops-*.whl"):
         old.unlink()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The collection's changelog, with antsibull-changelog (pinned below; installed on first
-# use into its own tool venv, .cache/galaxy-tools, never into the project's venv):
+# The collection's changelog, with antsibull-changelog (from scripts/galaxy-tools.lock;
+# installed on first use into its own tool venv, .cache/galaxy-tools, never into the
+# project's venv):
 #
 #   scripts/changelog.sh check      lint the fragments and changelogs/changelog.yaml, and
 #                                   regenerate CHANGELOG.md in a temp copy: fails when the
@@ -18,15 +19,11 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 COLL=$ROOT/collections/ansible_collections/specops/infra
 TOOLS=${SPECOPS_GALAXY_TOOLS:-$ROOT/.cache/galaxy-tools}
 VENV=${SPECOPS_VENV:-$ROOT/.venv}
-PIN=antsibull-changelog==0.36.0
 unset PYTHONPATH
 # ansible-core of the project's venv (plugin descriptions at release time).
 export PATH=$VENV/bin:$PATH
 
-if [[ ! -x $TOOLS/bin/antsibull-changelog ]]; then
-  python3 -m venv "$TOOLS"
-  "$TOOLS/bin/pip" install -q "$PIN"
-fi
+"$ROOT/scripts/galaxy-tools.sh" "$TOOLS"
 changelog() { "$TOOLS/bin/antsibull-changelog" "$@"; }
 
 case ${1:-check} in

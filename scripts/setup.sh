@@ -123,26 +123,27 @@ step_image() {
 step_venv() {
   local stamp=$VENV/.specops-requirements.sha256 want base
   base=$(readlink -f "$(command -v "$PYTHON")")
-  # The stamp covers the requirements and the interpreter the venv is made from.
-  want=$( (cat "$ROOT/requirements.txt" "$ROOT/pyproject.toml" "$ROOT/lab/pyproject.toml"; echo "$base") | sha256sum | cut -d' ' -f1)
+  # Nothing installs from a lock made from other inputs than today's requirements.txt
+  # and pyprojects (scripts/lock.py check names the stale lock and the refresh command).
+  "$PYTHON" "$ROOT/scripts/lock.py" check controller || return 1
+  # The stamp covers the lock, the projects installed from the checkout and the
+  # interpreter the venv is made from.
+  want=$( (cat "$ROOT/requirements.lock" "$ROOT/pyproject.toml" "$ROOT/lab/pyproject.toml"; echo "$base") | sha256sum | cut -d' ' -f1)
   if [[ -x $VENV/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]]; then
     say "venv: $VENV is current"
     step_collection
     return
   fi
-  say "venv: installing requirements.txt, specops and its lab specops-lab (editable) into $VENV (from $base)"
-  if [[ -x $VENV/bin/python && $(readlink -f "$VENV/bin/python") != "$base" ]]; then
-    say "venv: $VENV was made from $(readlink -f "$VENV/bin/python"); making it again"
-    "$PYTHON" -m venv --clear "$VENV"
-  elif [[ ! -x $VENV/bin/python ]]; then
-    [[ -L $VENV && ! -e $VENV ]] && rm -f "$VENV"  # a dangling link (a copied checkout)
-    "$PYTHON" -m venv "$VENV"
-  fi
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$ROOT/requirements.txt"
+  say "venv: installing requirements.lock (hash-checked), specops and its lab specops-lab (editable) into $VENV (from $base)"
+  [[ -L $VENV && ! -e $VENV ]] && rm -f "$VENV"  # a dangling link (a copied checkout)
+  # Made anew: a venv holds exactly the lock, nothing left of an earlier one.
+  "$PYTHON" -m venv --clear "$VENV"
+  # --no-deps: the lock is the whole set; --require-hashes: every file is the one locked.
+  "$VENV/bin/pip" install -q --disable-pip-version-check --require-hashes --no-deps -r "$ROOT/requirements.lock"
   # The product and, beside it, the lab (lab/: its own distribution, which registers
   # `specops lab` in the entry-point group specops.commands); an operator installs the
-  # product alone.
-  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps -e "$ROOT" -e "$ROOT/lab"
+  # product alone. Built with the locked setuptools, not one fetched for the build.
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$ROOT" -e "$ROOT/lab"
   step_collection
   echo "$want" >"$stamp"
 }

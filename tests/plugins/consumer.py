@@ -6,8 +6,9 @@ tarball by ``scripts/build_collection.py``, the controller's wheel as ``pip whee
 builds it; the lab's wheel and its ``specops.lab`` collection, which a lab site needs
 for its stand-in connections), then, in a fresh directory outside the checkout:
 
-- a new venv from the system's Python with the wheels and ansible-core, pinned as
-  ``requirements.txt`` pins them (PyPI; the pip cache of ``scripts/setup.sh venv``);
+- a new venv from the system's Python with the wheels and ansible-core, constrained by
+  the controller's lock (``scripts/lock.py constraints controller``; PyPI, the pip
+  cache of ``scripts/setup.sh venv``);
 - ``ansible-galaxy collection install --offline`` of both tarballs into the venv's
   site-packages (where Ansible and the controller package both find them, as
   docs/install.md says); the collection's dependencies are found already installed
@@ -23,7 +24,6 @@ checkout path (no ``PYTHONPATH``, no ``ANSIBLE_*`` of the caller).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -50,7 +50,6 @@ pipelining = True
 """
 DEPENDENCIES = ("community/general", "community/proxmox", "ansible/utils")
 BUNDLE = Path(sysconfig.get_paths()["purelib"]) / "ansible_collections"
-PIN = re.compile(r"^([A-Za-z0-9_.-]+)==\S+$")
 
 
 @dataclass(frozen=True)
@@ -121,11 +120,10 @@ def build_wheel(project: Path, name: str, out: Path) -> Path:
 
 
 def constraints(out: Path) -> Path:
-    """requirements.txt's ``name==version`` pins, as a pip constraints file."""
-    lines = (REPO / "requirements.txt").read_text().splitlines()
-    pins = [line for line in lines if PIN.match(line)]
+    """The controller's lock as a pip constraints file (``scripts/lock.py constraints
+    controller``), as docs/install.md has an operator install the wheel."""
     path = out / "constraints.txt"
-    path.write_text("\n".join(pins) + "\n")
+    path.write_text(load_script("lock.py").constraints(REPO / "requirements.lock"))
     return path
 
 

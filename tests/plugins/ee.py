@@ -69,8 +69,9 @@ class EeImage:
 class Navigated:
     argv: list[str]
     rc: int
-    output: str
+    output: str  # stdout and stderr, for messages and for what a person reads
     seconds: float
+    stdout: str = ""  # what a test parses as data (a dependency's warnings go to stderr)
 
     def recap(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
@@ -129,7 +130,8 @@ def navigator(
     proc = subprocess.run(argv, cwd=site, env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)  # fmt: skip
     output = _EVENT_MARK.sub("", proc.stdout + proc.stderr)
-    return Navigated(argv, proc.returncode, output, time.monotonic() - start)
+    return Navigated(argv, proc.returncode, output, time.monotonic() - start,
+                     _EVENT_MARK.sub("", proc.stdout))  # fmt: skip
 
 
 # --- the lab through the EE (tests/deploy/test_deploy_lab.py)
