@@ -248,20 +248,9 @@ def missing_from_lock(requirements: Iterable[str], pinned: Mapping[str, str]) ->
 
 
 def build_wheel(out: Path) -> Path:
-    """``pip wheel .`` of the controller package, from a copy (nothing left in the
-    checkout); this interpreter's setuptools, no build isolation."""
-    for old in out.glob("specops-*.whl"):
-        old.unlink()
-    with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp)
-        shutil.copy2(REPO / "pyproject.toml", tree)
-        skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
-        for part in ("src", "templates"):  # templates/: src/specops/templates links to it
-            shutil.copytree(REPO / part, tree / part, symlinks=True, ignore=skip)
-        _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-              "--no-index", "-q", "-w", str(out), "."], cwd=tree)  # fmt: skip
-    (wheel,) = out.glob("specops-*-py3-none-any.whl")
-    return wheel
+    """The controller package's wheel (scripts/build_wheel.py: ``pip wheel .`` from a
+    copy, nothing left in the checkout)."""
+    return Path(_load_script("build_wheel.py").build(REPO, out))
 
 
 def dependency_collections() -> list[str]:

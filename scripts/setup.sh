@@ -152,12 +152,25 @@ step_venv() {
 # venv's site-packages/ansible_collections (Ansible scans sys.path for that directory,
 # collections_scan_sys_path; Python imports ansible_collections.specops.infra.* from
 # it). specops imports its module_utils from there. A checkout links it (an editable
-# install, like `pip install -e`); an operator's machine installs the built collection
-# there: `ansible-galaxy collection build collections/ansible_collections/specops/infra`,
-# then `ansible-galaxy collection install -p SITE specops-infra-*.tar.gz` (SITE: the
-# purelib path that step_collection prints).
+# install, like `pip install -e`), with the repository's roles/ and playbooks/ linked
+# into it (git-ignored) as the built collection carries them: the checkout runs
+# `specops.infra.verify` and the other playbooks by the names an installed collection
+# has (what `specops doctor` and the sweep run). An operator's machine installs the
+# built collection instead (docs/install.md).
 step_collection() {
-  local site link
+  local site link name
+  for name in roles playbooks; do
+    link=$ROOT/collections/ansible_collections/specops/infra/$name
+    if [[ $(readlink "$link" 2>/dev/null) != "../../../../$name" ]]; then
+      if [[ -e $link && ! -L $link ]]; then
+        echo "setup.sh: $link is not a link: the collection's $name/ live at the repository's root" >&2
+        return 1
+      fi
+      say "collection: linking $name/ into the checkout's specops.infra"
+      rm -f "$link"
+      ln -s "../../../../$name" "$link"
+    fi
+  done
   site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   link=$site/ansible_collections/specops/infra
   if [[ $(readlink "$link" 2>/dev/null) == "$ROOT/collections/ansible_collections/specops/infra" ]]; then

@@ -103,20 +103,10 @@ def _check(argv: list[str], **kwargs: object) -> str:
     return str(proc.stdout)
 
 
-def build_wheel(project: Path, name: str, out: Path) -> Path:
-    """``pip wheel .`` of ``project`` (pyproject.toml + src/), from a copy: the build
-    leaves nothing in the checkout."""
-    with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp)
-        shutil.copy2(project / "pyproject.toml", tree)
-        for part in ("src", "templates"):  # templates/: src/specops/templates links to it
-            if (project / part).is_dir():
-                skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
-                shutil.copytree(project / part, tree / part, symlinks=True, ignore=skip)
-        _check([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                "--no-index", "-q", "-w", str(out), "."], cwd=tree)  # fmt: skip
-    (wheel,) = out.glob(f"{name}-*-py3-none-any.whl")
-    return wheel
+def build_wheel(project: Path, out: Path) -> Path:
+    """The wheel of ``project`` (the repository or its ``lab``) by scripts/build_wheel.py,
+    as a release builds it: ``pip wheel`` of a copy, nothing left in the checkout."""
+    return Path(load_script("build_wheel.py").build(project, out))
 
 
 def constraints(out: Path) -> Path:
@@ -156,7 +146,7 @@ def make_site(vars_file: Path, vault_password_file: Path, key_file: Path) -> Sit
     _check([str(Path(sys.executable).parent / "ansible-galaxy"), "collection", "build",
             str(lab_collection), "--output-path", str(dist)])  # fmt: skip
     (lab_tarball,) = dist.glob("specops-lab-*.tar.gz")
-    wheels = [build_wheel(REPO, "specops", dist), build_wheel(REPO / "lab", "specops_lab", dist)]
+    wheels = [build_wheel(REPO, dist), build_wheel(REPO / "lab", dist)]
     core = next(line for line in (REPO / "requirements.txt").read_text().splitlines()
                 if line.startswith("ansible-core=="))  # fmt: skip
 

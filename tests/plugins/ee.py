@@ -177,7 +177,7 @@ def lab_image(ee: EeImage) -> str:
 
     with tempfile.TemporaryDirectory() as tmp:
         ctx = Path(tmp)
-        build_wheel(REPO / "lab", "specops_lab", ctx)
+        build_wheel(REPO / "lab", ctx)
         galaxy = Path(sys.executable).parent / "ansible-galaxy"
         subprocess.run([str(galaxy), "collection", "build", "--output-path", str(ctx),
                         str(REPO / "collections/ansible_collections/specops/lab")],
