@@ -16,6 +16,6 @@ from specops.collection import ensure as _ensure
 __all__ = ["__version__"]
 
 # One version for the wheel, the collection and the changelog (scripts/release.py bump).
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _ensure()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
 
 __all__ = ["NAME", "CollectionError", "ensure", "installed_version", "require"]
@@ -39,14 +40,26 @@ class CollectionError(Exception):
     """The collection is not where Ansible finds it, or is not this package's version."""
 
 
+def _ours(name: str) -> bool:
+    return name == "ansible_collections" or name.startswith("ansible_collections.")
+
+
 def _found() -> Path | None:
-    """The collection's directory, when ``ansible_collections.specops.infra`` imports."""
+    """The collection's directory, when ``ansible_collections.specops.infra`` imports.
+    A probe that fails leaves nothing imported: the namespace packages it made (a
+    venv's ``ansible_collections`` of the ``ansible`` bundle, without specops) would
+    stand in front of Ansible's collection loader."""
+    before = {name for name in sys.modules if _ours(name)}
     try:
         spec = importlib.util.find_spec(PACKAGE)
     except (ImportError, ValueError):  # a parent package missing, or a bad spec
-        return None
+        spec = None
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    return Path(locations[0]) if locations else None
+    if not locations:
+        for name in [n for n in sys.modules if _ours(n) and n not in before]:
+            del sys.modules[name]
+        return None
+    return Path(locations[0])
 
 
 def ensure() -> Path | None:

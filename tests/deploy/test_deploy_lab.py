@@ -576,6 +576,37 @@ def test_the_ee_runs_the_doctor_and_the_benchmark_on_the_lab(
     )  # fmt: skip
 
 
+# Issue 50: the EE on an upstream-style base (ee/upstream/execution-environment.yml,
+# built on the local stand-in of that base) runs the GPU doctor on the lab too, through
+# its own lab layer (its package manager and Python are the base's: /usr/bin/microdnf,
+# /usr/bin/python3.11), with the same site and secrets as above.
+def test_the_upstream_base_ee_runs_the_doctor_on_the_lab(
+    ee_lab_runs: tuple[Path, Navigated, Navigated], upstream_ee_image: EeImage,
+    measurement: Record,
+) -> None:  # fmt: skip
+    site, _, _ = ee_lab_runs
+    image = lab_image(upstream_ee_image, tag="specops/ee-upstream-lab:test",
+                      pkgmgr="/usr/bin/microdnf", python="/usr/bin/python3.11")  # fmt: skip
+    token = site / "secrets" / "pve-api-token-secret"
+    secrets = lab_secrets(REPO)
+    args = ["-e", f"@{site / 'secrets' / secrets.vars_file.name}", "--vault-password-file",
+            str(site / "secrets" / secrets.vault_password_file.name),
+            "-e", f"pve_container_api_token_secret_file={token}"]  # fmt: skip
+    done = navigator(upstream_ee_image, site, "run", "specops.infra.verify", *args,
+                     image=image, container_options=LAB_CONTAINER_OPTIONS)  # fmt: skip
+    LOGS.mkdir(parents=True, exist_ok=True)
+    (LOGS / "ee-upstream-verify.log").write_text(done.output)
+    assert done.rc == 0, done.output[-6000:]
+    assert set(done.recap()) >= {"pve-a", "pve-b", CT}, done.recap()
+    assert "1 container(s): 1 healthy, 0 warning, 0 unhealthy" in done.output
+    assert not [s.value for s in secrets.known() if s.value in done.output]
+    measurement(
+        "ee-upstream-lab",
+        [f"EE on the upstream-style base, on the lab: verify {done.seconds:.0f} s"],
+        {"verify_s": done.seconds},
+    )  # fmt: skip
+
+
 # Issue 33: the same deploy from an operator's site repository, with the installed
 # collection and wheel and no checkout on any path (tests/plugins/consumer.py), on the
 # lab this module converged. A drift the deploy repairs without a restart first: the

@@ -39,11 +39,19 @@ RENDER = ("profile", "render", "--engine", "vllm", "--version", "0.20.1", "--pro
 
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The venv's packages without ``ansible_collections`` (links, one per entry)."""
+    """The venv's packages (links, one per entry) with its ``ansible_collections`` but
+    no specops.infra there: the ``ansible`` bundle's collections in site-packages, as an
+    operator's venv has them (a namespace package Python imports before Ansible's
+    collection loader would)."""
     root = tmp_path_factory.mktemp("packages")
     for entry in SITE.iterdir():
         if entry.name != "ansible_collections" and not entry.name.endswith(".pth"):
             (root / entry.name).symlink_to(entry)
+    for namespace in (SITE / "ansible_collections").iterdir():
+        if namespace.name != "specops" and namespace.is_dir():
+            (root / "ansible_collections" / namespace.name).parent.mkdir(exist_ok=True)
+            (root / "ansible_collections" / namespace.name).symlink_to(namespace)
+    assert (root / "ansible_collections/community/general").is_dir()
     return root
 
 
