@@ -19,7 +19,9 @@ and the changelog, moved by one command; the release notes generated; a tag per 
                                              changelog.yaml)
     scripts/release.py dist [--output-path DIR]
                                              the release's artefacts: the collection
-                                             tarball, the wheel, the notes, SHA256SUMS
+                                             tarball, the wheel, constraints.txt (the
+                                             controller's lock for pip -c), the notes,
+                                             SHA256SUMS
     scripts/release.py tag                   on a clean, released commit: the annotated tag
                                              v<version> (its message the notes) and the
                                              built collection committed on the branch
@@ -79,6 +81,11 @@ COPIES: dict[str, re.Pattern[str]] = {
     "ee/upstream/execution-environment.yml": re.compile(
         r"^ +- specops @ file:///output/specops/specops-([^-\s]+)-py3-none-any\.whl$", re.M
     ),
+    # a site repository's files (docs/install.md) name the release's artefacts
+    "docs/site/requirements.yml": re.compile(
+        r"^  - name: \./dist/specops-infra-(\S+)\.tar\.gz$", re.M
+    ),
+    "docs/site/requirements.txt": re.compile(r"^\./dist/specops-(\S+)-py3-none-any\.whl$", re.M),
 }
 SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)$")
 # Plugin types whose version_added the changelog records (module: releases.X.modules;
@@ -300,6 +307,10 @@ def dist(out: Path, repo: Path = REPO) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     made = [Path(_load_script("build_collection.py").build(repo, out)),
             Path(_load_script("build_wheel.py").build(repo, out))]  # fmt: skip
+    # the controller's lock as pip constraints: a site's venv gets the versions CI tested
+    constraints = out / "constraints.txt"
+    constraints.write_text(_load_script("lock.py").constraints(repo / "requirements.lock"))
+    made.append(constraints)
     if version in changelog(repo):
         path = out / f"release-notes-{version}.md"
         path.write_text(notes(version, repo), encoding="utf-8")

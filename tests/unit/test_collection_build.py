@@ -236,3 +236,21 @@ def test_the_consumer_site_uses_the_ansible_cfg_the_docs_give() -> None:
     the docs tell an operator is what the consumer test proves."""
     blocks = re.findall(r"```ini\n(.*?)```", (REPO / "docs/install.md").read_text(), re.DOTALL)
     assert blocks == [SITE_CFG]
+
+
+def test_the_site_installs_the_exact_ansible_bundle_ci_runs() -> None:
+    """The offline install (docs/install.md): the dependency collections come from the
+    `ansible` bundle at the version CI pins (requirements.txt), named in the site's
+    requirements.txt and in the docs."""
+    pin = next(line for line in (REPO / "requirements.txt").read_text().splitlines()
+               if line.startswith("ansible=="))  # fmt: skip
+    site = (REPO / "docs/site/requirements.txt").read_text().splitlines()
+    assert pin in site
+    assert f"`{pin}`" in (REPO / "docs/install.md").read_text()
+    version = yaml.safe_load(GALAXY_YML.read_text())["version"]
+    assert f"./dist/specops-{version}-py3-none-any.whl" in site
+    names = [
+        c["name"]
+        for c in yaml.safe_load((REPO / "docs/site/requirements.yml").read_text())["collections"]
+    ]
+    assert names == [f"./dist/specops-infra-{version}.tar.gz"]

@@ -175,7 +175,7 @@ def test_a_git_install_of_the_release_yields_the_tarball(tmp_path: Path) -> None
     installed = {}
     for name, source in (("git", f"git+file://{clone},{tag}"), ("tarball", str(tarball))):
         done = subprocess.run(
-            [str(galaxy), "collection", "install", "--no-deps", "-p", str(tmp_path / name),
+            [str(galaxy), "collection", "install", "--force", "--no-deps", "-p", str(tmp_path / name),
              source], capture_output=True, text=True, env=env, cwd=tmp_path, check=False,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
