@@ -18,10 +18,10 @@ this step stages the collection from it in a temporary directory:
   FQCN can name it) has an alias with underscores beside it in ``playbooks/``, which
   imports it (``specops.infra.speculative_apply``); the build refuses one without.
 
-In a checkout, ``scripts/setup.sh venv`` links ``roles`` and ``playbooks`` into the
-collection's directory (``../../../../roles``, git-ignored), so that the checkout's
-collection runs by the same names as an installed one (``specops.infra.verify``); the
-stage copies the repository's directories themselves, never those links.
+In a checkout, ``scripts/setup.sh venv`` makes the same shape out of links under
+``.cache/collections`` (first in the checkout's ``collections_path``), so that the
+checkout runs the playbooks by the names an installed collection has
+(``specops.infra.verify``); the collection's directory itself never holds them.
 
 Role references stay short names: ansible-core (2.19) looks a role named in a playbook of
 a collection up in that collection first, so ``role: benchmark`` in
@@ -44,7 +44,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["INFRA", "LINKS", "REPO", "BuildError", "build", "stage"]
+__all__ = ["INFRA", "REPO", "BuildError", "build", "stage"]
 
 REPO = Path(__file__).resolve().parents[1]
 INFRA = Path("collections/ansible_collections/specops/infra")
@@ -54,8 +54,6 @@ SKIP = shutil.ignore_patterns(
 )
 # The collection's own entries; anything else at its root (tests/, ...) stays out.
 INFRA_ENTRIES = ("plugins", "meta", "galaxy.yml", "README.md", "CHANGELOG.md", "changelogs")
-# What scripts/setup.sh links into a checkout's collection (name -> its target there).
-LINKS = {"roles": "../../../../roles", "playbooks": "../../../../playbooks"}
 IMPORT_LINE = re.compile(r"^(\s*(?:-\s+)?ansible\.builtin\.import_playbook:\s*)(\S+)\s*$")
 
 
@@ -102,15 +100,8 @@ def stage(repo: Path, dest: Path) -> Path:
             shutil.copy2(src, coll / name)
         elif name != "changelogs":
             raise BuildError(f"{src}: missing (the collection needs it)")
-    for name, target in LINKS.items():
-        own = infra / name
-        if (own.exists() or own.is_symlink()) and not (
-            own.is_symlink() and str(own.readlink()) == target
-        ):
-            raise BuildError(
-                f"{own}: the collection's {name}/ live at the repository's root (a checkout"
-                f" links them: {name} -> {target}, by scripts/setup.sh venv)"
-            )
+    if (coll / "roles").exists() or (coll / "playbooks").exists():
+        raise BuildError(f"{infra}: has its own roles/ or playbooks/ (they live at the root)")
     if not (repo / "LICENSE").is_file():
         raise BuildError(f"{repo / 'LICENSE'}: missing (the licence galaxy.yml names)")
     shutil.copy2(repo / "LICENSE", coll / "LICENSE")

@@ -97,23 +97,22 @@ def test_each_hyphenated_playbook_has_its_fqcn_alias(tmp_path: Path) -> None:
         bc.stage(repo, tmp_path / "stage")
     assert bc.write_aliases(repo) == [repo / "playbooks/new_job.yml"]
     assert (bc.stage(repo, tmp_path / "stage2") / "playbooks/new_job.yml").is_file()
-    # a checkout's links (setup.sh) are accepted; a collection's own roles/ is not
-    (infra / "roles").symlink_to("../../../../roles")
-    assert bc.stage(repo, tmp_path / "stage3").is_dir()
-    (infra / "playbooks").mkdir()
-    with pytest.raises(bc.BuildError, match=r"playbooks/ live at the repository's root"):
-        bc.stage(repo, tmp_path / "stage4")
 
 
 def test_the_checkout_runs_its_collections_playbooks_by_name() -> None:
-    """scripts/setup.sh venv links roles/ and playbooks/ into the checkout's collection:
-    the checkout runs ``specops.infra.verify`` (what ``specops doctor`` runs) and
-    ``specops.infra.speculative_apply`` (the sweep's applier) as a site does."""
-    infra = REPO / bc.INFRA
-    for name, target in bc.LINKS.items():
-        link = infra / name
-        assert link.is_symlink(), f"{link}: missing; run scripts/setup.sh venv"
-        assert str(link.readlink()) == target
+    """scripts/setup.sh venv makes specops.infra as installed out of links under
+    .cache/collections (first in the checkout's collections_path): the checkout runs
+    ``specops.infra.verify`` (what ``specops doctor`` runs) and
+    ``specops.infra.speculative_apply`` (the sweep's applier) as a site does, from the
+    checkout's own files; the collection's source directory holds no roles/ or
+    playbooks/ (ansible-test and a build read it)."""
+    infra = REPO / ".cache/collections/ansible_collections/specops/infra"
+    assert (infra / "playbooks").is_symlink(), f"{infra}: missing; run scripts/setup.sh venv"
+    assert (infra / "playbooks").resolve() == REPO / "playbooks"
+    assert (infra / "roles").resolve() == REPO / "roles"
+    assert (infra / "plugins").resolve() == REPO / bc.INFRA / "plugins"
+    assert not (REPO / bc.INFRA / "roles").exists()
+    assert not (REPO / bc.INFRA / "playbooks").exists()
     for playbook in ("verify", "speculative_apply"):
         done = subprocess.run(
             [str(BIN / "ansible-playbook"), f"specops.infra.{playbook}", "--syntax-check"],

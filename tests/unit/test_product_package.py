@@ -204,8 +204,7 @@ def test_the_infra_collection_carries_no_lab_code(collection_tarball: Path) -> N
 
 def test_the_collection_scan_finds_planted_lab_code(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
-    # (symlinks kept: a checkout's links to roles/ and playbooks/ stay links, as build wants)
-    shutil.copytree(INFRA, repo / INFRA.relative_to(REPO), ignore=SKIP, symlinks=True)
+    shutil.copytree(INFRA, repo / INFRA.relative_to(REPO), ignore=SKIP)
     for name in ("roles", "playbooks"):
         shutil.copytree(REPO / name, repo / name, ignore=SKIP)
     shutil.copy2(REPO / "deploy.yml", repo)

@@ -174,10 +174,10 @@ def test_a_git_install_of_the_release_yields_the_tarball(tmp_path: Path) -> None
     env["HOME"] = str(tmp_path)
     installed = {}
     for name, source in (("git", f"git+file://{clone},{tag}"), ("tarball", str(tarball))):
-        done = subprocess.run(
-            [str(galaxy), "collection", "install", "--force", "--no-deps", "-p", str(tmp_path / name),
-             source], capture_output=True, text=True, env=env, cwd=tmp_path, check=False,
-        )  # fmt: skip
+        argv = [str(galaxy), "collection", "install", "--force", "--no-deps",
+                "-p", str(tmp_path / name), source]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path,
+                              check=False)  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
         coll = tmp_path / name / "ansible_collections/specops/infra"
         installed[name] = (json.loads((coll / "FILES.json").read_text()),
