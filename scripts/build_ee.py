@@ -352,7 +352,12 @@ def prepare_inputs(
         definition, [*own, *collection_requirements(root, names, excluded)]
     )
     parts["wheelhouse"] = json.dumps([reqs, _lock_digest(EE_LOCK)])
-    for path in sorted(p for p in (REPO / "ee").rglob("*") if p.is_file()):
+    # ee/'s helpers and locks; a definition elsewhere under ee/ with the files beside it
+    # (the upstream one: its stand-in), so that one's change leaves the other's EE cached
+    ee_files = [p for p in (REPO / "ee").iterdir() if p.is_file()]
+    if definition_path.parent not in (REPO, REPO / "ee"):
+        ee_files += [p for p in definition_path.parent.rglob("*") if p.is_file()]
+    for path in sorted(ee_files):
         parts[str(path.relative_to(REPO))] = hashlib.sha256(path.read_bytes()).hexdigest()
     parts["definition"] = hashlib.sha256(definition_path.read_bytes()).hexdigest()
     parts["tools"] = _lock_digest(TOOLS_LOCK)
