@@ -8,7 +8,11 @@ per cell ``concurrency_max``, ``concurrency_mean``, ``steady_s``,
 ``steady_output_tok_s`` (None when read from schema 1), per request
 ``in_flight_at_send`` (None), per run ``interrupted`` (false) and ``resumed_at`` ([]));
 later schema-2 files may carry ``server_instance`` (None when absent: the caller named no
-server process, so the run never stands for another, see :mod:`specops.bench.reuse`).
+server process, so the run never stands for another, see :mod:`specops.bench.reuse`) and
+``warmup`` (the warm-up over the plan's cells before the first measured one: waves,
+requests, failed, seconds; None when absent: the run warmed only each cell's own
+``warmup_per_cell`` requests, as every run before it did) and the server's ``capacity``
+(None when absent).
 
 A run directory (:class:`RunStore`) holds the document while it grows: ``run.json``
 (everything but the cells, written once), ``cells.jsonl`` (one finished cell per line,
@@ -68,6 +72,10 @@ class ServerIdentity:
     speculative: dict[str, Any] | None  # as read back from the server, when exposed
     speculative_source: str  # where ``speculative`` came from, or why it is absent
     spec_counters: bool  # /metrics exports spec_decode counters
+    # What the server says it can hold (engines.ENGINES' capacity fields): the most
+    # requests it runs at once and the KV-cache tokens; None when it says nothing (and
+    # in results before the field).
+    capacity: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -137,6 +145,9 @@ class Results:
     # The serving process measured, as the caller named it (systemd InvocationID): what
     # `bench run --reuse` compares. None: not named.
     server_instance: str | None = None
+    # The warm-up over every cell of the plan before the first measured one (None: none
+    # recorded; older results): {"waves", "cells", "requests", "failed", "seconds", "error"}.
+    warmup: dict[str, Any] | None = None
 
     @property
     def failed_cells(self) -> list[Cell]:
@@ -157,6 +168,7 @@ class Results:
             "interrupted": self.interrupted,
             "resumed_at": self.resumed_at,
             "server_instance": self.server_instance,
+            "warmup": self.warmup,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -190,6 +202,7 @@ class Results:
             interrupted=bool(data.get("interrupted", False)),
             resumed_at=list(data.get("resumed_at", [])),
             server_instance=data.get("server_instance"),
+            warmup=data.get("warmup"),
         )
 
 

@@ -66,7 +66,11 @@ def _refusals(recorded: Results, plan: Plan, server_instance: str) -> Iterator[s
     if plan.humaneval.enabled and recorded.correctness is None:
         yield f"{name} has no HumanEval result and the plan asks for one"
     # The plan as the runner completed it against the recorded server (plan.complete).
-    completed, _ = complete(plan, recorded.server.model, recorded.server.max_model_len)
+    try:
+        completed, _ = complete(plan, recorded.server.model, recorded.server.max_model_len)
+    except ValidationError as exc:
+        yield f"{name}'s server cannot take the plan: {exc}"
+        return
     changed = changed_fields(recorded.plan, completed)
     if changed:
         yield f"{name} measured another plan (changed: {', '.join(changed)})"

@@ -1,5 +1,11 @@
 """Runs a plan: preflight, identity, then each (context, concurrency) cell.
 
+Before the first measured cell, the warm-up over the plan (:func:`_warm_matrix`):
+``warmup_waves`` full waves at every cell's concurrency and context, so the engine has
+met each batch shape and context (graphs captured, kernels compiled) before anything is
+measured; recorded in the results' ``warmup``. A run resumed warms the cells it still
+measures (the server may have restarted since).
+
 Per cell: build every prompt first (tokenizing is never timed), send the warm-up
 requests, snapshot the server's counters, send the measured requests with at most
 ``concurrency`` in flight (:meth:`Plan.requests_for`: enough requests to hold the
@@ -370,6 +376,58 @@ async def _run_cell(
     )
 
 
+async def _warm_matrix(
+    client: httpx.AsyncClient,
+    *,
+    plan: Plan,
+    model: str,
+    builder: PromptBuilder,
+    cells: list[tuple[int, int]],
+    origin: float,
+    state: RunState,
+    observer: Observer | None,
+) -> dict[str, Any] | None:
+    """``plan.warmup_waves`` full waves (C requests, at most C in flight) at each
+    (context, concurrency) of ``cells``, none measured; what it did, for the results
+    (None when off or nothing is left to measure)."""
+    if plan.warmup_waves < 1 or not cells:
+        return None
+    began = time.perf_counter()
+    sent = failed = 0
+    first_error: str | None = None
+    for context, concurrency in cells:
+        label = f"{_label(concurrency, context)}-m"
+        keys = [f"{label}{i}" for i in range(plan.warmup_waves * concurrency)]
+        state.cell_label = f"warm-up {_label(concurrency, context)}"
+        try:
+            prompts = await _build_prompts(builder, keys, context)
+        except ValidationError:
+            raise
+        except (httpx.HTTPError, SpecopsError) as exc:
+            failed += len(keys)
+            state.requests_done += len(keys)
+            first_error = first_error or f"prompts could not be built: {exc}"
+            continue
+        records = await _run_requests(
+            client, plan=plan, model=model, prompts=prompts, context=context,
+            concurrency=concurrency, origin=origin, state=state, observer=observer,
+            count_tokens=False,
+        )  # fmt: skip
+        sent += len(records)
+        bad = [r for r in records if r.error]
+        failed += len(bad)
+        if bad and first_error is None:
+            first_error = bad[0].error
+    return {
+        "waves": plan.warmup_waves,
+        "cells": len(cells),
+        "requests": sent,
+        "failed": failed,
+        "seconds": round(time.perf_counter() - began, 3),
+        "error": first_error,
+    }
+
+
 def new_run_id() -> str:
     """A run id: UTC time to the millisecond and a random suffix (the run directory's
     name). Ids sort by time: runs started within one second (a re-run, a sweep's short
@@ -404,7 +462,9 @@ def _begin(
         cells_done=len(matrix) - len(todo),
         cells_kept=len(matrix) - len(todo),
         started=time.perf_counter(),
-        requests_total=sum(plan.requests_for(c) + plan.warmup_per_cell for _, c in todo),
+        requests_total=sum(
+            plan.requests_for(c) + plan.warmup_per_cell + plan.warmup_waves * c for _, c in todo
+        ),
     )
     return kept, state
 
@@ -490,6 +550,15 @@ async def run_plan(
         )
         stop = False
         try:
+            todo = [(ctx, c) for ctx, c in matrix if (c, ctx) not in kept]
+            warm = await _warm_matrix(
+                client, plan=effective, model=model, builder=builder, cells=todo,
+                origin=origin, state=state, observer=observer,
+            )  # fmt: skip
+            if warm is not None:
+                results.warmup = warm
+                if store is not None:
+                    store.update_header(results)
             for context, concurrency in matrix:
                 done = kept.get((concurrency, context))
                 if done is not None:

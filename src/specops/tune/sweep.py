@@ -150,7 +150,7 @@ class SweepEvaluator:
 
     def _recorded(self, candidate: Candidate, repeat: int) -> Measurement:
         path, results = self.recorded_plain[repeat]
-        m = measurement_from_results(results, self.cfg.correctness)
+        m = measurement_from_results(results, self.cfg.correctness, self.cfg.objective)
         self._record(candidate, repeat, m, str(path), None, recorded=True)
         self.log(f"none run {repeat}: {m.objective:.1f} tok/s, recorded in {path} (no restart)")
         return m
@@ -189,7 +189,7 @@ class SweepEvaluator:
                 return m
         results = self.bench(self.cfg.bench_plan(self.applier.base_url, self.roofline))
         path = results.save(self.out / "runs" / candidate.key.replace(",", "_") / f"r{repeat}.json")
-        m = measurement_from_results(results, self.cfg.correctness)
+        m = measurement_from_results(results, self.cfg.correctness, self.cfg.objective)
         self._record(candidate, repeat, m, str(path.relative_to(self.out)), restart)
         self.log(
             f"{candidate.key} run {repeat}: {m.objective:.1f} tok/s"
