@@ -213,9 +213,7 @@ class SyntheticServer:
         for pos in range(accepted):
             self.per_pos[pos] += 1
 
-    async def _generate(
-        self, path: str, req: dict[str, Any], writer: asyncio.StreamWriter
-    ) -> bool:
+    async def _generate(self, path: str, req: dict[str, Any], writer: asyncio.StreamWriter) -> bool:
         # In flight from the request's arrival to its last token: a client that has read
         # the end of a stream finds it counted out (no overlap with its next request).
         self.in_flight += 1
