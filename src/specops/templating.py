@@ -77,6 +77,11 @@ def _rates(values: Any, digits: int = 2) -> str:
     return " / ".join(fmt(float(v), digits) for v in values) if values else "-"
 
 
+def _count(value: Any) -> str:
+    """An integer count with thousands separators, ``1,234,567``."""
+    return f"{int(value):,}" if value is not None else "-"
+
+
 def _cell(value: Any) -> str:
     """A value inside a Markdown table cell (no pipes, no newlines)."""
     return str(value).replace("|", "/").replace("\n", " ")
@@ -96,6 +101,7 @@ def _environment(root: str) -> jinja2.Environment:
     env.filters["duration"] = _duration
     env.filters["cell"] = _cell
     env.filters["est"] = estimate
+    env.filters["count"] = _count
     env.filters["rates"] = _rates
     return env
 

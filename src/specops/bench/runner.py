@@ -89,6 +89,7 @@ class RunState:
     started: float = 0.0  # perf_counter when measuring began
     requests_total: int = 0  # requests (warm-up included) of the cells still to measure
     requests_done: int = 0
+    notes: tuple[str, ...] = ()  # what the run changed of the plan (lengths clipped, dropped)
 
     @property
     def live_tok_s(self) -> float:
@@ -544,21 +545,22 @@ async def run_plan(
         )
         matrix = [(ctx, c) for ctx in contexts for c in plan.concurrency]
         kept, state = _begin(store, before, results, matrix, effective)
+        state.notes = tuple(notes)
+        if observer and notes:
+            observer(state)
         tokenizer = await _tokenizer(client, plan, model)
         builder = PromptBuilder(
             tokenizer, plan.api, load_corpus(plan.prompt_set, plan.prompt_file), plan.seed
         )
         stop = False
         try:
-            todo = [(ctx, c) for ctx, c in matrix if (c, ctx) not in kept]
-            warm = await _warm_matrix(
-                client, plan=effective, model=model, builder=builder, cells=todo,
+            results.warmup = await _warm_matrix(
+                client, plan=effective, model=model, builder=builder,
+                cells=[(ctx, c) for ctx, c in matrix if (c, ctx) not in kept],
                 origin=origin, state=state, observer=observer,
-            )  # fmt: skip
-            if warm is not None:
-                results.warmup = warm
-                if store is not None:
-                    store.update_header(results)
+            ) or (before.warmup if before else None)  # fmt: skip
+            if results.warmup is not None and store is not None:
+                store.update_header(results)
             for context, concurrency in matrix:
                 done = kept.get((concurrency, context))
                 if done is not None:

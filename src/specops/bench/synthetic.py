@@ -43,10 +43,6 @@ class SyntheticConfig:
     status: int | None = None
     exit_after_requests: int | None = None
     version: str = "synthetic-1"  # what /version answers (an engine upgrade, in tests)
-    # A batch shape the server has not met yet (requests in flight, prompt length's
-    # power of two) delays that request's first chunk by this: an engine compiling a
-    # graph or kernel for a shape the first time it meets it.
-    compile_delay_s: float = 0.0
 
 
 _CHAT_OVERHEAD = 10  # "template" tokens a chat prompt adds
@@ -61,9 +57,7 @@ class SyntheticServer:
         self.drafts = 0
         self.accepted = 0
         self.per_pos = [0] * self.config.num_speculative_tokens
-        self.in_flight = 0
-        self.shapes: set[tuple[int, int]] = set()  # batch shapes met (compile_delay_s)
-        self.met_at: list[int] = []  # the request numbers (from 1) that met a new shape
+        self.prompt_lengths: list[int] = []  # prompt tokens of each generation, as it came
         self._server: asyncio.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -213,19 +207,8 @@ class SyntheticServer:
         for pos in range(accepted):
             self.per_pos[pos] += 1
 
-    async def _generate(self, path: str, req: dict[str, Any], writer: asyncio.StreamWriter) -> bool:
-        # In flight from the request's arrival to its last token: a client that has read
-        # the end of a stream finds it counted out (no overlap with its next request).
-        self.in_flight += 1
-        ended: list[bool] = []
-        try:
-            return await self._stream(path, req, writer, ended)
-        finally:
-            if not ended:
-                self.in_flight -= 1
-
-    async def _stream(  # noqa: PLR0912, PLR0915 - one flat stream loop, a branch per fault
-        self, path: str, req: dict[str, Any], writer: asyncio.StreamWriter, ended: list[bool]
+    async def _generate(  # noqa: PLR0912, PLR0915 - one flat stream loop, a branch per fault
+        self, path: str, req: dict[str, Any], writer: asyncio.StreamWriter
     ) -> bool:
         cfg = self.config
         self.requests += 1
@@ -245,6 +228,7 @@ class SyntheticServer:
                 "".join(m["content"] for m in req["messages"]) if chat else req.get("prompt", "")
             )
         prompt_tokens = len(prompt.encode()) + (_CHAT_OVERHEAD if chat else 0)
+        self.prompt_lengths.append(prompt_tokens)
         total = cfg.output_tokens if cfg.output_tokens is not None else max_tokens
         opts = req.get("stream_options") or {}
         include_usage = bool(opts.get("include_usage")) and not cfg.no_usage
@@ -255,12 +239,6 @@ class SyntheticServer:
         )
         if cfg.first_delay_s:
             await asyncio.sleep(cfg.first_delay_s)
-        shape = (self.in_flight, prompt_tokens.bit_length())
-        if shape not in self.shapes:
-            self.shapes.add(shape)
-            self.met_at.append(self.requests)
-            if cfg.compile_delay_s:
-                await asyncio.sleep(cfg.compile_delay_s)
         sent = 0
         chunks = 0
         verify = 0
@@ -330,8 +308,6 @@ class SyntheticServer:
                 f'"usage":{{"prompt_tokens":{prompt_tokens},"total_tokens":'
                 f'{prompt_tokens + sent},"completion_tokens":{sent}}}}}',
             )
-        self.in_flight -= 1
-        ended.append(True)
         self._event(writer, "[DONE]")
         writer.write(b"0\r\n\r\n")
         await writer.drain()

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from specops.bench.compare import count_arg, threshold_arg
-from specops.bench.plan import plan_from_mapping, read_api_key
+from specops.bench.plan import fit_context_lengths, plan_from_mapping, read_api_key
+from specops.bench.price import served_max_model_len
 from specops.bench.results import load_results
 from specops.errors import (
     SpecopsError,
@@ -31,10 +32,12 @@ from specops.errors import (
     output_dir,
     output_file,
 )
+from specops.templating import render
 from specops.tune.apply import REPO, AnsibleApplier, generates
 from specops.tune.config import SweepConfig, load_config_file
 from specops.tune.output_gate import api_key_of, gate_config, reference_beside, served_model
 from specops.tune.plain import DEFAULT_MAX_AGE_DAYS
+from specops.tune.price import sweep_price
 from specops.tune.rollout import (
     PlainBaseline,
     load_records,
@@ -78,14 +81,7 @@ def register(subparsers: Any) -> None:
     )
     run.set_defaults(func=_sweep_run)
     _register_sweep_report(ssub)
-    plan = ssub.add_parser(
-        "plan", help="what a sweep would do: candidates and the most progress lines (JSON)"
-    )
-    plan.add_argument("config", type=Path)
-    plan.add_argument("--mode", choices=["ascent", "grid"])
-    plan.add_argument("--base-url", dest="base_url", help="override the config's base_url")
-    plan.add_argument("--inventory", help="override the config's inventory (the canary's)")
-    plan.set_defaults(func=_sweep_plan)
+    _register_sweep_plan(ssub)
 
     rollout = subparsers.add_parser("rollout", help="decisions of playbooks/rollout.yml")
     rsub = rollout.add_subparsers(dest="rollout_command", metavar="SUBCOMMAND", required=True)
@@ -136,6 +132,32 @@ def register(subparsers: Any) -> None:
     rep.add_argument("report_dir", type=Path)
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=_report)
+
+
+def _register_sweep_plan(ssub: Any) -> None:
+    plan = ssub.add_parser(
+        "plan",
+        help="what a sweep costs before it runs: candidates and their flags, restarts, runs,"
+        " each run's cells, requests and tokens, a time estimate; nothing restarts",
+    )
+    plan.add_argument("config", type=Path)
+    plan.add_argument("--mode", choices=["ascent", "grid"])
+    plan.add_argument("--base-url", dest="base_url", help="override the config's base_url")
+    plan.add_argument("--inventory", help="override the config's inventory (the canary's)")
+    plan.add_argument(
+        "--max-model-len", type=int,
+        help="the canary's context limit (else the last run's): a longer context is refused",
+    )  # fmt: skip
+    plan.add_argument(
+        "--history", type=Path, metavar="RESULTS",
+        help="a results.json of the canary's server: the time estimate and the context limit",
+    )  # fmt: skip
+    plan.add_argument(
+        "--out", type=Path,
+        help="a previous sweep's results dir: its restarts' seconds and its last run",
+    )  # fmt: skip
+    plan.add_argument("--json", action="store_true", help="one JSON line (the playbook reads it)")
+    plan.set_defaults(func=_sweep_plan)
 
 
 def _ansible_inventory() -> str:
@@ -247,6 +269,7 @@ def _sweep_run(args: argparse.Namespace) -> int:
     key_file = cfg.plan.get("api_key_file")
     key = read_api_key(str(key_file), "--api-key-file") if key_file else None
     _check(cfg)
+    _fits_the_canary(cfg)
     args.out.mkdir(parents=True, exist_ok=True)
     applier = AnsibleApplier(
         cfg.inventory, cfg.canary, cfg.base_url, cfg.served_model_name,
@@ -267,6 +290,20 @@ def _sweep_run(args: argparse.Namespace) -> int:
             fh.write(f"done failed: {type(exc).__name__}: {first}\n")
         raise
     return _print_result(result, as_json=args.json)
+
+
+def _fits_the_canary(cfg: SweepConfig) -> None:
+    """The plan's context lengths against the canary's server as it runs now, before
+    anything restarts (a length it cannot take would fail the first run, after a
+    restart); a server that does not answer is not checked here (the first run is)."""
+    plan = cfg.bench_plan()
+    limit, _ = served_max_model_len(plan)
+    if limit is None:
+        return
+    try:
+        fit_context_lengths(plan.context_lengths, plan.output_len, limit, plan.context_over_limit)
+    except ValidationError as exc:
+        raise ValidationError(f"plan.{exc.field}", exc.problem) from None
 
 
 def _print_result(result: SweepResult, *, as_json: bool) -> int:
@@ -313,16 +350,18 @@ def _sweep_plan(args: argparse.Namespace) -> int:
         {"mode": args.mode, "base_url": args.base_url, "inventory": args.inventory},
     )
     _check(cfg)
-    json.dump(
-        {
-            "mode": cfg.mode,
-            "candidates": cfg.candidates_bound(),
-            "space": cfg.space.size(),
-            "max_progress_lines": cfg.progress_bound(),
-        },
-        sys.stdout,
-    )
-    sys.stdout.write("\n")
+    if args.max_model_len is not None and args.max_model_len < 1:
+        raise ValidationError(
+            "--max-model-len", f"must be an integer >= 1 (got {args.max_model_len})"
+        )
+    history = load_results(input_file(args.history, "--history")) if args.history else None
+    out = input_dir(args.out, "--out") if args.out else None
+    priced = sweep_price(cfg, max_model_len=args.max_model_len, history=history, out=out)
+    if args.json:
+        json.dump(priced.to_dict(), sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    sys.stdout.write(render("sweep/plan.txt.j2", cfg=cfg, price=priced))
     return 0
 
 
