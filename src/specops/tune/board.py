@@ -15,6 +15,8 @@ cell, which candidate to roll out for that load: the cheapest within noise of th
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +28,7 @@ from specops.bench.results import Column, Results, load_results
 from specops.errors import ValidationError
 from specops.tune.ledger import Ledger, RunRecord
 from specops.tune.objective import Objective
+from specops.tune.predict import Point, Replay, depth_of, replay
 from specops.tune.score import Scoring
 from specops.tune.search import Outcome, Standing
 from specops.tune.space import SearchSpace
@@ -37,6 +40,7 @@ __all__ = [
     "by_load",
     "cell_rows",
     "gather",
+    "model_replay",
 ]
 
 
@@ -234,3 +238,78 @@ def by_load(
             "within_noise": [v.key for v, _ in near if v is not pick],
         })  # fmt: skip
     return rows
+
+
+def _run_acceptance(results: list[Results]) -> tuple[float | None, list[float], float]:
+    """Acceptance length and per-position rates over every cell of the runs
+    (drafts-weighted), and the drafts they rest on."""
+    cells = [c.acceptance for r in results for c in r.cells if c.acceptance.drafts > 0]
+    drafts = sum(a.drafts for a in cells)
+    if not cells or drafts <= 0:
+        return None, [], 0.0
+    with_length = [a for a in cells if a.mean_acceptance_length]
+    length = (
+        sum(a.drafts * (a.mean_acceptance_length or 0.0) for a in with_length)
+        / sum(a.drafts for a in with_length)
+        if with_length
+        else None
+    )
+    width = max(len(a.per_position) for a in cells)
+    rates = [
+        sum(a.drafts * (a.per_position[i] if i < len(a.per_position) else 0.0) for a in cells)
+        / drafts
+        for i in range(width)
+    ]
+    return length, rates, drafts
+
+
+def _warm_median(view: CandidateRuns) -> float | None:
+    """The candidate's median objective over its good runs, a warm-up-flagged first run
+    left out."""
+    skip = 0 if view.warmup is None or not view.warmup.flagged else 1
+    values = [
+        r.measurement.objective for r in view.records if r.measurement.ok and r.repeat >= skip
+    ]
+    return statistics.median(values) if values else None
+
+
+def model_replay(
+    views: Mapping[str, CandidateRuns],
+    objective: Objective,
+    scoring: Scoring,
+    spread: float | None,
+) -> Replay | str:
+    """The depth model replayed on the sweep's recorded candidates
+    (:func:`specops.tune.predict.replay`), or why it does not apply. Measured: each
+    candidate's median over its good runs (a warm-up-flagged first run left out); the
+    rates: the deepest candidate with per-position rates; the noise: the bootstrap over
+    that candidate's requests, else the search's pooled spread."""
+    if objective.kind == "goodput":
+        return (
+            "the model predicts tok/s objectives; goodput (a rate under latency limits) is measured"
+        )
+    points: dict[str, Point] = {}
+    reference: tuple[int, float, str, list[float]] | None = None
+    for view in views.values():
+        st = view.standing
+        if st.candidate.plain or not st.usable:
+            continue
+        depth = depth_of(st.candidate.profile)
+        value = _warm_median(view)
+        if depth is None or value is None or value <= 0:
+            return f"{st.candidate.key} has no chain depth the model reads (a tree, or no runs)"
+        length, rates, drafts = _run_acceptance(view.results)
+        points[view.key] = Point(view.key, depth, value, length)
+        if rates and (reference is None or (len(rates), drafts) > reference[:2]):
+            reference = (len(rates), drafts, view.key, rates)
+    if len({p.depth for p in points.values()}) < 2:
+        return "fewer than two depths measured"
+    if reference is None:
+        return "no candidate's results carry per-position acceptance rates"
+    ref_key, rates = reference[2], reference[3]
+    noise = spread if spread is not None else scoring.min_gain
+    samples = [s for r in views[ref_key].results if (s := objective.samples(r)) is not None]
+    if samples:
+        logs = [[math.log(v) for v in run if v > 0] for run in samples]
+        noise = statistics.fmean(statistics.stdev(x) for x in logs if len(x) >= 2)
+    return replay(points, ref_key, rates, noise, scoring.z)

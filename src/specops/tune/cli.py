@@ -34,10 +34,12 @@ from specops.errors import (
 )
 from specops.templating import render
 from specops.tune.apply import REPO, AnsibleApplier, generates
+from specops.tune.board import gather
 from specops.tune.config import SweepConfig, load_config_file
 from specops.tune.output_gate import api_key_of, gate_config, reference_beside, served_model
 from specops.tune.plain import DEFAULT_MAX_AGE_DAYS
 from specops.tune.price import sweep_price
+from specops.tune.report import model_context
 from specops.tune.rollout import (
     PlainBaseline,
     load_records,
@@ -48,7 +50,7 @@ from specops.tune.rollout import (
     smoke_step,
     summary,
 )
-from specops.tune.sweep import SweepResult, report_sweep, run_sweep
+from specops.tune.sweep import SweepResult, replay_sweep, report_sweep, run_sweep
 
 __all__ = ["register"]
 
@@ -81,6 +83,7 @@ def register(subparsers: Any) -> None:
     )
     run.set_defaults(func=_sweep_run)
     _register_sweep_report(ssub)
+    _register_sweep_predict(ssub)
     _register_sweep_plan(ssub)
 
     rollout = subparsers.add_parser("rollout", help="decisions of playbooks/rollout.yml")
@@ -333,6 +336,50 @@ def _register_sweep_report(ssub: Any) -> None:
     rep.add_argument("--out", type=Path, required=True, help="the sweep's results dir")
     rep.add_argument("--json", action="store_true", help="one JSON line: the pick and files")
     rep.set_defaults(func=_sweep_report)
+
+
+def _register_sweep_predict(ssub: Any) -> None:
+    pred = ssub.add_parser(
+        "predict",
+        help="the depth model on a finished sweep: acceptance per position at one depth"
+        " and the step cost at two predict every candidate; printed beside the measured"
+        " runs with the restarts a model-guided search would have saved",
+    )
+    pred.add_argument("config", type=Path, help="the config the sweep ran")
+    pred.add_argument("--out", type=Path, required=True, help="the sweep's results dir")
+    pred.add_argument("--json", action="store_true", help="one JSON line")
+    pred.set_defaults(func=_sweep_predict)
+
+
+def _sweep_predict(args: argparse.Namespace) -> int:
+    cfg = load_config_file(input_file(args.config, "config"))
+    out = input_dir(args.out, "--out")
+    if not (out / "sweep.jsonl").is_file():
+        raise ValidationError(
+            "--out", f"{out} holds no sweep.jsonl: give the directory `sweep run --out` wrote"
+        )
+    outcome, ledger = replay_sweep(cfg, out)
+    views = gather(outcome, ledger, out, cfg.objective, cfg.scoring)
+    context = model_context(cfg, outcome, views)
+    if args.json:
+        replay = context["replay"]
+        json.dump(
+            {
+                "applies": replay is not None,
+                "reason": context["model_reason"],
+                "rows": context["model_rows"],
+                "steps": replay.steps if replay else [],
+                "measured": replay.restarts if replay else None,
+                "saved": replay.saved if replay else None,
+                "best_model": replay.best_model if replay else None,
+                "best_grid": replay.best_measured if replay else None,
+            },
+            sys.stdout,
+        )
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render("sweep/predict.md.j2", **context))
+    return 0 if context["replay"] is not None else 1
 
 
 def _sweep_report(args: argparse.Namespace) -> int:

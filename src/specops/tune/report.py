@@ -26,7 +26,14 @@ from specops.bench.results import Column, load_results
 from specops.errors import ValidationError
 from specops.plots import pyplot
 from specops.templating import render
-from specops.tune.board import CELL_COLUMNS, CandidateRuns, by_load, cell_rows, gather
+from specops.tune.board import (
+    CELL_COLUMNS,
+    CandidateRuns,
+    by_load,
+    cell_rows,
+    gather,
+    model_replay,
+)
 from specops.tune.config import SweepConfig
 from specops.tune.ledger import Ledger
 from specops.tune.search import Outcome, Standing, standings
@@ -36,6 +43,7 @@ __all__ = [
     "cells_csv",
     "leaderboard_csv",
     "leaderboard_md",
+    "model_context",
     "rows",
     "snippet",
     "write_outputs",
@@ -211,6 +219,7 @@ def leaderboard_md(
     return render(
         "sweep/leaderboard.md.j2",
         cfg=cfg,
+        **model_context(cfg, outcome, views),
         objective=cfg.objective,
         cell_columns=CELL_COLUMNS,
         cells=cell_rows(views, plain_key),
@@ -232,6 +241,23 @@ def leaderboard_md(
         steps=outcome.steps,
         **_pick_roofline(outcome, ledger, out),
     )
+
+
+def model_context(
+    cfg: SweepConfig, outcome: Outcome, views: dict[str, CandidateRuns]
+) -> dict[str, Any]:
+    """What ``templates/sweep/predict.md.j2`` shows: the depth model replayed on the
+    sweep's runs (:func:`specops.tune.board.model_replay`), or why it does not apply."""
+    replay = model_replay(views, cfg.objective, cfg.scoring, outcome.spread)
+    if isinstance(replay, str):
+        return {
+            "model_reason": replay,
+            "replay": None,
+            "model_rows": [],
+            "unit": cfg.objective.unit,
+        }
+    return {"model_reason": None, "replay": replay, "model_rows": replay.ranking(),
+            "unit": cfg.objective.unit}  # fmt: skip
 
 
 def snippet(

@@ -45,7 +45,7 @@ from specops.tune.report import write_outputs
 from specops.tune.search import Measurement, Outcome, Standing, ascend, grid, measure_plain
 from specops.tune.space import Candidate
 
-__all__ = ["SweepEvaluator", "SweepResult", "report_sweep", "run_sweep"]
+__all__ = ["SweepEvaluator", "SweepResult", "replay_sweep", "report_sweep", "run_sweep"]
 
 BenchFn = Callable[[Plan], Results]
 
@@ -330,6 +330,16 @@ def report_sweep(cfg: SweepConfig, out: Path) -> SweepResult:
     from the ledger, no server touched): for a sweep measured where the reports could
     not be written, or whose outputs were lost. The search walks the recorded runs as
     :func:`run_sweep` walked them, so the pick is the one the sweep made."""
+    outcome, ledger = replay_sweep(cfg, out)
+    final = [e for e in ledger.events if e.get("kind") == "final"]
+    result = SweepResult(outcome, 0, ledger.restarts, final[-1].get("left_on") if final else None)
+    result.files = write_outputs(cfg, outcome, ledger, out)
+    return result
+
+
+def replay_sweep(cfg: SweepConfig, out: Path) -> tuple[Outcome, Ledger]:
+    """The outcome of a sweep whose runs are all in ``out/sweep.jsonl``, walked again
+    from its ledger (nothing measured, nothing written)."""
     path = out / "sweep.jsonl"
     if not path.is_file():
         raise ValidationError("out", f"{path}: no sweep results file (run `specops sweep run`)")
@@ -343,7 +353,4 @@ def report_sweep(cfg: SweepConfig, out: Path) -> SweepResult:
         outcome = ascend(
             cfg.space, replay, cfg.scoring, cfg.max_rounds, cfg.max_candidates, plain=plain
         )
-    final = [e for e in ledger.events if e.get("kind") == "final"]
-    result = SweepResult(outcome, 0, ledger.restarts, final[-1].get("left_on") if final else None)
-    result.files = write_outputs(cfg, outcome, ledger, out)
-    return result
+    return outcome, ledger
