@@ -133,6 +133,10 @@ ROWS: dict[str, Bad] = {
         "the longest input that fits: 7936",
         {"c.yml": sweep(plan={"context_lengths": ["1K", "120K"]})},
     ),
+    "sweep-predict-no-ledger": Bad(
+        "path", "sweep predict {t}/c.yml --out {t}/out", "--out", "holds no sweep.jsonl",
+        {"c.yml": sweep()},
+    ),
     "sweep-objective-not-mapping": Bad(
         "sweep config", "sweep plan {t}/c.yml", "objective", "mapping",
         {"c.yml": sweep(objective=3)},
@@ -435,7 +439,10 @@ ROWS: dict[str, Bad] = {
         "path", "bench report {t}/results.json --out {t}/a-file", "--out", "give a directory",
     ),
     "bench-compare-missing": Bad(
-        "path", "bench compare {t}/results.json {t}/nope.json", "candidate", "no such file",
+        "path", "bench compare {t}/results.json {t}/nope.json", "RUN[2]", "no such file",
+    ),
+    "bench-compare-one-run": Bad(
+        "usage", "bench compare {t}/results.json", "RUN", "at least two runs",
     ),
     "bench-compare-threshold": Bad(
         "usage", "bench compare {t}/a-file {t}/a-file --latency-rise -2", "--latency-rise",

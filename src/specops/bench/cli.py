@@ -25,14 +25,22 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from specops.bench.compare import Thresholds, compare, count_arg, threshold_arg
+from specops.bench.intervals import Estimate
 from specops.bench.plan import Plan, load_plan, plan_from_mapping
 from specops.bench.price import price, served_max_model_len
 from specops.bench.report import write_report
 from specops.bench.results import Results, RunStore, load_results
 from specops.bench.reuse import find_standing, last_run
 from specops.bench.runner import RunState, new_run_id, run_plan
+from specops.bench.sidebyside import (
+    RunSet,
+    delta_rows,
+    load_run_set,
+    run_set_files,
+    write_comparison,
+)
 from specops.errors import ValidationError, input_dir, input_file, output_dir, output_file
-from specops.templating import fmt, render
+from specops.templating import estimate, fmt, render
 
 T = TypeVar("T")
 
@@ -103,9 +111,17 @@ def register(subparsers: Any) -> None:
     )
     rep.set_defaults(func=_cmd_report)
 
-    cmp_ = sub.add_parser("compare", help="compare candidate B with baseline A (gate)")
-    cmp_.add_argument("baseline")
-    cmp_.add_argument("candidate")
+    cmp_ = sub.add_parser(
+        "compare",
+        help="runs side by side: a delta table with intervals against the first (the"
+        " baseline), overlay plots with --out; exit 1 when one regresses (the gate)",
+    )
+    cmp_.add_argument(
+        "runs", nargs="+", metavar="RUN",
+        help="results.json, a run directory, or a sweep candidate's runs/<key>/ (its runs"
+        " pooled); the first is the baseline",
+    )  # fmt: skip
+    cmp_.add_argument("--out", help="write compare.md, compare.csv and overlay plots here")
     off = " (a fraction, or off: measured, not gated)"
     cmp_.add_argument(
         "--throughput-drop", type=threshold_arg, default=Thresholds.throughput_drop, help=off
@@ -507,32 +523,70 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    baseline = input_file(args.baseline, "baseline")
-    candidate = input_file(args.candidate, "candidate")
-    findings = compare(
-        load_results(baseline),
-        load_results(candidate),
-        Thresholds(
-            throughput_drop=args.throughput_drop,
-            latency_rise=args.latency_rise,
-            acceptance_drop=args.acceptance_drop,
-            max_pass_drop=args.max_pass_drop,
-        ),
+    if len(args.runs) < 2:
+        raise ValidationError("RUN", "give at least two runs: the baseline, then the others")
+    out = output_dir(args.out, "--out") if args.out else None
+    names = ["baseline", *(f"RUN[{i}]" for i in range(2, len(args.runs) + 1))]
+    for spec, name in zip(args.runs, names, strict=True):  # every path, before any is read
+        run_set_files(spec, name)
+    sets = [load_run_set(spec, name) for spec, name in zip(args.runs, names, strict=True)]
+    _unique_labels(sets)
+    thresholds = Thresholds(
+        throughput_drop=args.throughput_drop,
+        latency_rise=args.latency_rise,
+        acceptance_drop=args.acceptance_drop,
+        max_pass_drop=args.max_pass_drop,
     )
-    regressions = [f for f in findings if f.regression]
+    baseline = sets[0]
+    findings = {s.label: compare(baseline.latest, s.latest, thresholds) for s in sets[1:]}
+    regressions = [f for items in findings.values() for f in items if f.regression]
+    report = write_comparison(sets, out, findings) if out is not None else None
     if args.json:
+        rows = [row for s in sets[1:] for row in delta_rows(baseline, s)]
         print(
             json.dumps(
-                {"regressions": len(regressions), "findings": [f.__dict__ for f in findings]}
+                {
+                    "regressions": len(regressions),
+                    "findings": [f.__dict__ for items in findings.values() for f in items],
+                    "runs": [s.label for s in sets],
+                    "deltas": [
+                        {k: (v.to_dict() if isinstance(v, Estimate) else v) for k, v in r.items()}
+                        for r in rows
+                    ],
+                    "report": str(report) if report else None,
+                }
             )
         )
-    else:
-        for f in findings:
+        return 1 if regressions else 0
+    for other in sets[1:]:
+        print(f"{other.label} vs {baseline.label} (baseline):")
+        for row in delta_rows(baseline, other):
+            print(
+                f"  c{row['concurrency']}-ctx{row['context_tokens']}: out tok/s"
+                f" {estimate(row['output_tok_s'])} vs {estimate(row['baseline_output_tok_s'])},"
+                f" x {estimate(row['output_ratio'], 3)} ({row['verdict']}); TPOT p50"
+                f" x {estimate(row['tpot_ratio'], 3)}; accept len"
+                f" {fmt(row['mean_acceptance_length'], 3)} vs"
+                f" {fmt(row['baseline_mean_acceptance_length'], 3)}"
+            )
+        for f in findings[other.label]:
             change = "-" if f.change is None else f"{f.change:+.3f}"
             mark = "REGRESSION" if f.regression else "ok"
             print(
                 f"{mark:10} {f.where:18} {f.metric:24} {fmt(f.baseline, 3):>10} -> "
                 f"{fmt(f.candidate, 3):>10} ({change}) {f.note}"
             )
-        print(f"{len(regressions)} regression(s)")
+    if report is not None:
+        print(f"report: {report}")
+    print(f"{len(regressions)} regression(s)")
     return 1 if regressions else 0
+
+
+def _unique_labels(sets: list[RunSet]) -> None:
+    """Sets named alike (two results.json of the same name) get their position added."""
+    seen: dict[str, int] = {}
+    for s in sets:
+        seen[s.label] = seen.get(s.label, 0) + 1
+    for i, s in enumerate(sets, start=1):
+        if seen[s.label] > 1:
+            s.label = f"{s.label} ({i})"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from specops.bench.compare import SPEEDUP_COLUMNS, speedup_rows
+from specops.bench.delta import cell_boots, crossover
 from specops.bench.results import (
     CELL_COLUMNS,
     Column,
@@ -128,6 +129,11 @@ def report_context(
         "plain": plain,
         "speedup_columns": SPEEDUP_COLUMNS,
         "speedup": speedup_rows(plain, results) if plain is not None else [],
+        "stops_paying": (
+            [x.text for x in crossover(cell_boots([results]), cell_boots([plain]))]
+            if plain is not None
+            else []
+        ),
     }
 
 
