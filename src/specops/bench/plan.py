@@ -70,7 +70,8 @@ CONTEXT_OVER_LIMIT: tuple[str, ...] = ("refuse", "clip", "drop")
 RECORDED_DEFAULTS: dict[str, Any] = {"warmup_waves": 0}
 # Plan fields that change nothing a run measures once the run's lengths are recorded:
 # what to do with a length beyond the limit (the recorded lengths say what was done).
-_NOT_COMPARED = frozenset({"context_over_limit"})
+# And how often the server's view is sampled: it reads the server, it measures nothing.
+_NOT_COMPARED = frozenset({"context_over_limit", "sample_interval_s"})
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 100)
 DEFAULT_CONTEXT_LENGTHS: tuple[int, ...] = tuple(k * 1024 for k in (1, 8, 30, 60, 120))
 
@@ -152,6 +153,9 @@ class Plan:
     warmup_waves: int = 1
     # A context length beyond max_model_len - output_len: refuse, clip or drop.
     context_over_limit: str = "refuse"
+    # The server's view: its metrics (queue, KV usage) and this machine's GPUs read every
+    # this many seconds during each cell (bench.serverview). 0: off.
+    sample_interval_s: float = 1.0
     prompt_set: str = "mixed"  # built-in corpus: mixed, chat or coding
     prompt_file: str | None = None  # own UTF-8 text corpus instead of the built-in one
     seed: int = 0  # prompt selection is deterministic in (seed, cell, request index)
@@ -408,6 +412,7 @@ def plan_from_mapping(data: dict[str, Any]) -> Plan:
         warmup_per_cell=_int(data, "warmup_per_cell", 2, 0),
         warmup_waves=_int(data, "warmup_waves", 1, 0),
         context_over_limit=str(over),
+        sample_interval_s=cast(float, _float(data, "sample_interval_s", 1.0, positive=False)),
         prompt_set=prompt_set,
         prompt_file=prompt_file,
         seed=seed,

@@ -54,6 +54,7 @@ from specops.bench.prompts import (
     load_corpus,
 )
 from specops.bench.results import Cell, Results, RunStore, ServerIdentity
+from specops.bench.serverview import LoadSample, Sampler, capacity, parse_load, summarize
 from specops.bench.stats import cell_stats
 from specops.errors import SpecopsError, ValidationError
 
@@ -171,6 +172,7 @@ def sglang_identity(
         speculative=spec if info.get("speculative_algorithm") else None,
         speculative_source=_SGLANG.identity_path,
         spec_counters=False,
+        capacity=capacity(_SGLANG.name, info) or None,
     )
 
 
@@ -181,7 +183,8 @@ async def _identity(
     if isinstance(sg, dict) and ("speculative_algorithm" in sg or "tp_size" in sg):
         return sglang_identity(sg, plan.base_url, model, max_len)
     version = await _get_json(client, _VLLM.identity_path)
-    counters = await _snapshot(client)
+    text = await _metrics_text(client)
+    counters = _counters(text)
     speculative: dict[str, Any] | None = None
     source = "not exposed by the server (vLLM shows it only with VLLM_SERVER_DEV_MODE=1)"
     info = await _get_json(client, _VLLM.settings_path)
@@ -195,6 +198,7 @@ async def _identity(
             speculative = {"speculative_config_text": text[start : start + 400]}
         source = _VLLM.settings_path
     engine = _VLLM.name if isinstance(version, dict) and "version" in version else "unknown"
+    held = capacity(engine, info if isinstance(info, dict) else None, text)
     return ServerIdentity(
         base_url=plan.base_url,
         model=model,
@@ -204,18 +208,33 @@ async def _identity(
         speculative=speculative,
         speculative_source=source,
         spec_counters=counters is not None and counters.present,
+        capacity=held or None,
     )
 
 
-async def _snapshot(client: httpx.AsyncClient) -> SpecCounters | None:
+async def _metrics_text(client: httpx.AsyncClient) -> str | None:
+    """The server's metrics (Prometheus text), None when it has none."""
     try:
         response = await client.get(_METRICS)
     except httpx.HTTPError:
         return None
-    if response.status_code != 200:
+    return response.text if response.status_code == 200 else None
+
+
+def _counters(text: str | None) -> SpecCounters | None:
+    if text is None:
         return None
     try:
-        return parse_spec_counters(response.text)
+        return parse_spec_counters(text)
+    except ValueError:
+        return None
+
+
+def _load(text: str | None, engine: str) -> LoadSample | None:
+    if text is None:
+        return None
+    try:
+        return parse_load(text, engine, time.perf_counter())
     except ValueError:
         return None
 
@@ -346,10 +365,31 @@ async def _run_cell(
     warm_failed = sum(1 for r in warm if r.error)
     if warm_failed:
         notes.append(f"{warm_failed} warm-up request(s) failed: {warm[0].error or ''}")
-    before = await _snapshot(client) if _counts_on_metrics(identity.engine) else None
+    before_text = await _metrics_text(client)
+    before = _counters(before_text) if _counts_on_metrics(identity.engine) else None
+    sampler = (
+        Sampler(lambda: _metrics_text(client), identity.engine, plan.sample_interval_s)
+        if plan.sample_interval_s > 0
+        else None
+    )
+    if sampler is not None:
+        sampler.start()
     state.cell_started = time.perf_counter()
-    records = await _run_requests(client, prompts=prompts, count_tokens=True, **common)
-    after = await _snapshot(client) if _counts_on_metrics(identity.engine) else None
+    try:
+        records = await _run_requests(client, prompts=prompts, count_tokens=True, **common)
+    finally:
+        if sampler is not None:
+            await sampler.stop()
+    after_text = await _metrics_text(client)
+    after = _counters(after_text) if _counts_on_metrics(identity.engine) else None
+    view = (
+        summarize(
+            sampler.loads, sampler.gpus, _load(before_text, identity.engine),
+            _load(after_text, identity.engine), plan.sample_interval_s,
+        )
+        if sampler is not None
+        else None
+    )  # fmt: skip
     stats = cell_stats(records, plan.slo, concurrency)
     if any(r.spec for r in records):
         acceptance = acceptance_from_sglang((r.output_tokens, r.spec) for r in records if r.ok)
@@ -374,6 +414,7 @@ async def _run_cell(
         started_at=started_at,
         records=records,
         notes=notes,
+        server=view,
     )
 
 
