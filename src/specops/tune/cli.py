@@ -35,7 +35,7 @@ from specops.errors import (
 from specops.templating import render
 from specops.tune.apply import REPO, AnsibleApplier, generates
 from specops.tune.board import gather
-from specops.tune.config import SweepConfig, load_config_file
+from specops.tune.config import MODES, SweepConfig, load_config_file
 from specops.tune.output_gate import api_key_of, gate_config, reference_beside, served_model
 from specops.tune.plain import DEFAULT_MAX_AGE_DAYS
 from specops.tune.price import sweep_price
@@ -63,7 +63,7 @@ def register(subparsers: Any) -> None:
     run = ssub.add_parser("run", help="run (or resume) a sweep from a config file")
     run.add_argument("config", type=Path, help="sweep config YAML (see docs/sweep.md)")
     run.add_argument("--out", type=Path, required=True, help="results dir (resumes when it exists)")
-    run.add_argument("--mode", choices=["ascent", "grid"], help="override the config's mode")
+    run.add_argument("--mode", choices=list(MODES), help="override the config's mode")
     run.add_argument(
         "--restore", action="store_true", default=None, help="leave the canary where it started"
     )
@@ -144,7 +144,7 @@ def _register_sweep_plan(ssub: Any) -> None:
         " each run's cells, requests and tokens, a time estimate; nothing restarts",
     )
     plan.add_argument("config", type=Path)
-    plan.add_argument("--mode", choices=["ascent", "grid"])
+    plan.add_argument("--mode", choices=list(MODES))
     plan.add_argument("--base-url", dest="base_url", help="override the config's base_url")
     plan.add_argument("--inventory", help="override the config's inventory (the canary's)")
     plan.add_argument(

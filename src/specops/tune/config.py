@@ -22,7 +22,7 @@ from specops.tune.plain import DEFAULT_MAX_AGE_DAYS
 from specops.tune.score import Scoring
 from specops.tune.space import SearchSpace
 
-__all__ = ["PlainSource", "SweepConfig", "load_config", "load_config_file"]
+__all__ = ["MODES", "PlainSource", "SweepConfig", "load_config", "load_config_file"]
 
 _KEYS = {
     "canary", "inventory", "base_url", "served_model_name", "engine", "base_profile",
@@ -33,6 +33,8 @@ _KEYS = {
     "plain",
 }  # fmt: skip
 _PLAIN_KEYS = ("results", "max_age_days")
+# The searches (specops.tune.search): coordinate ascent, the full grid, the depth model.
+MODES = ("ascent", "grid", "model")
 
 
 @dataclass(frozen=True)
@@ -171,8 +173,8 @@ def load_config(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = N
     scoring = _scoring({k: v for k, v in section.items() if k not in OBJECTIVE_KEYS})
     objective = Objective.from_mapping({k: v for k, v in section.items() if k in OBJECTIVE_KEYS})
     mode = data.get("mode", "ascent")
-    if mode not in ("ascent", "grid"):
-        raise ValidationError("mode", f"must be ascent or grid (got {mode!r})")
+    if mode not in MODES:
+        raise ValidationError("mode", f"must be one of {', '.join(MODES)} (got {mode!r})")
     apply_timeout = data.get("apply_timeout_s", 1800)
     if isinstance(apply_timeout, bool) or not isinstance(apply_timeout, (int, float)):
         raise ValidationError("apply_timeout_s", f"must be seconds > 0 (got {apply_timeout!r})")

@@ -408,11 +408,26 @@ def measurement_from_results(
     if value is None:
         return Measurement(0.0, tiebreak, False, f"objective: {why_none}")
     objective_value = value
+    rates = _per_position(results)
     failed = sum(c.stats.failed + c.warmup_failed for c in results.cells)
     failed += int((results.warmup or {}).get("failed") or 0)
     if failed or results.failed_cells:
-        return Measurement(objective_value, tiebreak, False, f"{failed} failed request(s)")
+        return Measurement(objective_value, tiebreak, False, f"{failed} failed request(s)", rates)
     why = correctness_verdict(results, gate)
     if why:
-        return Measurement(objective_value, tiebreak, False, why)
-    return Measurement(objective_value, tiebreak)
+        return Measurement(objective_value, tiebreak, False, why, rates)
+    return Measurement(objective_value, tiebreak, per_position=rates)
+
+
+def _per_position(results: Results) -> tuple[float, ...]:
+    """Acceptance per draft position over the run's cells, drafts-weighted."""
+    cells = [c.acceptance for c in results.cells if c.acceptance.drafts > 0]
+    drafts = sum(a.drafts for a in cells)
+    if drafts <= 0:
+        return ()
+    width = max(len(a.per_position) for a in cells)
+    return tuple(
+        sum(a.drafts * (a.per_position[i] if i < len(a.per_position) else 0.0) for a in cells)
+        / drafts
+        for i in range(width)
+    )

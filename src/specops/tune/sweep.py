@@ -42,7 +42,15 @@ from specops.tune.objective import measurement_from_results
 from specops.tune.output_gate import OutputCheck, api_key_of
 from specops.tune.plain import PLAIN_KEY, standing_plain
 from specops.tune.report import write_outputs
-from specops.tune.search import Measurement, Outcome, Standing, ascend, grid, measure_plain
+from specops.tune.search import (
+    Measurement,
+    Outcome,
+    Standing,
+    ascend,
+    grid,
+    measure_plain,
+    modelled,
+)
 from specops.tune.space import Candidate
 
 __all__ = ["SweepEvaluator", "SweepResult", "replay_sweep", "report_sweep", "run_sweep"]
@@ -205,6 +213,7 @@ class SweepEvaluator:
             {
                 "kind": "run", "key": c.key, "repeat": repeat, "profile": c.profile,
                 "objective": m.objective, "tiebreak": m.tiebreak, "ok": m.ok, "reason": m.reason,
+                **({"per_position": list(m.per_position)} if m.per_position else {}),
                 "results": results, "restart": restart,
                 **({"recorded": True} if recorded else {}),
             }
@@ -273,6 +282,8 @@ def run_sweep(
     plain = measure_plain(ev, len(stand) or cfg.scoring.min_repeats)
     if cfg.mode == "grid":
         outcome = grid(cfg.space, ev, cfg.scoring, plain)
+    elif cfg.mode == "model":
+        outcome = modelled(cfg.space, ev, cfg.scoring, plain, cfg.max_candidates)
     else:
         outcome = ascend(
             cfg.space, ev, cfg.scoring, cfg.max_rounds, cfg.max_candidates, plain=plain
@@ -349,6 +360,8 @@ def replay_sweep(cfg: SweepConfig, out: Path) -> tuple[Outcome, Ledger]:
     plain = measure_plain(replay, runs or cfg.scoring.min_repeats)
     if cfg.mode == "grid":
         outcome = grid(cfg.space, replay, cfg.scoring, plain)
+    elif cfg.mode == "model":
+        outcome = modelled(cfg.space, replay, cfg.scoring, plain, cfg.max_candidates)
     else:
         outcome = ascend(
             cfg.space, replay, cfg.scoring, cfg.max_rounds, cfg.max_candidates, plain=plain
