@@ -14,7 +14,6 @@ import difflib
 import functools
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,15 +24,15 @@ from specops.bench.plan import fit_context_lengths, plan_from_mapping, read_api_
 from specops.bench.price import served_max_model_len
 from specops.bench.results import load_results
 from specops.errors import (
-    SpecopsError,
     ValidationError,
     input_dir,
     input_file,
     output_dir,
     output_file,
 )
+from specops.playbooks import ansible_tool
 from specops.templating import render
-from specops.tune.apply import REPO, AnsibleApplier, generates
+from specops.tune.apply import AnsibleApplier, generates
 from specops.tune.board import gather
 from specops.tune.config import MODES, SweepConfig, load_config_file
 from specops.tune.output_gate import api_key_of, gate_config, reference_beside, served_model
@@ -163,14 +162,6 @@ def _register_sweep_plan(ssub: Any) -> None:
     plan.set_defaults(func=_sweep_plan)
 
 
-def _ansible_inventory() -> str:
-    local = Path(sys.executable).parent / "ansible-inventory"
-    found = str(local) if local.exists() else shutil.which("ansible-inventory")
-    if found is None:
-        raise SpecopsError("ansible-inventory not found (scripts/setup.sh's venv installs it)")
-    return found
-
-
 # A file of the inventory that does not parse, as ansible-inventory reports it (2.19:
 # the message, then "Origin: <file>:<line>:<column>").
 _UNPARSED = re.compile(
@@ -180,13 +171,15 @@ _UNPARSED = re.compile(
 
 
 def _serving_hosts(inventory: str) -> list[str]:
-    """The hosts of group ``serving`` in ``inventory``, as the applier (run from the
-    repository) resolves it; ``--graph`` reads no variables, so no vault is opened."""
-    if "," not in inventory and not (REPO / inventory).exists():
-        raise ValidationError("inventory", f"no such inventory: {inventory}")
+    """The hosts of group ``serving`` in ``inventory``, as the applier (run in the working
+    directory) resolves it; ``--graph`` reads no variables, so no vault is opened."""
+    if "," not in inventory and not Path(inventory).exists():
+        raise ValidationError(
+            "inventory", f"no such inventory: {inventory} (from {Path.cwd()}, where it is run)"
+        )
     proc = subprocess.run(
-        [_ansible_inventory(), "-i", inventory, "--graph", "serving"],
-        cwd=REPO, capture_output=True, text=True, check=False,
+        [ansible_tool("ansible-inventory"), "-i", inventory, "--graph", "serving"],
+        capture_output=True, text=True, check=False,
     )  # fmt: skip
     if proc.returncode != 0:
         unparsed = _UNPARSED.search(proc.stderr)
