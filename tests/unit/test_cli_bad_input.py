@@ -116,8 +116,26 @@ ROWS: dict[str, Bad] = {
         "no such inventory", {"c.yml": sweep()},
     ),
     "sweep-objective-unknown-key": Bad(
-        "sweep config", "sweep plan {t}/c.yml", "objective.zz", "valid: max_repeats",
+        "sweep config", "sweep plan {t}/c.yml", "objective.zz", "valid: concurrency, context",
         {"c.yml": sweep(objective={"zz": 1})},
+    ),
+    "sweep-objective-kind": Bad(
+        "sweep config", "sweep plan {t}/c.yml", "objective.kind", "mean, latency, throughput",
+        {"c.yml": sweep(objective={"kind": "speed"})},
+    ),
+    "sweep-objective-cell": Bad(
+        "sweep config", "sweep plan {t}/c.yml", "objective.concurrency",
+        "is not in the plan's concurrency",
+        {"c.yml": sweep(objective={"kind": "latency", "concurrency": 3})},
+    ),
+    "sweep-plan-context-over-limit": Bad(
+        "sweep config", "sweep plan {t}/c.yml --max-model-len 8192", "plan.context_lengths[1]",
+        "the longest input that fits: 7936",
+        {"c.yml": sweep(plan={"context_lengths": ["1K", "120K"]})},
+    ),
+    "sweep-predict-no-ledger": Bad(
+        "path", "sweep predict {t}/c.yml --out {t}/out", "--out", "holds no sweep.jsonl",
+        {"c.yml": sweep()},
     ),
     "sweep-objective-not-mapping": Bad(
         "sweep config", "sweep plan {t}/c.yml", "objective", "mapping",
@@ -379,8 +397,27 @@ ROWS: dict[str, Bad] = {
         "--tokenizer-path", "give a file",
     ),
     "bench-save-plan-dir": Bad(
-        "path", f"bench run {BASE} --save-plan {{t}}/a-dir --out {{t}}/out", "--save-plan",
-        "give a file path",
+        "path", f"bench run {BASE} --plan {{t}}/p.yml --save-plan {{t}}/a-dir --out {{t}}/out",
+        "--save-plan", "give a file path", {"p.yml": "output_len: 8\n"},
+    ),
+    "bench-save-plan-without-plan": Bad(
+        "usage", f"bench run {BASE} --save-plan {{t}}/out/p.yml --out {{t}}/out", "--save-plan",
+        "needs --plan",
+    ),
+    # --- bench plan: the price before it runs ---------------------------------------------
+    "bench-plan-context-over-limit": Bad(
+        "plan", f"bench plan {BASE} --context-lengths 1K,120K --max-model-len 8192",
+        "context_lengths[1]", "context_over_limit: clip",
+    ),
+    "bench-plan-max-model-len": Bad(
+        "usage", f"bench plan {BASE} --max-model-len 0", "--max-model-len", "integer >= 1",
+    ),
+    "bench-plan-over-limit-choice": Bad(
+        "usage", f"bench plan {BASE} --context-over-limit cut", "--context-over-limit",
+        "choose from",
+    ),
+    "bench-plan-history-missing": Bad(
+        "path", f"bench plan {BASE} --history {{t}}/nope.json", "--history", "no such file",
     ),
     "bench-resume-file": Bad(
         "path", "bench run --resume {t}/a-file", "--resume", "give a directory",
@@ -402,7 +439,10 @@ ROWS: dict[str, Bad] = {
         "path", "bench report {t}/results.json --out {t}/a-file", "--out", "give a directory",
     ),
     "bench-compare-missing": Bad(
-        "path", "bench compare {t}/results.json {t}/nope.json", "candidate", "no such file",
+        "path", "bench compare {t}/results.json {t}/nope.json", "RUN[2]", "no such file",
+    ),
+    "bench-compare-one-run": Bad(
+        "usage", "bench compare {t}/results.json", "RUN", "at least two runs",
     ),
     "bench-compare-threshold": Bad(
         "usage", "bench compare {t}/a-file {t}/a-file --latency-rise -2", "--latency-rise",
@@ -625,7 +665,9 @@ def test_the_base_sweep_config_is_accepted(
 ) -> None:
     """The control: the sweep rows fail for the one thing each changed."""
     _lay_out(tmp_path, {"c.yml": sweep()}, closed_port)
-    assert cli.main(["sweep", "plan", str(tmp_path / "c.yml")]) == 0, capsys.readouterr().err
+    assert cli.main(["sweep", "plan", str(tmp_path / "c.yml"), "--json"]) == 0, (
+        capsys.readouterr().err
+    )
     assert json.loads(capsys.readouterr().out)["candidates"] == 4
 
 

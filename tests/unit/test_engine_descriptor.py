@@ -146,6 +146,9 @@ def _engine_specific_strings() -> set[str]:
             facts |= set(d.as_dict()["spec_counters"].values())
         if d.spec_meta is not None:
             facts |= set(d.spec_meta.all)
+        if d.server_metrics is not None:
+            m = d.server_metrics
+            facts |= {*m.queued, *m.kv_usage, *m.preemptions, *m.kv_tokens, m.cache_info}
     return facts - {"", shared("health_path"), shared("metrics_path"), "PATH"}
 
 

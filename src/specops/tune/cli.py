@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from specops.bench.compare import count_arg, threshold_arg
-from specops.bench.plan import plan_from_mapping, read_api_key
+from specops.bench.plan import fit_context_lengths, plan_from_mapping, read_api_key
+from specops.bench.price import served_max_model_len
 from specops.bench.results import load_results
 from specops.errors import (
     ValidationError,
@@ -30,10 +31,14 @@ from specops.errors import (
     output_file,
 )
 from specops.playbooks import ansible_tool
+from specops.templating import render
 from specops.tune.apply import AnsibleApplier, generates
-from specops.tune.config import SweepConfig, load_config_file
+from specops.tune.board import gather
+from specops.tune.config import MODES, SweepConfig, load_config_file
 from specops.tune.output_gate import api_key_of, gate_config, reference_beside, served_model
 from specops.tune.plain import DEFAULT_MAX_AGE_DAYS
+from specops.tune.price import sweep_price
+from specops.tune.report import model_context
 from specops.tune.rollout import (
     PlainBaseline,
     load_records,
@@ -44,7 +49,7 @@ from specops.tune.rollout import (
     smoke_step,
     summary,
 )
-from specops.tune.sweep import SweepResult, report_sweep, run_sweep
+from specops.tune.sweep import SweepResult, replay_sweep, report_sweep, run_sweep
 
 __all__ = ["register"]
 
@@ -57,7 +62,7 @@ def register(subparsers: Any) -> None:
     run = ssub.add_parser("run", help="run (or resume) a sweep from a config file")
     run.add_argument("config", type=Path, help="sweep config YAML (see docs/sweep.md)")
     run.add_argument("--out", type=Path, required=True, help="results dir (resumes when it exists)")
-    run.add_argument("--mode", choices=["ascent", "grid"], help="override the config's mode")
+    run.add_argument("--mode", choices=list(MODES), help="override the config's mode")
     run.add_argument(
         "--restore", action="store_true", default=None, help="leave the canary where it started"
     )
@@ -77,14 +82,8 @@ def register(subparsers: Any) -> None:
     )
     run.set_defaults(func=_sweep_run)
     _register_sweep_report(ssub)
-    plan = ssub.add_parser(
-        "plan", help="what a sweep would do: candidates and the most progress lines (JSON)"
-    )
-    plan.add_argument("config", type=Path)
-    plan.add_argument("--mode", choices=["ascent", "grid"])
-    plan.add_argument("--base-url", dest="base_url", help="override the config's base_url")
-    plan.add_argument("--inventory", help="override the config's inventory (the canary's)")
-    plan.set_defaults(func=_sweep_plan)
+    _register_sweep_predict(ssub)
+    _register_sweep_plan(ssub)
 
     rollout = subparsers.add_parser("rollout", help="decisions of playbooks/rollout.yml")
     rsub = rollout.add_subparsers(dest="rollout_command", metavar="SUBCOMMAND", required=True)
@@ -135,6 +134,32 @@ def register(subparsers: Any) -> None:
     rep.add_argument("report_dir", type=Path)
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=_report)
+
+
+def _register_sweep_plan(ssub: Any) -> None:
+    plan = ssub.add_parser(
+        "plan",
+        help="what a sweep costs before it runs: candidates and their flags, restarts, runs,"
+        " each run's cells, requests and tokens, a time estimate; nothing restarts",
+    )
+    plan.add_argument("config", type=Path)
+    plan.add_argument("--mode", choices=list(MODES))
+    plan.add_argument("--base-url", dest="base_url", help="override the config's base_url")
+    plan.add_argument("--inventory", help="override the config's inventory (the canary's)")
+    plan.add_argument(
+        "--max-model-len", type=int,
+        help="the canary's context limit (else the last run's): a longer context is refused",
+    )  # fmt: skip
+    plan.add_argument(
+        "--history", type=Path, metavar="RESULTS",
+        help="a results.json of the canary's server: the time estimate and the context limit",
+    )  # fmt: skip
+    plan.add_argument(
+        "--out", type=Path,
+        help="a previous sweep's results dir: its restarts' seconds and its last run",
+    )  # fmt: skip
+    plan.add_argument("--json", action="store_true", help="one JSON line (the playbook reads it)")
+    plan.set_defaults(func=_sweep_plan)
 
 
 # A file of the inventory that does not parse, as ansible-inventory reports it (2.19:
@@ -240,6 +265,7 @@ def _sweep_run(args: argparse.Namespace) -> int:
     key_file = cfg.plan.get("api_key_file")
     key = read_api_key(str(key_file), "--api-key-file") if key_file else None
     _check(cfg)
+    _fits_the_canary(cfg)
     args.out.mkdir(parents=True, exist_ok=True)
     applier = AnsibleApplier(
         cfg.inventory, cfg.canary, cfg.base_url, cfg.served_model_name,
@@ -260,6 +286,20 @@ def _sweep_run(args: argparse.Namespace) -> int:
             fh.write(f"done failed: {type(exc).__name__}: {first}\n")
         raise
     return _print_result(result, as_json=args.json)
+
+
+def _fits_the_canary(cfg: SweepConfig) -> None:
+    """The plan's context lengths against the canary's server as it runs now, before
+    anything restarts (a length it cannot take would fail the first run, after a
+    restart); a server that does not answer is not checked here (the first run is)."""
+    plan = cfg.bench_plan()
+    limit, _ = served_max_model_len(plan)
+    if limit is None:
+        return
+    try:
+        fit_context_lengths(plan.context_lengths, plan.output_len, limit, plan.context_over_limit)
+    except ValidationError as exc:
+        raise ValidationError(f"plan.{exc.field}", exc.problem) from None
 
 
 def _print_result(result: SweepResult, *, as_json: bool) -> int:
@@ -291,6 +331,50 @@ def _register_sweep_report(ssub: Any) -> None:
     rep.set_defaults(func=_sweep_report)
 
 
+def _register_sweep_predict(ssub: Any) -> None:
+    pred = ssub.add_parser(
+        "predict",
+        help="the depth model on a finished sweep: acceptance per position at one depth"
+        " and the step cost at two predict every candidate; printed beside the measured"
+        " runs with the restarts a model-guided search would have saved",
+    )
+    pred.add_argument("config", type=Path, help="the config the sweep ran")
+    pred.add_argument("--out", type=Path, required=True, help="the sweep's results dir")
+    pred.add_argument("--json", action="store_true", help="one JSON line")
+    pred.set_defaults(func=_sweep_predict)
+
+
+def _sweep_predict(args: argparse.Namespace) -> int:
+    cfg = load_config_file(input_file(args.config, "config"))
+    out = input_dir(args.out, "--out")
+    if not (out / "sweep.jsonl").is_file():
+        raise ValidationError(
+            "--out", f"{out} holds no sweep.jsonl: give the directory `sweep run --out` wrote"
+        )
+    outcome, ledger = replay_sweep(cfg, out)
+    views = gather(outcome, ledger, out, cfg.objective, cfg.scoring)
+    context = model_context(cfg, outcome, views)
+    if args.json:
+        replay = context["replay"]
+        json.dump(
+            {
+                "applies": replay is not None,
+                "reason": context["model_reason"],
+                "rows": context["model_rows"],
+                "steps": replay.steps if replay else [],
+                "measured": replay.restarts if replay else None,
+                "saved": replay.saved if replay else None,
+                "best_model": replay.best_model if replay else None,
+                "best_grid": replay.best_measured if replay else None,
+            },
+            sys.stdout,
+        )
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render("sweep/predict.md.j2", **context))
+    return 0 if context["replay"] is not None else 1
+
+
 def _sweep_report(args: argparse.Namespace) -> int:
     cfg = load_config_file(input_file(args.config, "config"))
     if not (args.out / "sweep.jsonl").is_file():
@@ -306,16 +390,18 @@ def _sweep_plan(args: argparse.Namespace) -> int:
         {"mode": args.mode, "base_url": args.base_url, "inventory": args.inventory},
     )
     _check(cfg)
-    json.dump(
-        {
-            "mode": cfg.mode,
-            "candidates": cfg.candidates_bound(),
-            "space": cfg.space.size(),
-            "max_progress_lines": cfg.progress_bound(),
-        },
-        sys.stdout,
-    )
-    sys.stdout.write("\n")
+    if args.max_model_len is not None and args.max_model_len < 1:
+        raise ValidationError(
+            "--max-model-len", f"must be an integer >= 1 (got {args.max_model_len})"
+        )
+    history = load_results(input_file(args.history, "--history")) if args.history else None
+    out = input_dir(args.out, "--out") if args.out else None
+    priced = sweep_price(cfg, max_model_len=args.max_model_len, history=history, out=out)
+    if args.json:
+        json.dump(priced.to_dict(), sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    sys.stdout.write(render("sweep/plan.txt.j2", cfg=cfg, price=priced))
     return 0
 
 
