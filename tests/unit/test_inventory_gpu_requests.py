@@ -110,7 +110,8 @@ ROWS: dict[str, tuple[str, dict[str, dict[str, Any]], list[tuple[str, str]]]] = 
                              [("gpu-node-01: vfio_release: its containers ask for more than one",
                                "NVIDIA RTX A6000: ct129-qwen27b")]),
     "address-and-model-on-a-node": ("combined", {CT2: {"pve_container_node": "gpu-node-01",
-                                                       **BY_ADDRESS, GPUS: ["0000:81:00.0"]}},
+                                                       **BY_ADDRESS, GPUS: [
+                                                           f"0000:8{i}:00.0" for i in range(1, 5)]}},
                                     [("gpu-node-01: vfio_release: its containers ask for cards"
                                       " by address (ct131-qwen122b) and by model",
                                       "give them all")]),

@@ -8,21 +8,24 @@ key, venv path) as filters.
     {{ inference_engine_engine | specops.infra.engine_build_plan(version=..., git_ref=...,
          git_commit=..., python=..., app_dir=...) }}
 
+    {{ inference_engine_engine | specops.infra.engine_pin(version=..., model=..., pins=...) }}
+
 The logic is ``plugins/module_utils/engines.py`` (the descriptor) and
-``plugins/module_utils/engine_build.py`` (stdlib, also used on the host); this file only
-turns their ValueError (``<variable>: problem``) into a filter error.
+``plugins/module_utils/engine_build.py`` (stdlib, also used on the host: the build plan
+and the model pin, one rule with the controller preflight); this file only turns their
+ValueError (``<variable>: problem``) into a filter error.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.specops.infra.plugins.module_utils.engine_build import plan
+from ansible_collections.specops.infra.plugins.module_utils.engine_build import model_pin, plan
 from ansible_collections.specops.infra.plugins.module_utils.engines import descriptor
 
-__all__ = ["FilterModule", "engine_build_plan", "engine_descriptor"]
+__all__ = ["FilterModule", "engine_build_plan", "engine_descriptor", "engine_pin"]
 
 
 def engine_build_plan(
@@ -66,8 +69,31 @@ def engine_descriptor(
         raise AnsibleFilterError(f"engine_descriptor: {exc}") from exc
 
 
+def engine_pin(
+    engine: str,
+    *,
+    version: str = "",
+    model: str = "",
+    pins: Mapping[str, Any] | None = None,
+    git_ref: str = "",
+) -> dict[str, str]:
+    """The version the build takes and the pin's verdict (``problem``: '' or why not)."""
+    try:
+        found = model_pin(
+            str(engine), str(version or ""), str(model or ""), pins or {},
+            git_ref=str(git_ref or ""),
+        )  # fmt: skip
+    except ValueError as exc:
+        raise AnsibleFilterError(f"engine_pin: {exc}") from exc
+    return found.as_dict()
+
+
 class FilterModule:
     """specops.infra engine build filters."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {"engine_build_plan": engine_build_plan, "engine_descriptor": engine_descriptor}
+        return {
+            "engine_build_plan": engine_build_plan,
+            "engine_descriptor": engine_descriptor,
+            "engine_pin": engine_pin,
+        }

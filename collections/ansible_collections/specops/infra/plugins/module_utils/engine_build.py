@@ -50,10 +50,13 @@ __all__ = [
     "PACKAGES",
     "STAMP",
     "BuildPlan",
+    "EnginePin",
     "engine_facts",
+    "model_pin",
     "plan",
     "record_running",
     "running_build",
+    "version_key",
 ]
 
 STAMP = ".specops-engine.json"
@@ -70,6 +73,74 @@ def engine_facts(engine: str) -> EngineDescriptor:
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*([a-z0-9.+-]*)$")
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """A release's order: its numbers, a pre-release suffix (``0.5.11rc1``) below the
+    release itself. Enough for the pins' ``min`` (exact releases)."""
+    match = re.match(r"^([0-9]+(?:\.[0-9]+)*)(.*)$", version.strip())
+    if match is None:
+        return (-1,)
+    numbers = tuple(int(n) for n in match.group(1).split("."))
+    suffix = match.group(2).lstrip(".")
+    pre = suffix[:1].isalpha() and not suffix.startswith("post")
+    return (*numbers, -1 if pre else 0)
+
+
+@dataclass(frozen=True)
+class EnginePin:
+    """The version a build takes and whether the model's pin allows it.
+
+    ``version``: ``inference_engine_version``, else the model's ``pin`` for the engine
+    (``inference_engine_model_pins``), else the engine's default pin (its descriptor). A
+    git build's version is the release it is based on (its flag list, vLLM's precompiled
+    kernels). ``problem`` is empty when the build may go ahead, else the one line (about
+    ``inference_engine_version``) that says why not: the role's preflight and the
+    controller's preflight print it."""
+
+    engine: str
+    version: str
+    pin: str = ""
+    min: str = ""
+    why: str = ""
+    problem: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "engine": self.engine, "version": self.version, "pin": self.pin,
+            "min": self.min, "why": self.why, "problem": self.problem,
+        }  # fmt: skip
+
+
+def model_pin(
+    engine: str,
+    version: str,
+    model: str,
+    pins: Mapping[str, Any] | None,
+    *,
+    git_ref: str = "",
+) -> EnginePin:
+    """The version ``engine`` installs for ``model`` and whether the pin allows it: one
+    rule for the role (filter ``specops.infra.engine_pin``) and the controller preflight.
+    A version that is no exact release, or older than the model's ``min``, is a problem
+    (a git build's ``min`` is not enforced: its ref decides what it can do)."""
+    facts = engine_facts(engine)
+    found = pins.get(model) if isinstance(pins, Mapping) else None
+    entry: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    wanted = entry.get(engine)
+    per_engine: Mapping[str, Any] = wanted if isinstance(wanted, Mapping) else {}
+    pin = str(per_engine.get("pin", "") or "")
+    floor = str(per_engine.get("min", "") or "")
+    why = " ".join(str(entry.get("why", "") or "").split())
+    chosen = str(version or "").strip() or pin or facts.default_version
+    problem = ""
+    if not git_ref and not _VERSION.match(chosen):
+        problem = (
+            f"must be an exact release such as 0.5.11 (got {chosen!r}); ranges are not installed"
+        )
+    elif not git_ref and floor and version_key(chosen) < version_key(floor):
+        problem = f"{model} needs {engine} >= {floor} (got {chosen})" + (f": {why}" if why else "")
+    return EnginePin(engine, chosen, pin, floor, why, problem)
 
 
 @dataclass(frozen=True)
