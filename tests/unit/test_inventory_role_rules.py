@@ -63,6 +63,8 @@ VAULTED = EncryptedString(ciphertext="$ANSIBLE_VAULT;1.1;AES256\n6162")
 FIX = "ansible-vault encrypt_string --name"
 ENV = "lookup('ansible.builtin.env'"
 ARGS = "inference_service_engine_args"
+PROFILE = "inference_service_speculative"
+DRAFTERS = REPO / "tests" / "fixtures" / "drafter"
 CUDA = "inference_service_cuda_visible_devices"
 # CT on the seeds' vLLM instead (the example's commented DFlash build, its TP 2 as vLLM says it).
 VLLM = {"inference_engine_engine": "vllm", "inference_engine_version": "0.20.1",
@@ -119,6 +121,18 @@ ROWS: dict[str, tuple[str, dict[str, dict[str, Any]], list[tuple[str, str]]]] = 
                                  [(f"{CT}: inference_engine_version: vllm 0.19.0 has no recorded "
                                    "flag list (known: 0.20.1, 0.32.0)",
                                    "scripts/extract-engine-flags.py")]),
+    # The drafter readable here (a local directory): the node's drafter preflight runs at
+    # the controller, before anything is fetched; the known drafter's pins are errors.
+    "drafter-wrong-ids-and-mask": ("drafter", {CT: {
+        "inference_engine_model": str(DRAFTERS / "qwen3_6-27b-target"),
+        PROFILE: {"method": "dflash", "num_draft_tokens": 16,
+                  "draft_model": str(DRAFTERS / "qwen3_6-27b-dflash-shifted")}}},
+                                   [(f"{CT}: {PROFILE}.draft_model: drafter.dflash_config."
+                                     "mask_token_id: found 248076, expected 248070 (known drafter "
+                                     "z-lab/Qwen3.6-27B-DFlash", "qwen3_6-27b-dflash-shifted"),
+                                    (f"{CT}: {PROFILE}.draft_model: drafter.dflash_config."
+                                     "target_layer_ids: found [2, 17, 32, 47, 62], expected "
+                                     "[1, 16, 31, 46, 61]", "known drafter")]),
     "pve-token-literal": ("secret", {CT: {"pve_container_api_token_secret": "0b1c-plain"}},
                           [(f"{CT}: pve_container_api_token_secret: a secret in plain text",
                             f"{FIX} pve_container_api_token_secret")]),
@@ -198,6 +212,11 @@ def test_a_bad_variable_is_named_by_host_and_variable(
                CUDA: ""}},  # DP attention shares the TP cards; no CUDA_VISIBLE_DEVICES
         {CT: {"inference_engine_git_ref": "refs/pull/1/head", "inference_engine_version": "0.5.12",
               ARGS: ["--tp-size", "2", "--new-flag-of-the-pr", "x"]}},  # its own parser judges
+        {CT: {"inference_engine_model": str(DRAFTERS / "qwen3_6-27b-target"),
+              PROFILE: {"method": "dflash", "num_draft_tokens": 16,
+                        "draft_model": str(DRAFTERS / "qwen3_6-27b-dflash")}}},  # the seeds'
+        {CT: {PROFILE: {"method": "dflash", "num_draft_tokens": 16,  # not here: the node's
+                        "draft_model": "z-lab/Qwen3.6-27B-DFlash"}}},
         {CT: {"pve_container_api_token_secret": VAULTED}},  # !vault
         {CT: {"pve_container_api_token_secret": "{{ lookup('env', 'PROXMOX_TOKEN_SECRET') }}"}},
         {CT: {"inference_engine_hf_token": "{{ lookup('ansible.builtin.file', '/k/hf') }}"}},
@@ -209,7 +228,7 @@ def test_a_bad_variable_is_named_by_host_and_variable(
         {CT: {"inference_service_engine_args": "{{ my_args }}"}},  # a template: the role's
     ],
     ids=["example", "pin", "local-model", "git-build", "vllm", "vllm-dp", "tp-x-pp",
-         "dp-attention", "git-build-args", "vault",
+         "dp-attention", "git-build-args", "drafter-here", "drafter-on-the-node", "vault",
          "env", "file", "via-vaulted-var", "secret-env-vault", "extra-var", "vault-var",
          "digits", "args-template"],
 )  # fmt: skip
@@ -268,8 +287,7 @@ def test_the_preflight_playbook_refuses_each_family_before_any_change(tmp_path: 
     ], msg  # fmt: skip
     assert "secrets.yml:1)" in msg[3]
     assert msg[6].startswith(
-        f"{CT2}: inference_engine_version: Qwen/Qwen3.5-122B-A10B needs sglang >= 9.9"
-        " (got 0.5.11)"
+        f"{CT2}: inference_engine_version: Qwen/Qwen3.5-122B-A10B needs sglang >= 9.9 (got 0.5.11)"
     ), msg[6]
     assert "hf_plain" not in json.dumps(msg)
     assert run["stats"]["localhost"]["changed"] == 0

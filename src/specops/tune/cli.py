@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.specops.infra.plugins.module_utils.engine_build import model_pin
+
 from specops.bench.compare import count_arg, threshold_arg
 from specops.bench.plan import plan_from_mapping, read_api_key
 from specops.bench.results import load_results
@@ -28,9 +30,11 @@ from specops.errors import (
     ValidationError,
     input_dir,
     input_file,
+    load_yaml_file,
     output_dir,
     output_file,
 )
+from specops.speculative import known_versions
 from specops.tune.apply import REPO, AnsibleApplier, generates
 from specops.tune.config import SweepConfig, load_config_file
 from specops.tune.output_gate import api_key_of, gate_config, reference_beside, served_model
@@ -189,12 +193,58 @@ def _check(cfg: SweepConfig) -> None:
             f"{cfg.canary!r} is not a host of group serving in {cfg.inventory}"
             f" (have: {', '.join(hosts) or 'none'}){hint}",
         )
+    _same_engine(cfg)
     if cfg.candidates_bound() == 0:
         first = next((cfg.space.candidate(a).invalid for a in cfg.space.grid()), None)
         raise ValidationError(
             "space",
             f"no candidate the engine {cfg.space.engine.label} can take"
             f" (all {cfg.space.size()} refused; the first: {first})",
+        )
+
+
+def _canary_vars(inventory: str, canary: str) -> dict[str, Any]:
+    """The canary's variables as the inventory writes them (``ansible-inventory --host``)."""
+    proc = subprocess.run(
+        [_ansible_inventory(), "-i", inventory, "--host", canary],
+        cwd=REPO, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ValidationError("inventory", f"{inventory}: cannot read {canary}'s variables ({why})")
+    data = json.loads(proc.stdout or "{}")
+    return data if isinstance(data, dict) else {}
+
+
+def _same_engine(cfg: SweepConfig) -> None:
+    """The engine is stated once, by the canary's ``inference_engine_*``: a config whose
+    ``engine`` names another engine or version would sweep flags the canary's build does
+    not take (refused here, before anything restarts)."""
+    hv = _canary_vars(cfg.inventory, cfg.canary)
+    name = hv.get("inference_engine_engine")
+    if not isinstance(name, str) or not name or "{{" in name:
+        return  # the inventory does not say (or says it through a template)
+    defaults = load_yaml_file(REPO / "roles/inference_engine/defaults/main.yml", "defaults")
+    try:
+        pin = model_pin(
+            name, str(hv.get("inference_engine_version") or ""),
+            str(hv.get("inference_engine_model") or ""),
+            hv.get("inference_engine_model_pins", defaults.get("inference_engine_model_pins")),
+            git_ref=str(hv.get("inference_engine_git_ref") or ""),
+        )  # fmt: skip
+    except ValueError:
+        return  # a wrong engine name: the inventory's preflight names it
+    engine = cfg.space.engine
+    wanted = pin.version
+    known = [v for v in known_versions(name) if v == wanted or v.startswith(wanted + ".")]
+    wanted = known[0] if len(known) == 1 else wanted
+    if (engine.name, engine.version) != (name, wanted):
+        raise ValidationError(
+            "engine",
+            f"{engine.name} {engine.version} is not what the canary {cfg.canary} serves:"
+            f" {name} {wanted} (its inference_engine_engine and _version in {cfg.inventory},"
+            f" the one statement of its engine); valid: engine: {{name: {name}, version:"
+            f" {wanted!r}}}, or the canary that serves {engine.name} {engine.version}",
         )
 
 

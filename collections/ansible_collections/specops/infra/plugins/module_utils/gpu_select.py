@@ -106,8 +106,11 @@ def _near(model: str, cards: Sequence[Card]) -> list[str]:
     names = sorted({str(c.get("name", "")) for c in cards if c.get("name")})
     close = set(difflib.get_close_matches(wanted, [_norm(n) for n in names], n=3, cutoff=0.8))
     found = [n for n in names if wanted in _norm(n) or _norm(n) in close]
-    ratio = lambda n: difflib.SequenceMatcher(None, wanted, _norm(n)).ratio()  # noqa: E731
-    return sorted(found, key=lambda n: (-ratio(n), n))[:3]
+
+    def nearness(name: str) -> tuple[float, str]:
+        return (-difflib.SequenceMatcher(None, wanted, _norm(name)).ratio(), name)
+
+    return sorted(found, key=nearness)[:3]
 
 
 @dataclass(frozen=True)

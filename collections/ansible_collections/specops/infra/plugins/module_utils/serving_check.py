@@ -18,7 +18,11 @@ checks the same arguments again before the unit changes):
 - the context length within the model's ``max_position_embeddings`` when it is known (a
   local model directory readable here, or ``max_position_embeddings`` recorded with the
   model's pin);
-- the share of GPU memory the engine takes, a fraction 0 < x <= 1.
+- the share of GPU memory the engine takes, a fraction 0 < x <= 1;
+- the drafter, when the target and the drafter are readable on this machine (a
+  directory, or a hub id in its hub cache): the node's drafter preflight
+  (``drafter_check``: the known drafters' pinned mask token, target layers, layer types
+  and block), before anything is fetched.
 
 Each problem is ``(variable, text)``; the caller puts the host in front. Stdlib only.
 """
@@ -32,6 +36,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.specops.infra.plugins.module_utils.drafter_check import (
+    DRAFTER_METHODS,
+    HUB_ID,
+    default_hub_cache,
+    resolve,
+)
+from ansible_collections.specops.infra.plugins.module_utils.drafter_check import (
+    check as drafter_check,
+)
 from ansible_collections.specops.infra.plugins.module_utils.engine_build import model_pin
 from ansible_collections.specops.infra.plugins.module_utils.engines import descriptor
 from ansible_collections.specops.infra.plugins.module_utils.errors import (
@@ -71,6 +84,7 @@ class Serving:
     engine: str
     version: str = ""
     model: str = ""
+    model_revision: str = "main"
     pins: Mapping[str, Any] = field(default_factory=dict)
     git_ref: str = ""
     capabilities: Sequence[str] = ()
@@ -82,6 +96,12 @@ class Serving:
     # None when it asks for none. ``cards_var`` names where the count comes from.
     cards: int | None = None
     cards_var: str = "lxc_gpu_passthrough_gpu_count"
+    # The drafter preflight's inputs (inference_service_drafter_*), and this machine's
+    # hub cache: a drafter readable here is checked here, before the node fetches it.
+    drafter_preflight: bool = True
+    drafter_known: Mapping[str, Any] = field(default_factory=dict)
+    drafter_sha256: str = ""
+    hub_cache: str = ""
 
     @classmethod
     def from_vars(cls, hv: Mapping[str, Any], defaults: Mapping[str, Any]) -> Serving:
@@ -105,6 +125,7 @@ class Serving:
             engine=str(get("inference_engine_engine", "")),
             version=str(get("inference_engine_version", "") or ""),
             model=str(get("inference_engine_model", "") or ""),
+            model_revision=str(get("inference_engine_model_revision", "main") or "main"),
             pins=get("inference_engine_model_pins", {}),
             git_ref=str(get("inference_engine_git_ref", "") or ""),
             capabilities=[str(c) for c in get("inference_engine_capabilities", []) or []],
@@ -114,6 +135,10 @@ class Serving:
             environment=environment if isinstance(environment, Mapping) else {},
             cards=cards,
             cards_var=where,
+            drafter_preflight=bool(get("inference_service_drafter_preflight", True)),
+            drafter_known=get("inference_service_drafter_known", {}) or {},
+            drafter_sha256=str(get("inference_service_drafter_config_sha256", "") or ""),
+            hub_cache=default_hub_cache(),
         )
 
 
@@ -201,6 +226,7 @@ def serving_problems(s: Serving) -> list[tuple[str, str]]:
             else:
                 problems.append(("inference_engine_capabilities", exc.problem))
     problems += _profile_problems(s, engine)
+    problems += _drafter_problems(s)
     if engine is not None and args is not None:
         problems += _arg_problems(s, engine, args, built.platform == "cpu")
     return problems
@@ -227,6 +253,33 @@ def _profile_problems(s: Serving, engine: Engine | None) -> list[tuple[str, str]
     except SpecopsError as exc:
         return [(PROFILE, str(exc))]
     return []
+
+
+def _drafter_problems(s: Serving) -> list[tuple[str, str]]:
+    """The drafter preflight (``drafter_check.check``, the node's own) when both the
+    target and the drafter are readable here: a directory on this machine, or a hub id
+    in its hub cache. Otherwise the node checks them after the download."""
+    if not s.drafter_preflight or not isinstance(s.profile, Mapping) or _templated(s.profile):
+        return []
+    try:
+        profile = SpeculativeProfile.from_mapping(s.profile, prefix=PROFILE)
+    except SpecopsError:
+        return []  # named by the profile check
+    if profile.draft_model is None or profile.method not in DRAFTER_METHODS:
+        return []
+    target, _why = resolve(s.model, s.model_revision, s.hub_cache) if s.model else (None, "")
+    drafter, _why = resolve(profile.draft_model, profile.draft_model_revision, s.hub_cache)
+    if target is None or drafter is None:
+        return []
+    known = s.drafter_known if isinstance(s.drafter_known, Mapping) else {}
+    report = drafter_check(
+        profile.method, target, drafter,
+        drafter_id=profile.draft_model if HUB_ID.match(profile.draft_model) else "",
+        window=profile.draft_window, num_draft_tokens=profile.num_draft_tokens,
+        known=known, config_sha256=s.drafter_sha256,
+    )  # fmt: skip
+    where = f"{PROFILE}.draft_model"
+    return [(where, f"{f.message} (in {drafter}/config.json)") for f in report.findings]
 
 
 def _arg_problems(s: Serving, engine: Engine, args: list[str], cpu: bool) -> list[tuple[str, str]]:
