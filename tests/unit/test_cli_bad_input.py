@@ -529,6 +529,12 @@ ROWS: dict[str, Bad] = {
         "migrate spec", f"migrate preflight {MIGRATE} --dry-run", "api.hots", "valid:",
         {"spec.json": spec(api={"hots": "x"})},
     ),
+    # The CA the API is verified with (issue 49: an OSError and exit 70 before).
+    "migrate-api-no-ca-file": Bad(
+        "migrate spec", f"migrate preflight {MIGRATE} --dry-run", "api.verify",
+        "copy a node's /etc/pve/pve-root-ca.pem there",
+        {"spec.json": spec(api={"host": "127.0.0.1", "port": "{port}", "verify": "{t}/ca.pem"})},
+    ),
     "migrate-facts-missing": Bad(
         "path", f"migrate preflight {MIGRATE} --target-facts {{t}}/nope.json", "--target-facts",
         "no such file", {"spec.json": spec()},
