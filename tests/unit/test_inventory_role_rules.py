@@ -121,6 +121,16 @@ ROWS: dict[str, tuple[str, dict[str, dict[str, Any]], list[tuple[str, str]]]] = 
                                  [(f"{CT}: inference_engine_version: vllm 0.19.0 has no recorded "
                                    "flag list (known: 0.20.1, 0.32.0)",
                                    "scripts/extract-engine-flags.py")]),
+    # A build as operators make it: pull requests applied on a base (the base missing).
+    "patches-without-a-base": ("build", {CT: VLLM | {"inference_engine_git_patches": [
+        "refs/pull/40727/head", "refs/pull/40898/head"]}},
+                               [(f"{CT}: inference_engine_git_patches: apply to a git build",
+                                 "set inference_engine_git_ref")]),
+    "patch-commit-not-a-commit": ("build", {CT: VLLM | {
+        "inference_engine_git_ref": "refs/tags/v0.20.1",
+        "inference_engine_git_patches": [{"ref": "refs/pull/40898/head", "commit": "abc"}]}},
+                                  [(f"{CT}: inference_engine_git_patches[0].commit: must be a "
+                                    "full 40-hex commit", "'abc'")]),
     # The drafter readable here (a local directory): the node's drafter preflight runs at
     # the controller, before anything is fetched; the known drafter's pins are errors.
     "drafter-wrong-ids-and-mask": ("drafter", {CT: {
@@ -215,6 +225,9 @@ def test_a_bad_variable_is_named_by_host_and_variable(
         {CT: {"inference_engine_model": str(DRAFTERS / "qwen3_6-27b-target"),
               PROFILE: {"method": "dflash", "num_draft_tokens": 16,
                         "draft_model": str(DRAFTERS / "qwen3_6-27b-dflash")}}},  # the seeds'
+        {CT: VLLM | {"inference_engine_git_ref": "refs/tags/v0.20.1",  # the seeds' DFlash build
+                     "inference_engine_git_patches": ["refs/pull/40727/head",
+                                                      "refs/pull/40898/head"]}},
         {CT: {PROFILE: {"method": "dflash", "num_draft_tokens": 16,  # not here: the node's
                         "draft_model": "z-lab/Qwen3.6-27B-DFlash"}}},
         {CT: {"pve_container_api_token_secret": VAULTED}},  # !vault
@@ -228,7 +241,8 @@ def test_a_bad_variable_is_named_by_host_and_variable(
         {CT: {"inference_service_engine_args": "{{ my_args }}"}},  # a template: the role's
     ],
     ids=["example", "pin", "local-model", "git-build", "vllm", "vllm-dp", "tp-x-pp",
-         "dp-attention", "git-build-args", "drafter-here", "drafter-on-the-node", "vault",
+         "dp-attention", "git-build-args", "base-and-prs", "drafter-here",
+         "drafter-on-the-node", "vault",
          "env", "file", "via-vaulted-var", "secret-env-vault", "extra-var", "vault-var",
          "digits", "args-template"],
 )  # fmt: skip

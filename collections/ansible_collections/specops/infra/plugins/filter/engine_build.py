@@ -23,9 +23,19 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.specops.infra.plugins.module_utils.engine_build import model_pin, plan
+from ansible_collections.specops.infra.plugins.module_utils.engine_source import (
+    EngineSourceError,
+    parse_patches,
+)
 from ansible_collections.specops.infra.plugins.module_utils.engines import descriptor
 
-__all__ = ["FilterModule", "engine_build_plan", "engine_descriptor", "engine_pin"]
+__all__ = [
+    "FilterModule",
+    "engine_build_plan",
+    "engine_descriptor",
+    "engine_patches",
+    "engine_pin",
+]
 
 
 def engine_build_plan(
@@ -40,14 +50,18 @@ def engine_build_plan(
     extra_packages: Sequence[str] = (),
     removed: Sequence[str] = (),
     recipe: int = 1,
+    git_patches: Sequence[Mapping[str, str]] = (),
+    patch_method: str = "merge",
 ) -> dict[str, Any]:
-    """The build as a mapping: key, digest, venv, requirements, removed, build_env, source."""
+    """The build as a mapping: key, digest, venv, requirements, removed, build_env, source,
+    git_patches, patch_method, source_dir."""
     try:
         built = plan(
             engine=str(engine), version=str(version).strip(), git_ref=str(git_ref).strip(),
             git_commit=str(git_commit).strip(), git_repo=str(git_repo).strip(),
             python=str(python).strip(), extra_packages=[str(p) for p in extra_packages],
             removed=[str(p) for p in removed], recipe=int(recipe), app_dir=str(app_dir),
+            git_patches=list(git_patches or ()), patch_method=str(patch_method),
         )  # fmt: skip
     except ValueError as exc:
         raise AnsibleFilterError(f"engine_build_plan: {exc}") from exc
@@ -88,6 +102,23 @@ def engine_pin(
     return found.as_dict()
 
 
+def engine_patches(value: Any, resolved: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, str]]:
+    """``inference_engine_git_patches`` as ``[{ref, commit}]``: a commit pinned or given,
+    else the one ``git ls-remote`` printed for its ref (``resolved``: that loop's results),
+    else ''."""
+    try:
+        patches = parse_patches(value)
+    except EngineSourceError as exc:
+        raise AnsibleFilterError(f"engine_patches: {exc}") from exc
+    found: dict[str, str] = {}
+    for result in resolved or ():
+        item = result.get("item") if isinstance(result, Mapping) else None
+        words = str(result.get("stdout", "") if isinstance(result, Mapping) else "").split()
+        if isinstance(item, Mapping) and words:
+            found[str(item.get("ref", ""))] = words[0]
+    return [{"ref": p.ref, "commit": p.commit or found.get(p.ref, "")} for p in patches]
+
+
 class FilterModule:
     """specops.infra engine build filters."""
 
@@ -95,5 +126,6 @@ class FilterModule:
         return {
             "engine_build_plan": engine_build_plan,
             "engine_descriptor": engine_descriptor,
+            "engine_patches": engine_patches,
             "engine_pin": engine_pin,
         }

@@ -53,6 +53,7 @@ _KEYS = (
     "inference_engine_model",
     "inference_engine_model_pins",
     "inference_engine_git_ref",
+    "inference_engine_git_patches",
     "inference_engine_capabilities",
     "inference_service_speculative",
     "inference_service_engine_args",

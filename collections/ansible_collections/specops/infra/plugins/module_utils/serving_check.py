@@ -46,6 +46,10 @@ from ansible_collections.specops.infra.plugins.module_utils.drafter_check import
     check as drafter_check,
 )
 from ansible_collections.specops.infra.plugins.module_utils.engine_build import model_pin
+from ansible_collections.specops.infra.plugins.module_utils.engine_source import (
+    EngineSourceError,
+    parse_patches,
+)
 from ansible_collections.specops.infra.plugins.module_utils.engines import descriptor
 from ansible_collections.specops.infra.plugins.module_utils.errors import (
     SpecopsError,
@@ -87,6 +91,7 @@ class Serving:
     model_revision: str = "main"
     pins: Mapping[str, Any] = field(default_factory=dict)
     git_ref: str = ""
+    git_patches: Any = ()
     capabilities: Sequence[str] = ()
     profile: Mapping[str, Any] | None = None
     args: Sequence[Any] = ()
@@ -128,6 +133,7 @@ class Serving:
             model_revision=str(get("inference_engine_model_revision", "main") or "main"),
             pins=get("inference_engine_model_pins", {}),
             git_ref=str(get("inference_engine_git_ref", "") or ""),
+            git_patches=get("inference_engine_git_patches", []),
             capabilities=[str(c) for c in get("inference_engine_capabilities", []) or []],
             profile=get(PROFILE, None),
             args=get(ARGS, []),
@@ -201,10 +207,11 @@ def serving_problems(s: Serving) -> list[tuple[str, str]]:
     except ValueError:
         return []  # the argument spec names a wrong engine (its choices)
     problems: list[tuple[str, str]] = []
+    problems += _patch_problems(s)
     pin = model_pin(s.engine, s.version, s.model, s.pins, git_ref=s.git_ref)
     if pin.problem:
         # The version is wrong: no flag list of it decides anything (fix it first).
-        return [(VERSION, pin.problem)]
+        return [*problems, (VERSION, pin.problem)]
     if not isinstance(s.args, list | tuple) or any(_templated(a) for a in s.args):
         args = None  # one string (its type is refused) or a template: the role's to judge
     else:
@@ -230,6 +237,24 @@ def serving_problems(s: Serving) -> list[tuple[str, str]]:
     if engine is not None and args is not None:
         problems += _arg_problems(s, engine, args, built.platform == "cpu")
     return problems
+
+
+def _patch_problems(s: Serving) -> list[tuple[str, str]]:
+    """Pull requests applied on a base: well formed, and with a base to go on."""
+    if _templated(s.git_patches) or not s.git_patches:
+        return []
+    try:
+        parse_patches(s.git_patches)
+    except EngineSourceError as exc:
+        name, _sep, text = str(exc).partition(": ")
+        return [(name, text)]
+    if not s.git_ref:
+        return [(
+            "inference_engine_git_patches",
+            "apply to a git build: set inference_engine_git_ref, the base they go on (a tag"
+            " such as refs/tags/v0.20.1, a branch or a pull request)",
+        )]  # fmt: skip
+    return []
 
 
 def _templated(value: Any) -> bool:
