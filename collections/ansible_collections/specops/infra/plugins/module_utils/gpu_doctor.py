@@ -165,7 +165,7 @@ def diagnose(
                     "no GPU lines",
                     f"/etc/pve/lxc/{vmid}.conf gives no NVIDIA device",
                     f"lxc_gpu_passthrough_gpu_model / lxc_gpu_passthrough_gpus of {name}, "
-                    f"then playbooks/container.yml --limit {node},{name}",
+                    f"then playbooks/container.yml --limit {node},{name}{c.until_ready}",
                 ),
                 explains=("nvml", "cuda"),
             )
