@@ -80,7 +80,7 @@ import tarfile
 import time
 import traceback
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,12 +128,38 @@ TRIM = (
     "vllm/_flashmla_C.abi3.so",
     "vllm/_flashmla_extension_C.abi3.so",
 )
-PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (35, 28, 27, 26, 24, 17, 5)] + [
-    "manylinux2014_x86_64",
-    "manylinux1_x86_64",
-]
+# The payloads' locks (scripts/lock.py: device-vllm, device-sglang): every wheel pinned
+# with its hashes for the device's CPython 3.12 and glibc; pip matches each --platform
+# tag exactly, so the download names every manylinux tag up to the lock's.
+LOCKS = {"vllm": "device-vllm", "sglang": "device-sglang"}
+
+
+def pip_platforms(platform: str) -> list[str]:
+    """pip's ``--platform`` tags for uv's ``x86_64-manylinux_2_N``: every glibc up to N."""
+    arch, _, tag = platform.partition("-")
+    glibc = int(tag.rsplit("_", 1)[1])
+    return [f"manylinux_2_{n}_{arch}" for n in range(glibc, 4, -1)] + [
+        f"manylinux2014_{arch}",
+        f"manylinux1_{arch}",
+    ]
+
+
+def _lock_module() -> Any:
+    path = REPO / "scripts/lock.py"
+    spec = importlib.util.spec_from_file_location("specops_lock", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"{path}: cannot be loaded")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 PART_BYTES = 50 * 1024 * 1024  # + the working tree (~10 MiB) stays under 64 MiB a call
 WORK = Path("/root/specops-serve")  # on the device: outside the repo copy
+# The renderer runs this interpreter's Ansible (the venv's bin need not be on PATH).
+_VENV_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+ANSIBLE_PLAYBOOK = str(_VENV_PLAYBOOK) if _VENV_PLAYBOOK.exists() else "ansible-playbook"
 SERVED = "r1b"
 PORT = 8000
 VMID = 910
@@ -290,12 +316,52 @@ def sha256(path: Path) -> str:
 # ------------------------------------------------------------------------------- bundle
 
 
-def _pip_download(dest: Path, reqs: list[str]) -> None:
-    plat = [a for p in PLATFORMS for a in ("--platform", p)]
+def payload_lock() -> tuple[Any, Path]:
+    """The engine's payload lock (refused when stale) and its environment."""
+    locks = _lock_module()
+    name = LOCKS[ENGINE]
+    problems = locks.check([name])
+    if problems:
+        raise SystemExit("bundle: " + "; ".join(problems))
+    env = locks.ENVIRONMENTS[name]
+    return env, env.lock_path
+
+
+def _pip_download(dest: Path, names: list[str]) -> None:
+    """The wheels of ``names`` as the payload's lock pins them, each file hash-checked."""
+    env, lock = payload_lock()
+    wanted = {n.lower().replace("_", "-") for n in names}
+    # The lock's entries for those names alone (a pin and its --hash lines), so pip's
+    # hash checking covers exactly what is downloaded.
+    entries, keep = [], False
+    for line in lock.read_text().splitlines():
+        if line and not line[0].isspace() and not line.startswith("#"):
+            keep = line.split("==", 1)[0].lower().replace("_", "-") in wanted
+        if keep and not line.lstrip().startswith("#"):
+            entries.append(line)
+    found = {e.split("==", 1)[0].lower().replace("_", "-") for e in entries if "==" in e}
+    if found != wanted:
+        raise SystemExit(f"bundle: {lock.name} pins no {', '.join(sorted(wanted - found))}")
+    subset = dest.with_name(dest.name + ".requirements.txt")
+    dest.mkdir(parents=True, exist_ok=True)
+    subset.write_text("\n".join(entries).rstrip("\\ \n") + "\n")
+    plat = [a for p in pip_platforms(env.platform) for a in ("--platform", p)]
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-           "--python-version", "3.12", "--implementation", "cp", *plat, "-d", str(dest),
-           *reqs]  # fmt: skip
+           "--require-hashes", "--python-version", env.python, "--implementation", "cp",
+           *plat, "-d", str(dest), "-r", str(subset)]  # fmt: skip
     subprocess.run(cmd, check=True)
+
+
+def apt_download(packages: Iterable[str], dest: Path) -> None:
+    """Debian's packages as .deb files into ``dest``; the package lists are read first (a
+    fresh machine has none: ``apt-get download`` then fails with exit 100)."""
+    update = sh(["apt-get", "update", "-qq"])
+    if update.returncode != 0:
+        raise SystemExit(f"apt-get update failed ({update.returncode}): {update.stderr[-2000:]}")
+    got = sh(["apt-get", "download", *packages], cwd=dest)
+    if got.returncode != 0:
+        raise SystemExit(f"apt-get download {' '.join(packages)} failed ({got.returncode}): "
+                         f"{got.stderr[-2000:]}")  # fmt: skip
 
 
 def _xz_tar(src: Path, members: list[str], dest: Path) -> None:
@@ -315,7 +381,7 @@ def vllm_trimmed(cache: Path) -> Path:
     whl_dir = cache / "whl"
     wheels = sorted(whl_dir.glob(f"vllm-{VLLM_VERSION}-*.whl"))
     if not wheels:
-        _pip_download(whl_dir, [f"vllm=={VLLM_VERSION}"])
+        _pip_download(whl_dir, ["vllm"])
         wheels = sorted(whl_dir.glob(f"vllm-{VLLM_VERSION}-*.whl"))
     key = hashlib.sha256((wheels[0].name + "\n".join(TRIM)).encode()).hexdigest()[:12]
     out = cache / f"vllm-{VLLM_VERSION}-trim-{key}.tar.xz"
@@ -334,11 +400,18 @@ def vllm_trimmed(cache: Path) -> Path:
     return out
 
 
+def _locked_names() -> tuple[list[str], str]:
+    """The names the payload's lock pins, and the lock's digest (the caches' key)."""
+    _, lock = payload_lock()
+    names = sorted({key.split(" ; ")[0] for key in _lock_module().pins(lock)})
+    return names, sha256(lock)
+
+
 def deps_site(cache: Path) -> Path:
     """The packages the device lacks, installed into one folder, xz'd (cached)."""
-    listing = REPO / "scripts/device/vllm-0.20.1-deps.txt"
-    reqs = _requirements(listing)
-    key = hashlib.sha256("\n".join(reqs).encode()).hexdigest()[:12]
+    names, digest = _locked_names()
+    reqs = [n for n in names if n != "vllm"]  # vLLM itself: vllm_trimmed
+    key = digest[:12]
     out = cache / f"deps-{key}.tar.xz"
     if out.exists():
         return out
@@ -355,23 +428,15 @@ def deps_site(cache: Path) -> Path:
     return out
 
 
-def _requirements(listing: Path) -> list[str]:
-    """A requirements listing's lines, without blanks and comments."""
-    return [
-        ln.strip()
-        for ln in listing.read_text().splitlines()
-        if ln.strip() and not ln.startswith("#")
-    ]
-
-
 def _install_site(whl: Path, site: Path) -> None:
     """The downloaded wheels unpacked into ``site`` for the device's CPython 3.12."""
     shutil.rmtree(site, ignore_errors=True)
-    plat = [a for p in PLATFORMS for a in ("--platform", p)]
+    env, _ = payload_lock()
+    plat = [a for p in pip_platforms(env.platform) for a in ("--platform", p)]
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
          "--target", str(site),
-         "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp", *plat,
+         "--only-binary=:all:", "--python-version", env.python, "--implementation", "cp", *plat,
          *map(str, sorted(whl.glob("*.whl")))],
         check=True,
     )  # fmt: skip
@@ -379,9 +444,8 @@ def _install_site(whl: Path, site: Path) -> None:
 
 def sglang_site(cache: Path) -> Path:
     """SGLang, its kernels and the packages the device lacks, one trimmed site, xz'd (cached)."""
-    listing = REPO / "scripts/device/sglang-0.5.11-deps.txt"
-    reqs = _requirements(listing)
-    key = hashlib.sha256("\n".join(reqs + list(SGLANG_TRIM)).encode()).hexdigest()[:12]
+    reqs, digest = _locked_names()
+    key = hashlib.sha256("\n".join([digest, *SGLANG_TRIM]).encode()).hexdigest()[:12]
     out = cache / f"sglang-{SGLANG_VERSION}-site-{key}.tar.xz"
     if out.exists():
         return out
@@ -467,7 +531,7 @@ def render_units(dest: Path, *, engine: str, version: str, venv: str, model: str
                "ANSIBLE_CACHE_PLUGIN": "memory",
                "PYTHONPATH": f"{REPO / 'src'}:{REPO / 'lab/src'}"}  # fmt: skip
         proc = sh(
-            ["ansible-playbook", "-i", "localhost,",
+            [ANSIBLE_PLAYBOOK, "-i", "localhost,",
              str(REPO / "scripts/device/render-service.yml"),
              "--tags", "preflight", "-e", f"ansible_python_interpreter={sys.executable}",
              "-e", f"@{extra}"],
@@ -502,10 +566,7 @@ def bundle(dest: Path, cache: Path) -> None:
     _xz_tar(tiny_model(), ["."], stage / "tiny.tar.xz")
     debs = stage / "debs"
     debs.mkdir()
-    doctor = _doctor_script()
-    subprocess.run(
-        ["apt-get", "download", *doctor.PACKAGES], cwd=debs, check=True, capture_output=True
-    )
+    apt_download(_doctor_script().PACKAGES, debs)
     for deb in debs.iterdir():
         deb.rename(debs / deb.name.replace("%3a", "_"))
     key_file = stage / "units" / "api-key"
@@ -1456,13 +1517,7 @@ def dry_run(out: Path, configs: tuple[str, ...], sweep: tuple[int, ...]) -> int:
     shutil.rmtree(work, ignore_errors=True)
     payload = work / "payload"
     (payload / "debs").mkdir(parents=True)
-    doctor = _doctor_script()
-    subprocess.run(
-        ["apt-get", "download", *doctor.PACKAGES],
-        cwd=payload / "debs",
-        check=True,
-        capture_output=True,
-    )
+    apt_download(_doctor_script().PACKAGES, payload / "debs")
     key_file = payload / "units" / "api-key"
     key_file.parent.mkdir(mode=0o700)
     key_file.write_text(secrets.token_urlsafe(32) + "\n")

@@ -1,5 +1,10 @@
-"""``specops doctor``: run ``playbooks/verify.yml`` through the inventory and print the
-GPU doctor's summary table (or ``--json`` for cron and CI).
+"""``specops doctor``: run the installed collection's ``specops.infra.verify`` through the
+inventory and print the GPU doctor's summary table (or ``--json`` for cron and CI).
+
+It runs ``ansible-playbook specops.infra.verify`` (the interpreter's own, else the one on
+``PATH``) in the working directory, with the operator's environment: the ``ansible.cfg``
+Ansible finds there (``ANSIBLE_CONFIG``, ``./ansible.cfg``, ...) and its inventory
+unless ``-i`` names one, as the operator's own ``ansible-playbook`` would.
 
 The playbook does all the work (evidence on the nodes and in the containers, the
 diagnosis on the controller: the ``gpu_doctor`` role); this command reads its results
@@ -14,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -29,32 +33,23 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (
 )
 
 from specops.errors import SpecopsError, ValidationError, input_file, syntax_problem
+from specops.playbooks import ansible_tool
 
-__all__ = ["register", "report_from_callback", "run_verify"]
+__all__ = ["PLAYBOOK", "register", "report_from_callback", "run_verify"]
 
-REPO = Path(__file__).resolve().parents[3]
+PLAYBOOK = "specops.infra.verify"
 REPORT_TASK = "Diagnose every container of this run from its evidence."
 
 
-def _ansible_playbook() -> str:
-    local = Path(sys.executable).parent / "ansible-playbook"
-    if local.exists():
-        return str(local)
-    found = shutil.which("ansible-playbook")
-    if found is None:
-        raise SpecopsError("ansible-playbook not found (scripts/setup.sh venv installs it)")
-    return found
-
-
 def run_verify(
-    inventory: str | None, limit: str | None, extra_vars: list[str], playbook: Path
+    inventory: str | None, limit: str | None, extra_vars: list[str], playbook: str = PLAYBOOK
 ) -> tuple[int, dict[str, Any], str]:
-    """``ansible-playbook verify.yml`` with the JSON callback: (rc, output, stderr)."""
-    input_file(playbook, "--playbook")
+    """``ansible-playbook specops.infra.verify`` (or ``playbook``: a name or a file) with
+    the JSON callback, in the working directory: (rc, output, stderr)."""
     if inventory and "," not in inventory and not Path(inventory).exists():
         # a path Ansible would warn about and then run on localhost only
         raise ValidationError("--inventory", f"no such inventory file or directory: {inventory}")
-    argv = [_ansible_playbook(), str(playbook)]
+    argv = [ansible_tool("ansible-playbook"), playbook]
     if inventory:
         argv += ["-i", inventory]
     if limit:
@@ -62,7 +57,6 @@ def run_verify(
     for extra in extra_vars:
         argv += ["-e", extra]
     env = dict(os.environ)
-    env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
     env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.builtin.json"
     env["ANSIBLE_NOCOLOR"] = "1"
     stdout, stderr, rc = _run_with_progress(argv, env, Path(playbook).name)
@@ -85,7 +79,7 @@ def _run_with_progress(argv: list[str], env: dict[str, str], name: str) -> tuple
     :data:`PROGRESS_EVERY` seconds (its elapsed time), so that a long run is not silent."""
     started = time.monotonic()
     with subprocess.Popen(
-        argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as proc:
         while True:
             try:
@@ -169,9 +163,7 @@ def _doctor(args: argparse.Namespace) -> int:
                 f" report ({type(exc).__name__}: {exc})",
             ) from None
     else:
-        _rc, callback, _err = run_verify(
-            args.inventory, args.limit, args.extra_vars, Path(args.playbook)
-        )
+        _rc, callback, _err = run_verify(args.inventory, args.limit, args.extra_vars, args.playbook)
         report = report_from_callback(callback)
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))
@@ -183,7 +175,7 @@ def _doctor(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "doctor",
-        help="diagnose serving containers' GPU path (runs playbooks/verify.yml, check-only)",
+        help="diagnose serving containers' GPU path (runs specops.infra.verify, check-only)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -197,7 +189,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="read a saved run instead (ansible-playbook verify.yml with "
         "ANSIBLE_STDOUT_CALLBACK=ansible.builtin.json, or specops doctor --json)",
     )
-    p.add_argument(
-        "--playbook", default=str(REPO / "playbooks" / "verify.yml"), help=argparse.SUPPRESS
-    )
+    p.add_argument("--playbook", default=PLAYBOOK, help=argparse.SUPPRESS)
     p.set_defaults(func=_doctor)

@@ -4,7 +4,7 @@ The check itself lives in the collection's stdlib-only module_utils
 (``ansible_collections.specops.infra.plugins.module_utils.dflash_drafter``) because the
 ``specops.infra.drafter_preflight`` module runs it on managed hosts; this module
 imports it from there, so there is one home (the collection installed where Ansible
-finds it: ``scripts/setup.sh venv``).
+finds it: :mod:`specops.collection`).
 """
 
 from __future__ import annotations

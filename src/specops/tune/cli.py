@@ -14,7 +14,6 @@ import difflib
 import functools
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +25,6 @@ from specops.bench.compare import count_arg, threshold_arg
 from specops.bench.plan import plan_from_mapping, read_api_key
 from specops.bench.results import load_results
 from specops.errors import (
-    SpecopsError,
     ValidationError,
     input_dir,
     input_file,
@@ -34,8 +32,9 @@ from specops.errors import (
     output_dir,
     output_file,
 )
+from specops.playbooks import ansible_tool
 from specops.speculative import known_versions
-from specops.tune.apply import REPO, AnsibleApplier, generates
+from specops.tune.apply import AnsibleApplier, generates
 from specops.tune.config import SweepConfig, load_config_file
 from specops.tune.output_gate import api_key_of, gate_config, reference_beside, served_model
 from specops.tune.plain import DEFAULT_MAX_AGE_DAYS
@@ -142,14 +141,6 @@ def register(subparsers: Any) -> None:
     rep.set_defaults(func=_report)
 
 
-def _ansible_inventory() -> str:
-    local = Path(sys.executable).parent / "ansible-inventory"
-    found = str(local) if local.exists() else shutil.which("ansible-inventory")
-    if found is None:
-        raise SpecopsError("ansible-inventory not found (scripts/setup.sh's venv installs it)")
-    return found
-
-
 # A file of the inventory that does not parse, as ansible-inventory reports it (2.19:
 # the message, then "Origin: <file>:<line>:<column>").
 _UNPARSED = re.compile(
@@ -159,13 +150,15 @@ _UNPARSED = re.compile(
 
 
 def _serving_hosts(inventory: str) -> list[str]:
-    """The hosts of group ``serving`` in ``inventory``, as the applier (run from the
-    repository) resolves it; ``--graph`` reads no variables, so no vault is opened."""
-    if "," not in inventory and not (REPO / inventory).exists():
-        raise ValidationError("inventory", f"no such inventory: {inventory}")
+    """The hosts of group ``serving`` in ``inventory``, as the applier (run in the working
+    directory) resolves it; ``--graph`` reads no variables, so no vault is opened."""
+    if "," not in inventory and not Path(inventory).exists():
+        raise ValidationError(
+            "inventory", f"no such inventory: {inventory} (from {Path.cwd()}, where it is run)"
+        )
     proc = subprocess.run(
-        [_ansible_inventory(), "-i", inventory, "--graph", "serving"],
-        cwd=REPO, capture_output=True, text=True, check=False,
+        [ansible_tool("ansible-inventory"), "-i", inventory, "--graph", "serving"],
+        capture_output=True, text=True, check=False,
     )  # fmt: skip
     if proc.returncode != 0:
         unparsed = _UNPARSED.search(proc.stderr)
@@ -206,14 +199,29 @@ def _check(cfg: SweepConfig) -> None:
 def _canary_vars(inventory: str, canary: str) -> dict[str, Any]:
     """The canary's variables as the inventory writes them (``ansible-inventory --host``)."""
     proc = subprocess.run(
-        [_ansible_inventory(), "-i", inventory, "--host", canary],
-        cwd=REPO, capture_output=True, text=True, check=False,
+        [ansible_tool("ansible-inventory"), "-i", inventory, "--host", canary],
+        capture_output=True, text=True, check=False,
     )  # fmt: skip
     if proc.returncode != 0:
         why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise ValidationError("inventory", f"{inventory}: cannot read {canary}'s variables ({why})")
     data = json.loads(proc.stdout or "{}")
     return data if isinstance(data, dict) else {}
+
+
+def _default_pins() -> Any:
+    """``inference_engine``'s default model pins (its ``defaults/main.yml``) where the
+    collection carries the role (a built collection), or the checkout it is linked from;
+    None when neither is readable here."""
+    from ansible_collections.specops import infra  # noqa: PLC0415
+
+    for base in (Path(p).resolve() for p in infra.__path__):
+        for roles in (base / "roles", base.parents[2].parent / "roles"):
+            path = roles / "inference_engine" / "defaults" / "main.yml"
+            if path.is_file():
+                data = load_yaml_file(path, "inference_engine defaults")
+                return data.get("inference_engine_model_pins") if isinstance(data, dict) else None
+    return None
 
 
 def _same_engine(cfg: SweepConfig) -> None:
@@ -224,18 +232,18 @@ def _same_engine(cfg: SweepConfig) -> None:
     name = hv.get("inference_engine_engine")
     if not isinstance(name, str) or not name or "{{" in name:
         return  # the inventory does not say (or says it through a template)
-    defaults = load_yaml_file(REPO / "roles/inference_engine/defaults/main.yml", "defaults")
+    pins = hv.get("inference_engine_model_pins", _default_pins())
+    version = str(hv.get("inference_engine_version") or "")
     try:
         pin = model_pin(
-            name, str(hv.get("inference_engine_version") or ""),
-            str(hv.get("inference_engine_model") or ""),
-            hv.get("inference_engine_model_pins", defaults.get("inference_engine_model_pins")),
+            name, version, str(hv.get("inference_engine_model") or ""), pins,
             git_ref=str(hv.get("inference_engine_git_ref") or ""),
         )  # fmt: skip
     except ValueError:
         return  # a wrong engine name: the inventory's preflight names it
     engine = cfg.space.engine
-    wanted = pin.version
+    # the pin not readable here: the engine's name only
+    wanted = engine.version if pins is None and not version else pin.version
     known = [v for v in known_versions(name) if v == wanted or v.startswith(wanted + ".")]
     wanted = known[0] if len(known) == 1 else wanted
     if (engine.name, engine.version) != (name, wanted):
