@@ -21,6 +21,15 @@ description:
     that HEAD, is left as it is (changed false).
 version_added: "0.1.0"
 author: specops maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - specops.infra.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode it reports whether the tree would be made, and fetches and writes nothing.
+  diff_mode:
+    support: none
 options:
   repo:
     description: The repository (URL or path) the base and the patches are fetched from.
@@ -48,8 +57,6 @@ options:
     description: The source tree's directory.
     type: path
     required: true
-notes:
-  - Supports check mode (it reports whether the tree would be made, and fetches nothing).
 """
 
 EXAMPLES = r"""
