@@ -19,7 +19,7 @@ description:
   - Records what the tree holds (repository, base, patches, method, HEAD) in
     C(<dest>/.specops-source.json); a tree that already holds the same inputs, clean at
     that HEAD, is left as it is (changed false).
-version_added: "0.1.0"
+version_added: "0.2.0"
 author: specops maintainers (!UNKNOWN)
 extends_documentation_fragment:
   - specops.infra.attributes
