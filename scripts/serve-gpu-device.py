@@ -512,8 +512,8 @@ def render_units(dest: Path, *, engine: str, version: str, venv: str, model: str
         variables = {
             "render_dest": str(dest),
             "render_name": name,
-            "inference_service_engine": engine,
-            "inference_service_engine_version": version,
+            "inference_engine_engine": engine,
+            "inference_engine_version": version,
             "inference_service_venv": venv,
             "inference_service_model": cfg.get("model", model),
             "inference_service_served_model_name": cfg.get("served", SERVED),

@@ -105,6 +105,14 @@ ROWS: dict[str, Bad] = {
         "sweep config", "sweep plan {t}/c.yml", "canary", "did you mean 'ct2-qwen'",
         {"c.yml": sweep(canary="ct2-qwn")},
     ),
+    # The engine is stated once, by the canary's inference_engine_* (issue 49): a sweep
+    # config naming vLLM 0.20.1 for an SGLang canary sweeps flags its build does not take.
+    "sweep-engine-not-the-canarys": Bad(
+        "sweep config", "sweep plan {t}/c.yml --inventory {t}/sg.ini", "engine",
+        "valid: engine: {name: sglang, version: '0.5.11'}",
+        {"c.yml": sweep(engine={"name": "vllm", "version": "0.20.1"}),
+         "sg.ini": INVENTORY.replace("ct1\n", "ct1 inference_engine_engine=sglang\n")},
+    ),
     "sweep-inventory-syntax-error": Bad(
         "sweep config", "sweep plan {t}/c.yml --inventory {t}/inv", "inventory",
         "inv/hosts.yml:5:1: YAML syntax error: While parsing a flow sequence",
@@ -517,6 +525,12 @@ ROWS: dict[str, Bad] = {
         "path", "profile check-drafter --target {t}/a-file --drafter {t}/a-dir", "--target",
         "give a directory",
     ),
+    # A hub id whose snapshot no cache here holds (issue 49): the file to fetch, named.
+    "drafter-hub-id-not-cached": Bad(
+        "profile", "profile check-drafter --target {t}/a-dir --drafter z-lab/Qwen3.6-27B-DFlash"
+        " --hub-cache {t}/a-dir", "--drafter",
+        "huggingface-cli download z-lab/Qwen3.6-27B-DFlash config.json --revision main",
+    ),
     "drafter-window": Bad(
         "usage", "profile check-drafter --target {t}/a-dir --drafter {t}/a-dir --window x",
         "--window", "invalid int",
@@ -554,6 +568,12 @@ ROWS: dict[str, Bad] = {
     "migrate-api-key": Bad(
         "migrate spec", f"migrate preflight {MIGRATE} --dry-run", "api.hots", "valid:",
         {"spec.json": spec(api={"hots": "x"})},
+    ),
+    # The CA the API is verified with (issue 49: an OSError and exit 70 before).
+    "migrate-api-no-ca-file": Bad(
+        "migrate spec", f"migrate preflight {MIGRATE} --dry-run", "api.verify",
+        "copy a node's /etc/pve/pve-root-ca.pem there",
+        {"spec.json": spec(api={"host": "127.0.0.1", "port": "{port}", "verify": "{t}/ca.pem"})},
     ),
     "migrate-facts-missing": Bad(
         "path", f"migrate preflight {MIGRATE} --target-facts {{t}}/nope.json", "--target-facts",

@@ -46,7 +46,6 @@ def test_every_consumer_supports_exactly_the_descriptors_engines() -> None:
     assert set(CAPABILITIES) == NAMES
     assert set(engine_build.PACKAGES) == NAMES
     assert set(_choices("inference_engine", "inference_engine_engine")) == NAMES
-    assert set(_choices("inference_service", "inference_service_engine")) == NAMES
     assert set(engine_flags.LAUNCH_MODULES) == {d.flag_family for d in ENGINES.values()}
 
 

@@ -20,6 +20,8 @@ import argparse
 import json
 import os
 import subprocess
+import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -57,15 +59,40 @@ def run_verify(
     env = dict(os.environ)
     env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.builtin.json"
     env["ANSIBLE_NOCOLOR"] = "1"
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    stdout, stderr, rc = _run_with_progress(argv, env, Path(playbook).name)
     try:
-        out: dict[str, Any] = json.loads(proc.stdout)
+        out: dict[str, Any] = json.loads(stdout)
     except ValueError as exc:
         raise SpecopsError(
-            f"ansible-playbook gave no JSON (exit {proc.returncode}): "
-            f"{(proc.stdout + proc.stderr).strip()[-800:]}"
+            f"ansible-playbook gave no JSON (exit {rc}): {(stdout + stderr).strip()[-800:]}"
         ) from exc
-    return proc.returncode, out, proc.stderr
+    return rc, out, stderr
+
+
+# Seconds between the lines that say the doctor is still at work (its playbook's JSON
+# callback prints nothing before the end: minutes on a fleet).
+PROGRESS_EVERY = 30.0
+
+
+def _run_with_progress(argv: list[str], env: dict[str, str], name: str) -> tuple[str, str, int]:
+    """Run ``argv``; while it runs, one line on standard error every
+    :data:`PROGRESS_EVERY` seconds (its elapsed time), so that a long run is not silent."""
+    started = time.monotonic()
+    with subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        while True:
+            try:
+                stdout, stderr = proc.communicate(timeout=PROGRESS_EVERY)
+                break
+            except subprocess.TimeoutExpired:
+                elapsed = time.monotonic() - started
+                print(
+                    f"specops doctor: {name} still running ({elapsed:.0f} s): evidence from"
+                    " the nodes and containers, then the diagnosis",
+                    file=sys.stderr, flush=True,
+                )  # fmt: skip
+    return stdout, stderr, proc.returncode
 
 
 def _failures(callback: Mapping[str, Any]) -> list[str]:

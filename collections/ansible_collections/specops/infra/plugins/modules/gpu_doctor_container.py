@@ -83,7 +83,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 evidence:
-  description: devices, nvidia_smi, userspace, cuda, server (see module_utils/gpu_doctor_evidence.py).
+  description: devices, nvidia_smi, userspace, cuda, server, build (the engine build its unit runs; see module_utils/gpu_doctor_evidence.py).
   returned: always
   type: dict
 """
