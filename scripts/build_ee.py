@@ -3,23 +3,35 @@
 engine, or reuse the one already built from the same inputs.
 
     scripts/build_ee.py [--tag specops/ee:latest] [--no-save] [--force]
+    scripts/build_ee.py --file ee/upstream/execution-environment.yml --standin-base \
+        [--tag specops/ee-upstream:latest]
+
+The second builds the same content on an upstream EE base (Automation Platform's
+ee-minimal: its Python, microdnf); ``--standin-base`` first builds the local stand-in of
+that base (ee/upstream/standin/Containerfile, on the project's Debian image, with the
+wheelhouse served) and gives it to the build as ``EE_BASE_IMAGE``, where no registry is
+reachable (CI). Its saves go under ``$SPECOPS_CACHE/ee/upstream``.
 
 1. The tools: a venv ``.cache/ee-tools`` with ansible-builder and ansible-navigator
-   (:data:`TOOL_PINS`), made again only when the pins change.
+   (:data:`TOOL_PINS`) from their lock ``ee/tools.lock`` (hash-checked), made again only
+   when the lock changes.
 2. The inputs the EE file names under ``.cache/ee/inputs/``: the collection tarball
    (scripts/build_collection.py) as ``specops-infra.tar.gz`` and the collections it
    depends on (galaxy.yml ``dependencies``), copied from the pinned ``ansible`` bundle
    of this interpreter's environment (Galaxy is not reached); and the controller's
-   wheel (``pip wheel .``).
+   wheel (scripts/build_wheel.py) in ``wheel/``, which the definition installs by file
+   (``specops @ file:///output/specops/<wheel>``: the build refuses a definition that
+   names another file).
 3. The inputs' hash (:func:`inputs_hash`): the EE file, ``ee/``, the tarball's and the
    wheel's contents (member names and bytes, not their timestamps), the dependency
    collections' manifests, the wheelhouse's requirements and the base image's id.
    An image labelled ``specops.ee.inputs=<hash>`` is the EE: nothing is built. Else a
    ``docker save`` of it under ``$SPECOPS_CACHE/ee/<hash>.tar`` (CI machines keep
    /var/cache/specops, not always their docker images) is loaded. Else:
-4. The wheelhouse (``.cache/ee/wheelhouse``; ``pip download`` of everything the build
-   installs, with requirements.txt's pins as constraints; downloaded again only when
-   its requirements change), served on 127.0.0.1 for the build: the build runs with
+4. The wheelhouse (``.cache/ee/wheelhouse``; ``pip download`` of the EE's lock
+   ``ee/requirements.lock``, every file hash-checked, after checking that the lock holds
+   everything the build installs; downloaded again only when the lock changes), served
+   on 127.0.0.1 for the build: the build runs with
    the host's network (``--network host``) and the build arguments ``PIP_FIND_LINKS``
    and ``PIP_NO_INDEX`` (declared ``ARG`` in the EE file, so nothing of them stays in
    the image); then ``ansible-builder build``, labelled with the hash, and
@@ -77,10 +89,18 @@ WHEELHOUSE = CACHE / "wheelhouse"
 TOOLS = REPO / ".cache/ee-tools"
 SAVES = Path(os.environ.get("SPECOPS_CACHE", "/var/cache/specops")) / "ee"
 DEFAULT_TAG = "specops/ee:latest"
+UPSTREAM_FILE = REPO / "ee/upstream/execution-environment.yml"
+UPSTREAM_TAG = "specops/ee-upstream:latest"
+STANDIN_FILE = REPO / "ee/upstream/standin/Containerfile"
+STANDIN_TAG = "specops/ee-minimal-standin:latest"
+# How a definition names the controller's wheel (dependencies.python).
+WHEEL_LINE = re.compile(r"^specops @ file:///output/specops/(specops-[^/\s]+\.whl)$")
 LABEL = "specops.ee.inputs"
 WHEELHOUSE_PORT = 47317
 # The tools, pinned (PyPI). ansible-navigator brings ansible-runner and ansible-core.
-TOOL_PINS = ("ansible-builder==3.2.0", "ansible-navigator==26.10.0")
+TOOL_PINS = ("ansible-builder==3.2.0", "ansible-navigator==26.10.0")  # = ee/tools.txt
+TOOLS_LOCK = REPO / "ee/tools.lock"
+EE_LOCK = REPO / "ee/requirements.lock"
 # What ansible-builder itself installs on top of the EE file's packages: its builder
 # stage's tools, and the container init (options.container_init's default).
 BUILDER_PACKAGES = ("bindep", "pyyaml", "packaging", "dumb-init==1.2.5")
@@ -151,8 +171,9 @@ def wheelhouse_requirements(
     for step in steps if isinstance(steps, list) else str(steps).splitlines():
         if m := BOOTSTRAP_PIP.search(str(step)):
             out.append(m[1])
-    if not out:
-        raise BuildError("execution-environment.yml: no `bootstrap-pip.py pip==X` step")
+    if not out and (definition.get("options") or {}).get("skip_pip_install"):
+        raise BuildError("the definition skips pip's install and has no `bootstrap-pip.py"
+                         " pip==X` step")  # fmt: skip
     for key in ("ansible_core", "ansible_runner"):
         package = (deps.get(key) or {}).get("package_pip")
         if not package:
@@ -193,40 +214,60 @@ def _load_script(name: str) -> Any:
     return module
 
 
+def _require_current(name: str) -> None:
+    """Refuse a lock made from other inputs than today's (scripts/lock.py check)."""
+    problems = _load_script("lock.py").check([name])
+    if problems:
+        raise BuildError("; ".join(problems))
+
+
+def _lock_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def tools(venv: Path = TOOLS) -> Path:
-    """The tool venv (ansible-builder, ansible-navigator); made again when the pins change."""
-    stamp = venv / ".specops-pins"
-    want = "\n".join(TOOL_PINS)
+    """The tool venv (ansible-builder, ansible-navigator) from ``ee/tools.lock``; made again
+    when the lock changes."""
+    _require_current("ee-tools")
+    stamp = venv / ".specops-lock"
+    want = _lock_digest(TOOLS_LOCK)
     if (venv / "bin/ansible-builder").exists() and stamp.is_file() and stamp.read_text() == want:
         return venv
-    _say(f"tools: making {venv} ({', '.join(TOOL_PINS)})")
+    _say(f"tools: making {venv} from {TOOLS_LOCK.name} ({', '.join(TOOL_PINS)})")
     _run(["/usr/bin/python3", "-m", "venv", "--clear", str(venv)])
-    _run([str(venv / "bin/pip"), "install", "-q", "--disable-pip-version-check", *TOOL_PINS])
+    _run([str(venv / "bin/pip"), "install", "-q", "--disable-pip-version-check",
+          "--require-hashes", "--no-deps", "-r", str(TOOLS_LOCK)])  # fmt: skip
     stamp.write_text(want)
     return venv
 
 
 def constraints() -> list[str]:
-    """requirements.txt's ``name==version`` pins (extras dropped: a constraint has none)."""
-    lines = (REPO / "requirements.txt").read_text().splitlines()
-    return [re.sub(r"\[[^]]*\]", "", line.strip()) for line in lines if PIN.match(line.strip())]
+    """The EE lock's ``name==version`` pins (ee/requirements.lock, no hashes, no markers)."""
+    lock = _load_script("lock.py")
+    return [f"{key.split(' ; ')[0]}=={version}" for key, version in lock.pins(EE_LOCK).items()]
+
+
+def missing_from_lock(requirements: Iterable[str], pinned: Mapping[str, str]) -> list[str]:
+    """The requirements (``name[extra] <specifier>``) the lock's pins do not satisfy."""
+    from packaging.requirements import Requirement  # noqa: PLC0415 - the venv's
+    from packaging.utils import canonicalize_name  # noqa: PLC0415
+
+    versions = {canonicalize_name(k.split(" ; ")[0]): v for k, v in pinned.items()}
+    out = []
+    for text in requirements:
+        req = Requirement(text)
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        have = versions.get(canonicalize_name(req.name))
+        if have is None or not req.specifier.contains(have, prereleases=True):
+            out.append(f"{text} (the lock has {have or 'nothing'})")
+    return out
 
 
 def build_wheel(out: Path) -> Path:
-    """``pip wheel .`` of the controller package, from a copy (nothing left in the
-    checkout); this interpreter's setuptools, no build isolation."""
-    for old in out.glob("specops-*.whl"):
-        old.unlink()
-    with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp)
-        shutil.copy2(REPO / "pyproject.toml", tree)
-        skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
-        for part in ("src", "templates"):  # templates/: src/specops/templates links to it
-            shutil.copytree(REPO / part, tree / part, symlinks=True, ignore=skip)
-        _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-              "--no-index", "-q", "-w", str(out), "."], cwd=tree)  # fmt: skip
-    (wheel,) = out.glob("specops-*-py3-none-any.whl")
-    return wheel
+    """The controller package's wheel (scripts/build_wheel.py: ``pip wheel .`` from a
+    copy, nothing left in the checkout)."""
+    return Path(_load_script("build_wheel.py").build(REPO, out))
 
 
 def dependency_collections() -> list[str]:
@@ -262,7 +303,18 @@ def collection_requirements(root: Path, names: Iterable[str], excluded: Iterable
     return out
 
 
-def prepare_inputs(definition: Mapping[str, Any]) -> tuple[dict[str, str], Path, list[str]]:
+def wheel_named(definition: Mapping[str, Any]) -> str:
+    """The file name of the controller's wheel the definition installs (by file)."""
+    for line in (definition.get("dependencies") or {}).get("python") or []:
+        if m := WHEEL_LINE.match(str(line)):
+            return m[1]
+    raise BuildError("the definition installs no `specops @ file:///output/specops/<wheel>`"
+                     " (the controller's wheel, by file: never a name from an index)")  # fmt: skip
+
+
+def prepare_inputs(
+    definition: Mapping[str, Any], definition_path: Path = EE_FILE
+) -> tuple[dict[str, str], Path, list[str]]:
     """The tarball, the dependency collections and the wheel; their digests."""
     parts: dict[str, str] = {}
     INPUTS.mkdir(parents=True, exist_ok=True)
@@ -282,24 +334,42 @@ def prepare_inputs(definition: Mapping[str, Any]) -> tuple[dict[str, str], Path,
         manifest = (src / "MANIFEST.json").read_bytes() + (src / "FILES.json").read_bytes()
         parts[f"collection:{name}"] = hashlib.sha256(manifest).hexdigest()
     wheel = build_wheel(CACHE / "dist")
+    named = wheel_named(definition)
+    if named != wheel.name:
+        raise BuildError(
+            f"{definition_path.relative_to(REPO)} installs {named}, the wheel built is"
+            f" {wheel.name} (scripts/release.py bump writes both)"
+        )
+    shutil.rmtree(INPUTS / "wheel", ignore_errors=True)
+    (INPUTS / "wheel").mkdir()
+    shutil.copy2(wheel, INPUTS / "wheel" / wheel.name)
     parts["wheel"] = digest_wheel(wheel)
     excluded = ((definition.get("dependencies") or {}).get("exclude") or {}).get(
         "all_from_collections"
     ) or []
-    reqs = wheelhouse_requirements(definition, collection_requirements(root, names, excluded))
-    parts["wheelhouse"] = json.dumps([reqs, constraints()])
-    for path in sorted((REPO / "ee").iterdir()):
-        parts[f"ee/{path.name}"] = hashlib.sha256(path.read_bytes()).hexdigest()
-    parts["definition"] = hashlib.sha256(EE_FILE.read_bytes()).hexdigest()
-    parts["tools"] = ",".join(TOOL_PINS)
+    own = collection_requirements(REPO / "collections", ["specops.infra"], [])
+    reqs = wheelhouse_requirements(
+        definition, [*own, *collection_requirements(root, names, excluded)]
+    )
+    parts["wheelhouse"] = json.dumps([reqs, _lock_digest(EE_LOCK)])
+    # ee/'s helpers and locks; a definition elsewhere under ee/ with the files beside it
+    # (the upstream one: its stand-in), so that one's change leaves the other's EE cached
+    ee_files = [p for p in (REPO / "ee").iterdir() if p.is_file()]
+    if definition_path.parent not in (REPO, REPO / "ee"):
+        ee_files += [p for p in definition_path.parent.rglob("*") if p.is_file()]
+    for path in sorted(ee_files):
+        parts[str(path.relative_to(REPO))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    parts["definition"] = hashlib.sha256(definition_path.read_bytes()).hexdigest()
+    parts["tools"] = _lock_digest(TOOLS_LOCK)
     return parts, wheel, reqs
 
 
-def base_image(definition: Mapping[str, Any]) -> tuple[str, str]:
-    """The base image's name and what identifies its content: its layers' digests and its
-    config's env, command and labels, not its id (``scripts/setup.sh image`` imports the
-    same cached rootfs on a fresh machine under a new id: the saved EE still fits)."""
-    name = str(definition["images"]["base_image"]["name"])
+def base_image(definition: Mapping[str, Any], override: str | None = None) -> tuple[str, str]:
+    """The base image's name (``override``, else the definition's) and what identifies its
+    content: its layers' digests and its config's env, command and labels, not its id
+    (``scripts/setup.sh image`` imports the same cached rootfs on a fresh machine under a
+    new id: the saved EE still fits)."""
+    name = override or str(definition["images"]["base_image"]["name"])
     fmt = ("{{json .RootFS.Layers}} {{json .Config.Env}} {{json .Config.Cmd}} "
            "{{json .Config.Labels}}")  # fmt: skip
     out = subprocess.run(["docker", "image", "inspect", "-f", fmt, name],
@@ -337,20 +407,25 @@ def wheelhouse(reqs: list[str], wheel: Path, pip: Path) -> Path:
         meta = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA"))
         requires = sorted(line for line in whl.read(meta).decode().splitlines()
                           if line.startswith("Requires-Dist:"))  # fmt: skip
-    pins = constraints()
-    want = hashlib.sha256(json.dumps([reqs, requires, pins]).encode()).hexdigest()
+    _require_current("ee")
+    missing = missing_from_lock(
+        [*reqs, *(r.removeprefix("Requires-Dist:").strip() for r in requires)],
+        _load_script("lock.py").pins(EE_LOCK),
+    )
+    if missing:
+        raise BuildError(f"{EE_LOCK.relative_to(REPO)} does not hold what the EE installs: "
+                         f"{'; '.join(missing)}; name it in ee/requirements.txt (or "
+                         "pyproject.toml) and run `scripts/lock.py update ee`")  # fmt: skip
+    want = hashlib.sha256(json.dumps([reqs, requires, _lock_digest(EE_LOCK)]).encode()).hexdigest()
     stamp = WHEELHOUSE / ".specops-requirements"
     if not (stamp.is_file() and stamp.read_text() == want):
-        _say(f"wheelhouse: pip download of {len(reqs)} requirements and the wheel's into "
-             f"{WHEELHOUSE}")  # fmt: skip
+        _say(f"wheelhouse: pip download of {EE_LOCK.name} (hash-checked) into {WHEELHOUSE}")
         shutil.rmtree(WHEELHOUSE, ignore_errors=True)
         WHEELHOUSE.mkdir(parents=True)
-        cons = CACHE / "constraints.txt"
-        # The EE's own pins win over requirements.txt's where both name a package.
-        named = {re.split(r"[=<>~!\[ ]", r, maxsplit=1)[0].lower() for r in reqs}
-        cons.write_text("".join(f"{p}\n" for p in pins if p.split("==")[0].lower() not in named))
-        _run([str(pip), "download", "-q", "--disable-pip-version-check", "--only-binary=:all:",
-              "-d", str(WHEELHOUSE), "-c", str(cons), *reqs, str(wheel)])  # fmt: skip
+        # Only the locked versions are there to choose when the build installs from it.
+        _run([str(pip), "download", "-q", "--disable-pip-version-check",
+              "--only-binary=:all:", "--require-hashes", "--no-deps",
+              "-d", str(WHEELHOUSE), "-r", str(EE_LOCK)])  # fmt: skip
         stamp.write_text(want)
     for old in WHEELHOUSE.glob("specops-*.whl"):
         old.unlink()
@@ -408,20 +483,43 @@ def _locked() -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def make(tag: str = DEFAULT_TAG, *, save: bool = True, force: bool = False) -> Result:
-    """The EE for this checkout under ``tag`` (see the module's doc)."""
+def make(
+    tag: str = DEFAULT_TAG,
+    *,
+    save: bool = True,
+    force: bool = False,
+    definition: Path = EE_FILE,
+    standin_base: bool = False,
+) -> Result:
+    """The EE of ``definition`` for this checkout under ``tag`` (see the module's doc)."""
     with _locked():
-        return _make(tag, save=save, force=force)
+        return _make(tag, save=save, force=force, path=definition, standin_base=standin_base)
 
 
-def _make(tag: str, *, save: bool, force: bool) -> Result:
+def standin(reqs: list[str], wheel: Path, pip: Path) -> str:
+    """The local stand-in of the upstream base (ee/upstream/standin/Containerfile) under
+    :data:`STANDIN_TAG`, built with the wheelhouse served (docker's layer cache keeps
+    it while its inputs stay)."""
+    house = wheelhouse(reqs, wheel, pip)
+    with serve(house) as url:
+        _say(f"stand-in base {STANDIN_TAG} (wheelhouse served at {url})")
+        _run(["docker", "build", "--network", "host", "-q", "-t", STANDIN_TAG,
+              "-f", str(STANDIN_FILE), "--build-arg", f"PIP_FIND_LINKS={url}",
+              "--build-arg", "PIP_NO_INDEX=1", str(REPO / "ee")],
+             env={**os.environ, "DOCKER_BUILDKIT": "0"})  # fmt: skip
+    return STANDIN_TAG
+
+
+def _make(tag: str, *, save: bool, force: bool, path: Path, standin_base: bool) -> Result:
     start = time.monotonic()
-    definition = yaml.safe_load(EE_FILE.read_text())
+    definition = yaml.safe_load(path.read_text())
     venv = tools()
-    parts, wheel, reqs = prepare_inputs(definition)
-    _, parts["base"] = base_image(definition)
+    parts, wheel, reqs = prepare_inputs(definition, path)
+    base = standin(reqs, wheel, venv / "bin/pip") if standin_base else None
+    _, parts["base"] = base_image(definition, base)
     digest = inputs_hash(parts)
-    saved = SAVES / f"{digest}.tar"
+    saves = SAVES if path == EE_FILE else SAVES / path.parent.name
+    saved = saves / f"{digest}.tar"
     found = labelled_image(digest, tag)
     how = decide(labelled=found is not None, saved=saved.is_file(), force=force)
     if how == "cached" and found:
@@ -433,26 +531,31 @@ def _make(tag: str, *, save: bool, force: bool) -> Result:
         if found is None:
             raise BuildError(f"{saved}: loaded, but no image has label {LABEL}={digest}")
     else:
-        found = _build(venv, wheel, reqs, digest, tag)
+        found = _build(venv, wheel, reqs, digest, tag, path=path, base=base)
         if save:
-            _save(found, digest)
+            _save(found, digest, saves)
     _run(["docker", "tag", found, tag])
     _prune_replaced(found)
     said = {"build": "built", "load": "loaded"}.get(how, how)
     return Result(tag, found, digest, said, time.monotonic() - start)
 
 
-def _build(venv: Path, wheel: Path, reqs: list[str], digest: str, tag: str) -> str:
+def _build(
+    venv: Path, wheel: Path, reqs: list[str], digest: str, tag: str, *, path: Path,
+    base: str | None,
+) -> str:  # fmt: skip
     house = wheelhouse(reqs, wheel, venv / "bin/pip")
-    context = CACHE / "context"
+    context = CACHE / ("context" if path == EE_FILE else f"context-{path.parent.name}")
     shutil.rmtree(context, ignore_errors=True)
     with serve(house) as url:
-        _say(f"ansible-builder build (wheelhouse {house} served at {url})")
-        argv = [str(venv / "bin/ansible-builder"), "build", "-f", str(EE_FILE),
+        _say(f"ansible-builder build of {path.relative_to(REPO)} (wheelhouse {house} served"
+             f" at {url}{f'; base {base}' if base else ''})")  # fmt: skip
+        argv = [str(venv / "bin/ansible-builder"), "build", "-f", str(path),
                 "-c", str(context), "--container-runtime", "docker", "-t", tag, "-v", "3",
                 "--build-arg", f"PIP_FIND_LINKS={url}", "--build-arg", "PIP_NO_INDEX=1",
+                *(["--build-arg", f"EE_BASE_IMAGE={base}"] if base else []),
                 "--extra-build-cli-args", f"--network host --label {LABEL}={digest}"]  # fmt: skip
-        log = CACHE / "build.log"
+        log = context.with_name(f"build{context.name.removeprefix('context')}.log")
         with log.open("w") as out:
             env = {**os.environ, "DOCKER_BUILDKIT": "0"}  # the classic builder: --network host
             proc = subprocess.run(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
@@ -476,20 +579,21 @@ def _prune_replaced(current: str) -> None:
             subprocess.run(["docker", "rmi", image], capture_output=True, check=False)
 
 
-def _save(image_id: str, digest: str) -> None:
-    """``docker save`` under $SPECOPS_CACHE/ee/<hash>.tar; older saves removed."""
+def _save(image_id: str, digest: str, saves: Path = SAVES) -> None:
+    """``docker save`` under $SPECOPS_CACHE/ee[/<definition>]/<hash>.tar; older saves of
+    the same definition removed."""
     try:
-        SAVES.mkdir(parents=True, exist_ok=True)
+        saves.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        _say(f"not saved ({SAVES}: {exc})")
+        _say(f"not saved ({saves}: {exc})")
         return
-    part = SAVES / f"{digest}.tar.part"
+    part = saves / f"{digest}.tar.part"
     _run(["docker", "save", "-o", str(part), image_id])
-    part.rename(SAVES / f"{digest}.tar")
-    for old in SAVES.glob("*.tar"):
+    part.rename(saves / f"{digest}.tar")
+    for old in saves.glob("*.tar"):
         if old.name != f"{digest}.tar":
             old.unlink()
-    _say(f"saved {SAVES / f'{digest}.tar'}")
+    _say(f"saved {saves / f'{digest}.tar'}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -500,9 +604,23 @@ def main(argv: list[str] | None = None) -> int:
         help="do not docker save the built image under $SPECOPS_CACHE/ee",
     )  # fmt: skip
     parser.add_argument("--force", action="store_true", help="build even when cached")
+    parser.add_argument(
+        "--file", type=Path, default=EE_FILE,
+        help="the definition (default execution-environment.yml; the upstream-base one:"
+        " ee/upstream/execution-environment.yml)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--standin-base", action="store_true",
+        help="build the local stand-in of the definition's upstream base and build on it",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    path = args.file if args.file.is_absolute() else Path.cwd() / args.file
+    tag = args.tag
+    if path.resolve() == UPSTREAM_FILE and tag == DEFAULT_TAG:
+        tag = UPSTREAM_TAG
     try:
-        result = make(args.tag, save=not args.no_save, force=args.force)
+        result = make(tag, save=not args.no_save, force=args.force, definition=path.resolve(),
+                      standin_base=args.standin_base)  # fmt: skip
     except BuildError as exc:
         print(f"build_ee: {exc}", file=sys.stderr)
         return 1

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The collection's changelog, with antsibull-changelog (pinned below; installed on first
-# use into its own tool venv, .cache/galaxy-tools, never into the project's venv):
+# The collection's changelog, with antsibull-changelog (from scripts/galaxy-tools.lock;
+# installed on first use into its own tool venv, .cache/galaxy-tools, never into the
+# project's venv):
 #
 #   scripts/changelog.sh check      lint the fragments and changelogs/changelog.yaml, and
 #                                   regenerate CHANGELOG.md in a temp copy: fails when the
 #                                   committed one differs (the lint phase runs this, ~3 s)
-#   scripts/changelog.sh release    release the version galaxy.yml holds: the fragments
+#   scripts/changelog.sh release [--date YYYY-MM-DD]
+#                                   release the version galaxy.yml holds: the fragments
 #                                   move into changelogs/changelog.yaml, CHANGELOG.md is
-#                                   regenerated (then commit both)
+#                                   regenerated (scripts/release.py release runs this
+#                                   after its checks; then commit both)
 #   scripts/changelog.sh ARGS...    antsibull-changelog ARGS in the collection's directory
 #
 # A change worth a line adds changelogs/fragments/<name>.yml (sections: see
@@ -18,15 +21,11 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 COLL=$ROOT/collections/ansible_collections/specops/infra
 TOOLS=${SPECOPS_GALAXY_TOOLS:-$ROOT/.cache/galaxy-tools}
 VENV=${SPECOPS_VENV:-$ROOT/.venv}
-PIN=antsibull-changelog==0.36.0
 unset PYTHONPATH
 # ansible-core of the project's venv (plugin descriptions at release time).
 export PATH=$VENV/bin:$PATH
 
-if [[ ! -x $TOOLS/bin/antsibull-changelog ]]; then
-  python3 -m venv "$TOOLS"
-  "$TOOLS/bin/pip" install -q "$PIN"
-fi
+"$ROOT/scripts/galaxy-tools.sh" "$TOOLS"
 changelog() { "$TOOLS/bin/antsibull-changelog" "$@"; }
 
 case ${1:-check} in
@@ -48,7 +47,7 @@ check)
   ;;
 release)
   cd "$COLL"
-  changelog release
+  changelog release "${@:2}"
   rm -f changelogs/.plugin-cache.yaml
   ;;
 *)

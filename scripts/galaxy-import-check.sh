@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Galaxy's own import check on the collection as scripts/build_collection.py builds it:
-# galaxy-importer (pinned below; installed on first use into the tool venv
-# .cache/galaxy-tools, never into the project's venv) runs ansible-doc on every plugin,
+# galaxy-importer (from scripts/galaxy-tools.lock; installed on first use into the tool
+# venv .cache/galaxy-tools, never into the project's venv) runs ansible-doc on every plugin,
 # ansible-lint on the roles and playbooks (offline) and the changelog/metadata checks
 # Galaxy runs at upload. ansible-test sanity is off here (its default; the lint phase
 # runs it on the collection: scripts/collection-sanity.sh), so no docker is needed.
@@ -15,17 +15,13 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TOOLS=${SPECOPS_GALAXY_TOOLS:-$ROOT/.cache/galaxy-tools}
 VENV=${SPECOPS_VENV:-$ROOT/.venv}
-PIN=galaxy-importer==0.4.44
 unset PYTHONPATH ANSIBLE_CONFIG
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 tarball=$(realpath "${1:-$("$VENV/bin/python" "$ROOT/scripts/build_collection.py" --output-path "$tmp/dist")}")
 
-if [[ ! -x $TOOLS/bin/python ]] || ! "$TOOLS/bin/python" -c 'import galaxy_importer' 2>/dev/null; then
-  [[ -x $TOOLS/bin/python ]] || python3 -m venv "$TOOLS"
-  "$TOOLS/bin/pip" install -q "$PIN"
-fi
+"$ROOT/scripts/galaxy-tools.sh" "$TOOLS"
 
 # The dependencies galaxy.yml names, from the project venv's `ansible` bundle, linked into
 # the tool venv's site-packages: the importer points ANSIBLE_COLLECTIONS_PATH at its own

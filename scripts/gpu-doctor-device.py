@@ -162,6 +162,8 @@ def bundle(dest: Path) -> None:
     carry_ansible(dest)
     debs = dest / "debs"
     debs.mkdir()
+    # The package lists first: a fresh machine has none (apt-get download exits 100).
+    subprocess.run(["apt-get", "update", "-qq"], check=True)
     subprocess.run(["apt-get", "download", *PACKAGES], cwd=debs, check=True)
     for deb in debs.iterdir():  # plain names (the tool carries letters, digits, . _ -)
         deb.rename(debs / deb.name.replace("%3a", "_"))

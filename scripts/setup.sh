@@ -123,26 +123,27 @@ step_image() {
 step_venv() {
   local stamp=$VENV/.specops-requirements.sha256 want base
   base=$(readlink -f "$(command -v "$PYTHON")")
-  # The stamp covers the requirements and the interpreter the venv is made from.
-  want=$( (cat "$ROOT/requirements.txt" "$ROOT/pyproject.toml" "$ROOT/lab/pyproject.toml"; echo "$base") | sha256sum | cut -d' ' -f1)
+  # Nothing installs from a lock made from other inputs than today's requirements.txt
+  # and pyprojects (scripts/lock.py check names the stale lock and the refresh command).
+  "$PYTHON" "$ROOT/scripts/lock.py" check controller || return 1
+  # The stamp covers the lock, the projects installed from the checkout and the
+  # interpreter the venv is made from.
+  want=$( (cat "$ROOT/requirements.lock" "$ROOT/pyproject.toml" "$ROOT/lab/pyproject.toml"; echo "$base") | sha256sum | cut -d' ' -f1)
   if [[ -x $VENV/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]]; then
     say "venv: $VENV is current"
     step_collection
     return
   fi
-  say "venv: installing requirements.txt, specops and its lab specops-lab (editable) into $VENV (from $base)"
-  if [[ -x $VENV/bin/python && $(readlink -f "$VENV/bin/python") != "$base" ]]; then
-    say "venv: $VENV was made from $(readlink -f "$VENV/bin/python"); making it again"
-    "$PYTHON" -m venv --clear "$VENV"
-  elif [[ ! -x $VENV/bin/python ]]; then
-    [[ -L $VENV && ! -e $VENV ]] && rm -f "$VENV"  # a dangling link (a copied checkout)
-    "$PYTHON" -m venv "$VENV"
-  fi
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$ROOT/requirements.txt"
+  say "venv: installing requirements.lock (hash-checked), specops and its lab specops-lab (editable) into $VENV (from $base)"
+  [[ -L $VENV && ! -e $VENV ]] && rm -f "$VENV"  # a dangling link (a copied checkout)
+  # Made anew: a venv holds exactly the lock, nothing left of an earlier one.
+  "$PYTHON" -m venv --clear "$VENV"
+  # --no-deps: the lock is the whole set; --require-hashes: every file is the one locked.
+  "$VENV/bin/pip" install -q --disable-pip-version-check --require-hashes --no-deps -r "$ROOT/requirements.lock"
   # The product and, beside it, the lab (lab/: its own distribution, which registers
   # `specops lab` in the entry-point group specops.commands); an operator installs the
-  # product alone.
-  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps -e "$ROOT" -e "$ROOT/lab"
+  # product alone. Built with the locked setuptools, not one fetched for the build.
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation -e "$ROOT" -e "$ROOT/lab"
   step_collection
   echo "$want" >"$stamp"
 }
@@ -152,11 +153,26 @@ step_venv() {
 # collections_scan_sys_path; Python imports ansible_collections.specops.infra.* from
 # it). specops imports its module_utils from there. A checkout links it (an editable
 # install, like `pip install -e`); an operator's machine installs the built collection
-# there: `ansible-galaxy collection build collections/ansible_collections/specops/infra`,
-# then `ansible-galaxy collection install -p SITE specops-infra-*.tar.gz` (SITE: the
-# purelib path that step_collection prints).
+# instead (docs/install.md).
+#
+# And the collection as installed, for Ansible: .cache/collections (first in the
+# checkout's collections_path) holds specops.infra as links to the checkout's plugins,
+# meta, ... and to the repository's roles/ and playbooks/, the shape the built
+# collection has: the checkout runs `specops.infra.verify` and the other playbooks by
+# the names an installed collection has (what `specops doctor` and the sweep run). The
+# collection's source directory itself stays as it is (ansible-test reads it).
 step_collection() {
-  local site link
+  local site link overlay entry
+  overlay=$ROOT/.cache/collections/ansible_collections/specops/infra
+  rm -rf "$overlay"
+  mkdir -p "$overlay"
+  for entry in plugins meta galaxy.yml README.md CHANGELOG.md changelogs; do
+    ln -s "../../../../../collections/ansible_collections/specops/infra/$entry" "$overlay/$entry"
+  done
+  for entry in roles playbooks; do
+    ln -s "../../../../../$entry" "$overlay/$entry"
+  done
+  say "collection: specops.infra as installed (links) in $overlay"
   site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   link=$site/ansible_collections/specops/infra
   if [[ $(readlink "$link" 2>/dev/null) == "$ROOT/collections/ansible_collections/specops/infra" ]]; then

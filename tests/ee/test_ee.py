@@ -72,7 +72,9 @@ def test_the_ee_carries_the_collection_and_controller_of_one_version(
     done = navigator(ee_image, site, "exec", "--",
                      "ansible-galaxy collection list specops.infra --format json")  # fmt: skip
     assert done.rc == 0, done.output
-    listed = json.loads(done.output[done.output.index("{") :])
+    # The JSON document on stdout; anything after it (a dependency's warning, where the
+    # container's streams are one) is not data.
+    listed, _ = json.JSONDecoder().raw_decode(done.stdout, done.stdout.index("{"))
     assert [c["specops.infra"]["version"] for c in listed.values()] == [VERSION]
     assert str(REPO) not in done.output
 

@@ -19,13 +19,9 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative_engines 
 
 pytestmark = pytest.mark.slow
 
-# The roles require the engine (no default); these tests use the CPU build unless they
-# name another.
-CPU_ENGINE = {
-    "inference_engine_engine": "vllm-cpu",
-    "inference_service_engine": "vllm-cpu",
-    "inference_service_engine_version": "0.32.0",
-}
+# The engine is stated once, by inference_engine's variables (no default); these tests
+# use the CPU build unless they name another.
+CPU_ENGINE = {"inference_engine_engine": "vllm-cpu", "inference_engine_version": "0.32.0"}
 
 
 def _play(repo_root: Path, tmp_path: Path, role: str, variables: dict[str, Any]) -> str:
@@ -148,8 +144,8 @@ def test_profile_the_engine_cannot_do_is_refused(repo_root: Path, tmp_path: Path
         "inference_service",
         {
             "inference_service_served_model_name": "m",
-            "inference_service_engine": "sglang",
-            "inference_service_engine_version": "0.5.11",
+            "inference_engine_engine": "sglang",
+            "inference_engine_version": "0.5.11",
             "inference_service_venv": str(_venv(tmp_path)),
             "inference_service_model": "/srv/m",
             "inference_service_speculative": {
@@ -261,8 +257,8 @@ def test_resaved_hub_drafter_is_refused_on_both_engines(  # noqa: PLR0917 - fixt
         "inference_service",
         {
             "inference_service_served_model_name": "qwen3.6-27b",
-            "inference_service_engine": engine,
-            "inference_service_engine_version": version,
+            "inference_engine_engine": engine,
+            "inference_engine_version": version,
             "inference_service_venv": str(_venv(tmp_path)),
             "inference_service_model": str(target),
             "inference_service_cache_dir": str(cache),
@@ -290,8 +286,8 @@ def test_installed_flag_set_decides_what_is_accepted(repo_root: Path, tmp_path: 
     }))  # fmt: skip
     common = {
         "inference_service_served_model_name": "m",
-        "inference_service_engine": "vllm",
-        "inference_service_engine_version": "0.21.0",  # no recorded list for it
+        "inference_engine_engine": "vllm",
+        "inference_engine_version": "0.21.0",  # no recorded list for it
         "inference_service_venv": str(venv),
         "inference_service_model": "/srv/m",
         "inference_service_speculative": {"method": "ngram", "num_draft_tokens": 4},

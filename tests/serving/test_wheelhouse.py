@@ -11,7 +11,7 @@ from ansible_collections.specops.infra.plugins.module_utils.engines import ENGIN
 
 from specops.cli import main
 from specops.errors import SpecopsError
-from specops_lab import wheelhouse
+from specops_lab import locked, wheelhouse
 
 
 def test_uv_pin_matches_the_role(repo_root: Path) -> None:
@@ -28,7 +28,7 @@ def test_a_complete_wheelhouse_is_not_downloaded_again(tmp_path: Path) -> None:
     target = tmp_path / "wheels"
     target.mkdir()
     (target / "x-1-py3-none-any.whl").write_bytes(b"")
-    stamp = {"recipe": 1, "requirements": list(wheelhouse.REQUIREMENTS)}
+    stamp = {"recipe": 2, "requirements": list(wheelhouse.REQUIREMENTS), "lock": locked.digest()}
     (target / wheelhouse.STAMP_NAME).write_text(json.dumps(stamp))
     result = wheelhouse.build_wheelhouse(tmp_path, python="/nonexistent/python")
     assert not result.changed
@@ -45,7 +45,7 @@ def test_cli_reports_a_complete_wheelhouse(
 ) -> None:
     target = tmp_path / "wheels"
     target.mkdir()
-    stamp = {"recipe": 1, "requirements": list(wheelhouse.REQUIREMENTS)}
+    stamp = {"recipe": 2, "requirements": list(wheelhouse.REQUIREMENTS), "lock": locked.digest()}
     (target / wheelhouse.STAMP_NAME).write_text(json.dumps(stamp))
     assert main(["lab", "vllm", "wheelhouse", "--cache", str(tmp_path)]) == 0
     assert "0 wheels, already complete" in capsys.readouterr().out

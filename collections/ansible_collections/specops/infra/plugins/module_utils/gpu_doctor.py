@@ -59,6 +59,7 @@ __all__ = [
     "Diagnosis",
     "Expectation",
     "Finding",
+    "build_text",
     "diagnose",
     "render_table",
     "summary",
@@ -75,6 +76,9 @@ class Diagnosis:
     status: str  # healthy | warning | unhealthy
     findings: tuple[Finding, ...]
     checks: dict[str, str] = field(default_factory=dict)
+    # The engine build the container's unit runs ("" when none is stamped): engine and
+    # version, or git ref and commit with the pull requests applied on it, in order.
+    build: str = ""
 
     @property
     def healthy(self) -> bool:
@@ -165,7 +169,7 @@ def diagnose(
                     "no GPU lines",
                     f"/etc/pve/lxc/{vmid}.conf gives no NVIDIA device",
                     f"lxc_gpu_passthrough_gpu_model / lxc_gpu_passthrough_gpus of {name}, "
-                    f"then playbooks/container.yml --limit {node},{name}",
+                    f"then playbooks/container.yml --limit {node},{name}{c.until_ready}",
                 ),
                 explains=("nvml", "cuda"),
             )
@@ -178,6 +182,19 @@ def diagnose(
     return _finish(c, required)
 
 
+def build_text(build: Mapping[str, Any] | None) -> str:
+    """One line for an engine build (:func:`gpu_doctor_evidence.build_evidence`)."""
+    if not build or not build.get("engine"):
+        return ""
+    if not build.get("git_commit"):
+        return f"{build['engine']} {build.get('version', '')}".strip()
+    parts = [f"{build.get('git_ref') or 'git'} ({str(build['git_commit'])[:12]})"]
+    for patch in build.get("git_patches") or []:
+        ref, _at, commit = str(patch).rpartition("@")
+        parts.append(f"{ref} ({commit[:12]})")
+    return f"{build['engine']} git " + " + ".join(parts)
+
+
 def _finish(c: Ctx, required: Sequence[str]) -> Diagnosis:
     errors = [f for f in c.findings if f.severity == "error"]
     status = "unhealthy" if errors else ("warning" if c.findings else "healthy")
@@ -188,6 +205,7 @@ def _finish(c: Ctx, required: Sequence[str]) -> Diagnosis:
         status=status,
         findings=tuple(c.findings),
         checks=checks_summary(c, required),
+        build=build_text((c.ct or {}).get("build")),
     )
 
 
@@ -244,6 +262,7 @@ def render_table(diagnoses: Sequence[Mapping[str, Any]]) -> list[str]:
         for f in d.get("findings", []):
             head = f"- {d['container']} [{f['severity']}] {f['title']}"
             lines.append(f"{head}: {f['cause']} -> fix: {f['fix']}")
+    lines += [f"- {d['container']} build: {d['build']}" for d in diagnoses if d.get("build")]
     counts = summary(diagnoses)
     lines.append(
         f"{len(diagnoses)} container(s): {counts['healthy']} healthy, {counts['warning']} "
