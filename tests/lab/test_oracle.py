@@ -30,7 +30,7 @@ from specops_lab.oracle.spec import (
     folders,
     next_map,
 )
-from specops_lab.vllm import LabPaths
+from specops_lab.vllm import LabPaths, lab_paths
 
 TINY_LLAMA = OracleSpec(
     families=("draft_model", "dflash", "eagle3"), shape="tiny", cycle=16, noise_alpha=None,
@@ -105,6 +105,13 @@ def test_ci_spec_is_the_mimo_family_on_the_cpu_shape() -> None:
     assert CI_SPEC.shape == "cpu"
     assert CI_SPEC.calibration_dtype == "float32"  # the lab's CPU vLLM serves in float32
     assert folders(CI_SPEC) == ("target", "target-noisy", "drafter")
+
+
+def test_build_refuses_a_folder_that_is_not_a_build(tmp_path: Path) -> None:
+    (tmp_path / "keep.txt").write_text("someone's file")
+    with pytest.raises(ValidationError, match="exists and is not an oracle build"):
+        build_oracle(lab_paths(tmp_path / "cache"), CI_SPEC, out=tmp_path)
+    assert (tmp_path / "keep.txt").read_text() == "someone's file"
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ import ansible_collections.specops.infra.plugins.module_utils.dflash_drafter as 
 import ansible_collections.specops.infra.plugins.module_utils.errors as _errors
 
 import specops_lab
-from specops.errors import SpecopsError
+from specops.errors import SpecopsError, ValidationError
 from specops_lab import tiny_model_builder
 from specops_lab.oracle.spec import RECORD_NAME, OracleSpec
 from specops_lab.vllm_install import LabPaths, file_lock, installed_versions, lab_paths
@@ -125,6 +125,10 @@ def build_oracle(
     target = out if out is not None else oracle_dir(paths, spec)
     if (target / RECORD_NAME).exists():
         return BuildResult(target, False, time.monotonic() - began)
+    if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValidationError(
+            "--out", f"{out} exists and is not an oracle build: give a new (or empty) folder"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(target.parent / f".{target.name}.lock"):
         if (target / RECORD_NAME).exists():
