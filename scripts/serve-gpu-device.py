@@ -1494,8 +1494,8 @@ ORACLE_WORK = Path("/root/specops-oracle")
 # What the card builds (`python -m specops_lab.oracle build`, the device's torch), and
 # the shapes a dry run builds here instead.
 ORACLE_BUILDS: dict[str, dict[str, Any]] = {
-    "mimo": {"families": ["mtp"], "shape": "mimo-h100", "spec": {"noise_alpha": 0.65}},
-    "llama": {"families": ["dflash", "eagle3"], "shape": "llama-h100",
+    "mimo": {"families": ["mtp"], "shape": "mimo7b", "spec": {"noise_alpha": 0.65}},
+    "llama": {"families": ["dflash", "eagle3"], "shape": "mistral7b",
               "spec": {"noise_alpha": None}},
 }  # fmt: skip
 ORACLE_DRY_SHAPES = {"mimo": "cpu", "llama": "cpu"}

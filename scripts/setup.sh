@@ -187,9 +187,11 @@ step_collection() {
 
 step_vllm() {
   step_venv
-  say "vllm: lab vLLM CPU venv and tiny model (cached under $SPECOPS_CACHE)"
+  say "vllm: lab vLLM CPU venv, tiny model and CI oracle (cached under $SPECOPS_CACHE)"
   "$VENV/bin/specops" lab vllm install
   "$VENV/bin/specops" lab vllm build-model
+  # The CI oracles (specops_lab.oracle.lab.CI_SPECS): built offline with the venv's torch.
+  "$VENV/bin/specops" lab oracle build
   # Offline wheelhouse for serving containers without a network (molecule/inference).
   "$VENV/bin/specops" lab vllm wheelhouse
 }

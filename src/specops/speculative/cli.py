@@ -1,6 +1,7 @@
 """``specops profile``: render a speculative profile, print the table, check a drafter.
 
 specops profile render --engine sglang --version 0.5.11 --profile FILE.yml [--flags FLAGSET.json]
+    [--target-model DIR]
 specops profile table [--check docs/speculative.md | --write docs/speculative.md]
 specops profile check-drafter --target DIR|HUB_ID --drafter DIR|HUB_ID [--hub-cache DIR]
     [--method M] [--id HUB_ID] [--window 2048]
@@ -22,7 +23,10 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative_engines 
 from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
     SpeculativeProfile,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import launch
+from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
+    TargetModel,
+    launch,
+)
 
 from specops.errors import (
     SpecopsError,
@@ -66,6 +70,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=Path,
         help="an installed build's flag set (<venv>/.specops-engine-flags.json): check against"
         " it and read its capabilities, instead of the release's recorded list",
+    )
+    render.add_argument(
+        "--target-model",
+        help="the served model as the unit passes it (a directory with config.json, or a hub"
+        " id): what its architecture needs is rendered (SGLang NEXTN's draft path)",
     )
     render.add_argument(
         "--format", choices=("shell", "json"), default="shell", help="shell line or JSON list"
@@ -123,13 +132,32 @@ def _render(args: argparse.Namespace) -> int:
             ) from None
     engine = Engine.parse(args.engine, args.version, args.capability, flag_set)
     profile = _load_profile(args.profile)
-    argv, env = launch(profile, engine)
+    argv, env = launch(profile, engine, target=_target(args.target_model))
     if args.format == "json":
         print(json.dumps({"argv": argv, "env": env}))
     else:
         prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         print((prefix + " " if prefix else "") + shlex.join(argv))
     return 0
+
+
+def _target(model: str | None) -> TargetModel | None:
+    """The served model: its config.json's architectures when it is a directory."""
+    if model is None:
+        return None
+    config = Path(model) / "config.json"
+    if not config.is_file():
+        return TargetModel(model)
+    try:
+        data = json.loads(config.read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValidationError("--target-model", f"cannot read {config}: {exc}") from None
+    archs = data.get("architectures") if isinstance(data, dict) else None
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise ValidationError(
+            "--target-model", f"{config} has no architectures list (got {archs!r})"
+        )
+    return TargetModel(model, tuple(archs))
 
 
 def _table(args: argparse.Namespace) -> int:

@@ -26,7 +26,10 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative_engines 
 from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
     SpeculativeProfile,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import launch
+from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
+    TargetModel,
+    launch,
+)
 
 __all__ = ["checked_args", "service_launch"]
 
@@ -63,12 +66,19 @@ def service_launch(
     environment: Mapping[str, Any] | None = None,
     profile_name: str = "inference_service_speculative",
     args_name: str = "inference_service_engine_args",
+    architectures: Sequence[str] = (),
 ) -> dict[str, Any]:
     """``{argv, env, profile, label}``: the unit's command line, its environment, the
-    normalised profile and the engine build's label."""
+    normalised profile and the engine build's label.
+
+    ``architectures``: the model's config.json ``architectures`` (empty: not known); with
+    ``model`` they are the translator's target (what the architecture needs: SGLang
+    NEXTN's draft path, ``speculative_translate.TargetModel``).
+    """
     profile = SpeculativeProfile.from_mapping(profile_data, prefix=profile_name)
+    target = TargetModel(str(model), tuple(str(a) for a in architectures))
     try:
-        spec_argv, spec_env = launch(profile, engine)
+        spec_argv, spec_env = launch(profile, engine, target=target)
     except ValidationError as exc:
         if exc.field.startswith("speculative"):
             raise ValidationError(
