@@ -159,7 +159,9 @@ def _lock_module() -> Any:
     return module
 
 
-PART_BYTES = 50 * 1024 * 1024  # + the working tree (~10 MiB) stays under 64 MiB a call
+# A call carries 64 MiB at most: its part, the working tree (~12 MiB) and, with the
+# first part, the code (p1/proj, ~9 MiB).
+PART_BYTES = 40 * 1024 * 1024
 WORK = Path("/root/specops-serve")  # on the device: outside the repo copy
 # The renderer runs this interpreter's Ansible (the venv's bin need not be on PATH).
 _VENV_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
