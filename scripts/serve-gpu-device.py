@@ -1494,15 +1494,15 @@ ORACLE_WORK = Path("/root/specops-oracle")
 # What the card builds (`python -m specops_lab.oracle build`, the device's torch), and
 # the shapes a dry run builds here instead.
 ORACLE_BUILDS: dict[str, dict[str, Any]] = {
-    "mimo": {"families": ["mtp"], "shape": "mimo7b", "spec": {"noise_alpha": 0.65}},
-    "llama": {"families": ["dflash", "eagle3"], "shape": "mistral7b",
+    "mimo": {"families": ["mtp"], "shape": "mimo-h100", "spec": {"noise_alpha": 0.65}},
+    "llama": {"families": ["dflash", "eagle3"], "shape": "llama-h100",
               "spec": {"noise_alpha": None}},
 }  # fmt: skip
 ORACLE_DRY_SHAPES = {"mimo": "cpu", "llama": "cpu"}
-# Several servers on one card: a fixed KV budget (no start-up profiling), a low
-# utilisation floor (vLLM checks that much is free at start), batches up to the bench's
-# largest concurrency.
-ORACLE_ENGINE_ARGS = ["--no-enable-prefix-caching", "--kv-cache-memory-bytes", "2.5G",
+# Several servers on one card: a fixed KV budget (no start-up profiling; in bytes: vLLM
+# 0.32 refuses "2.5G", a decimal with a binary suffix), a low utilisation floor (vLLM
+# checks that much is free at start), batches up to the bench's largest concurrency.
+ORACLE_ENGINE_ARGS = ["--no-enable-prefix-caching", "--kv-cache-memory-bytes", str(5 * 2**29),
                       "--gpu-memory-utilization", "0.1", "--max-num-seqs", "64",
                       "--max-model-len", "4096"]  # fmt: skip
 ORACLE_DEPTHS = (1, 2, 3, 4, 5, 6)
@@ -1571,10 +1571,14 @@ def _tree_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([*tree, before] if before else tree)}
 
 
-def build_oracles(ctx: Ctx) -> dict[str, Any]:
-    """The oracle models, built with the engine's torch (on the card: CUDA)."""
+def build_oracles(ctx: Ctx, names: tuple[str, ...]) -> dict[str, Any]:
+    """The oracle models the configs ``names`` serve, built with the engine's torch (on the
+    card: CUDA)."""
     out: dict[str, Any] = {}
+    wanted = {CONFIGS[n]["build"] for n in names}
     for name, build in ORACLE_BUILDS.items():
+        if name not in wanted:
+            continue
         dest = Path(ctx.host_path(f"{ORACLE_HOME}/{name}"))
         record = dest / "specops-oracle.json"
         shape = ORACLE_DRY_SHAPES[name] if ctx.dry else build["shape"]
@@ -1603,7 +1607,7 @@ def build_oracles(ctx: Ctx) -> dict[str, Any]:
 
 
 def _next_map(ctx: Ctx, build: str) -> list[int]:
-    from specops_lab.oracle.builder import NEXT_NAME  # noqa: PLC0415 - the tree's lab
+    from specops_lab.oracle.spec import NEXT_NAME  # noqa: PLC0415 - the tree's lab (no torch)
 
     return [int(x) for x in json.loads(
         Path(ctx.host_path(f"{ORACLE_HOME}/{build}")).joinpath(NEXT_NAME).read_text())]  # fmt: skip
@@ -1937,7 +1941,7 @@ def orchestrate_oracle(ctx: Ctx, rec: Record, names: tuple[str, ...]) -> None:
     with rec.step("unpack") as e:
         e.update(unpack(ctx))
     with rec.step("oracle-build") as e:
-        e.update(build_oracles(ctx))
+        e.update(build_oracles(ctx, names))
     with rec.step("container") as e:
         container_up(ctx, e)
     for d in Path(ctx.host_path("/var/lib/specops/output-gate")).glob("*.json"):
@@ -1960,7 +1964,8 @@ def orchestrate_oracle(ctx: Ctx, rec: Record, names: tuple[str, ...]) -> None:
                 if name not in keep:
                     rec.data["steps"][f"oracle-{name}"]["stop"] = live.pop(name).stop()
             rec.save()
-        if depths and keep <= set(live):
+        ready = {n for n in live if rec.data["steps"][f"oracle-{n}"].get("ready", {}).get("ok")}
+        if depths and keep <= ready:
             swept = oracle_sweep(ctx, rec, live, depths)
             grid = swept.get("grid", {}).get("grid", {})
             ranked = sorted((n for n in grid if n != "plain" and grid[n]["mean"]),

@@ -41,6 +41,7 @@ from specops_lab.oracle import calibrate, reference, tokenizer, weights
 from specops_lab.oracle.reference import Dims
 from specops_lab.oracle.selfcheck import CheckFailed, check_build
 from specops_lab.oracle.spec import (
+    NEXT_NAME,
     RECORD_NAME,
     SPECIAL_TOKENS,
     OracleSpec,
@@ -51,7 +52,6 @@ from specops_lab.oracle.spec import (
 
 __all__ = ["NEXT_NAME", "SHARD_BYTES", "build", "target_layer_ids"]
 
-NEXT_NAME = "oracle-next.json"
 SHARD_BYTES = 4_000_000_000  # per safetensors file, as checkpoints are cut
 Log = Callable[[str], None]
 

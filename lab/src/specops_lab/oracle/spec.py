@@ -49,6 +49,7 @@ __all__ = [
     "DTYPES",
     "FAMILIES",
     "FAMILY_TARGET",
+    "NEXT_NAME",
     "RECORD_NAME",
     "SHAPES",
     "SPECIAL_TOKENS",
@@ -74,6 +75,8 @@ DTYPES: Final = ("bfloat16", "float32")
 # tiny model has them, and DFlash's mask token (SGLang 0.5.11 DEFAULT_DFLASH_MASK_TOKEN).
 SPECIAL_TOKENS: Final = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|MASK|>")
 RECORD_NAME: Final = "specops-oracle.json"
+# next[x] for every token id, beside the record (what a reader checks output against).
+NEXT_NAME: Final = "oracle-next.json"
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,17 @@ SHAPES: Final[Mapping[str, Shape]] = {
         Shape(
             "mimo7b", 4096, 36, 32, 8, 11008, 32000, 4096,
             "MiMo-7B's shape: the H100 MTP runs (vLLM 0.20.1 mtp, SGLang 0.5.11 NEXTN)",
+        ),
+        Shape(
+            "mimo-h100", 4096, 12, 32, 8, 11008, 32000, 4096,
+            "MiMo-7B's layer at a third of its depth (2.4 B parameters, 4.8 GB bf16): seven"
+            " servers of it share one H100 in the device campaign (scripts/serve-gpu-device.py"
+            " --campaign oracle)",
+        ),
+        Shape(
+            "llama-h100", 2048, 8, 16, 8, 5632, 32000, 4096,
+            "a 0.5 B Llama for the DFlash and EAGLE3 drafters' loading and counters on the"
+            " card (random drafters: no speed is claimed)",
         ),
     )
 }  # fmt: skip
