@@ -171,7 +171,8 @@ def test_a_run_killed_mid_matrix_resumes_with_its_finished_cells(
         sys.executable, "-m", "specops.cli", "bench", "run", "--base-url",
         relay.base_url, "--concurrency", "1,2", "--context-lengths", "64,96,128",
         "--output-len", "16", "--requests-per-cell", "3", "--waves-per-cell", "0",
-        "--warmup-per-cell", "0", "--temperature", "0", "--out", str(out), "--json",
+        "--warmup-per-cell", "0", "--warmup-waves", "0", "--temperature", "0", "--out", str(out),
+        "--json",
         "--no-report",
     ]  # fmt: skip
     proc = subprocess.Popen(
