@@ -1624,12 +1624,12 @@ def _gpu_key(ctx: Ctx) -> str:
     """The catalogue's id for the card the container got (H100 or H200: the device tool
     lends either)."""
     if ctx.dry:
-        return "a6000"
+        return "rtx-a6000"
     facts = gpu.gather_facts(gpu.HostRoots.under(ctx.host_root)).to_dict()
     for g in facts["gpus"]:
         product = gpu_catalogue.by_pci_id(str(g.get("id") or g.get("pci_id") or ""))
         if product is not None:
-            return product.key
+            return product.id
     return "h200"
 
 
@@ -1712,7 +1712,7 @@ def measure_oracle(ctx: Ctx, rec: Record, name: str, server: Server) -> None:
         )  # fmt: skip
         verdict = gate.after_ready()
         ref = output_gate.load_reference(str(reference))
-        outputs = [o.token_ids for o in ref.outputs] if ref else []
+        outputs = [o.token_ids for o in ref.outputs if o.token_ids is not None] if ref else []
         share = chain_share(outputs, _next_map(ctx, cfg["build"]))
         entry["gate"] = {**verdict.as_dict(), "recorded": gate.recorded,
                          "seconds": round(gate.seconds, 2), "chain_share": share}  # fmt: skip
@@ -1811,7 +1811,7 @@ def _objective_of(results_path: Path, concurrency: int) -> float | None:
     res = load_results(results_path)
     for cell in res.cells:
         if cell.concurrency == concurrency:
-            return float(cell.output_tok_s)
+            return float(cell.stats.output_tok_s)
     return None
 
 
