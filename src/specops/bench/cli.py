@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from specops.bench.compare import Thresholds, compare, count_arg, threshold_arg
+from specops.bench.load_cli import add_load_parser
 from specops.bench.plan import Plan, load_plan, plan_from_mapping
 from specops.bench.report import write_report
 from specops.bench.results import Results, RunStore, load_results
@@ -132,6 +133,8 @@ def register(subparsers: Any) -> None:
     cmp_.add_argument("--max-pass-drop", type=count_arg, default=Thresholds.max_pass_drop)
     cmp_.add_argument("--json", action="store_true")
     cmp_.set_defaults(func=_cmd_compare)
+
+    add_load_parser(sub)  # specops.bench.load: a steady load, every failure reported
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
