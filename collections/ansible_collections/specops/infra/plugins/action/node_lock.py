@@ -28,6 +28,7 @@ import contextlib
 import os
 import signal
 import time
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,13 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible is untyped
 
     # -- the node ---------------------------------------------------------------------
 
-    def _node(self, task_vars: dict[str, Any], **module_args: Any) -> dict[str, Any]:
+    def _node(
+        self, task_vars: dict[str, Any], *, fresh_tmp: bool = False, **module_args: Any
+    ) -> dict[str, Any]:
+        if fresh_tmp:
+            # the renewer: the task's remote temporary directory went with the task (a
+            # connection without pipelining makes one per call, and removes it after)
+            self._connection._shell.tmpdir = None
         out: dict[str, Any] = self._execute_module(
             module_name=MODULE, module_args=module_args, task_vars=task_vars
         )
@@ -185,6 +192,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible is untyped
         # The child: never returns into Ansible's code (os._exit), touches neither the
         # worker's result queue nor Display (the run may have ended: nobody reads it).
         code = 0
+        log = directory / f"renewer-{safe}.log"
         try:
             display._final_q = None  # the worker's queue to the run: not this process's
             for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -192,9 +200,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible is untyped
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             pidfile.write_text(str(os.getpid()), encoding="ascii")
             self._renew_loop(task_vars, directory, root=root, holder=holder, me=me, lease=lease,
-                             log=directory / f"renewer-{safe}.log")  # fmt: skip
+                             log=log)  # fmt: skip
         except BaseException:  # a child of a worker ends here, whatever happened
             code = 1
+            with contextlib.suppress(OSError), log.open("a", encoding="utf-8") as fh:
+                fh.write(traceback.format_exc())
         finally:
             with contextlib.suppress(OSError):
                 pidfile.unlink()
@@ -213,15 +223,17 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible is untyped
 
         while True:
             if (directory / ENDED).exists():
-                out = self._node(task_vars, state="released", root=root, holder=holder)
+                out = self._node(
+                    task_vars, fresh_tmp=True, state="released", root=root, holder=holder
+                )
                 note(f"run ended: {out.get('message') or out.get('msg')}")
                 return
             if not process_alive(me.pid, me.pid_start):
                 note("run gone without ending (killed?): the lease is left to run out")
                 return
             if time.monotonic() >= due:
-                out = self._node(task_vars, state="renewed", root=root, holder=holder,
-                                 lease=lease)  # fmt: skip
+                out = self._node(task_vars, fresh_tmp=True, state="renewed", root=root,
+                                 holder=holder, lease=lease)  # fmt: skip
                 if out.get("failed"):
                     note(f"renewal failed: {out.get('msg')}")
                     if (out.get("record") or {}) and "no longer" in str(out.get("msg")):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
+from pathlib import Path
 from typing import Any
 
 from ansible.plugins.callback import CallbackBase
@@ -44,6 +46,16 @@ options:
 """
 
 
+def _remove_unless_failed(directory: Path) -> None:
+    """The run's directory goes, unless a renewer's log there says what went wrong."""
+    for log in directory.glob("renewer-*.log"):
+        with contextlib.suppress(OSError):
+            text = log.read_text(encoding="utf-8")
+            if "Traceback" in text or "failed" in text:
+                return
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 class CallbackModule(CallbackBase):  # type: ignore[misc]  # ansible is untyped
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -60,7 +72,7 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]  # ansible is untyped
         if os.getpid() == self._pid:
             directory = run_dir(self._pid, process_start(self._pid))
             if not renewer_pids(directory):
-                shutil.rmtree(directory, ignore_errors=True)
+                _remove_unless_failed(directory)
 
     def _end(self) -> None:
         """After each playbook of the run and at its exit: release what it holds."""
