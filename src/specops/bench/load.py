@@ -278,7 +278,9 @@ class _Load:
 
 async def _command(argv: Sequence[str], load: _Load, stdout: int | None) -> CommandRun:
     start = load.now()
-    proc = await asyncio.create_subprocess_exec(*argv, stdout=stdout)
+    # its standard error with its output where that goes (one log of the command)
+    stderr = asyncio.subprocess.STDOUT if stdout is not None else None
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=stdout, stderr=stderr)
     rc = await proc.wait()
     return CommandRun(tuple(argv), rc, round(start, 3), round(load.now(), 3))
 
