@@ -42,6 +42,7 @@ SITE_CFG = """\
 [defaults]
 inventory = inventory
 vars_plugins_enabled = specops.infra.host_group_vars
+callbacks_enabled = specops.infra.node_lock
 fact_caching = specops.infra.private_jsonfile
 fact_caching_connection = .cache/facts
 interpreter_python = auto_silent
