@@ -141,12 +141,17 @@ def test_the_doctor_reports_the_router_s_view_of_each_container(
         assert re.search(row, said), said[-3000:]
 
 
-def _measure(mode: str, profile: str, measurement: Record) -> dict[str, Any]:
+def _measure(mode: str, profile: str) -> dict[str, Any]:
     out = LOGS / f"rollout-{mode}"
     rc = bench.main(["--inventory", INVENTORY, "--mode", mode, "--profile", profile,
                      "--out", str(out)])  # fmt: skip
-    figures = json.loads((out / "figures.json").read_text())
+    figures: dict[str, Any] = json.loads((out / "figures.json").read_text())
     assert rc == 0, (out / "rollout.log").read_text()[-6000:]
+    return figures
+
+
+def _record(figures: dict[str, Any], measurement: Record) -> None:
+    mode = figures["mode"]
     lat = figures["latency_during_rollout_s"]["e2e_s"]
     lines = [
         f"rollout under load ({mode}, {figures['rate']:g} req/s): {figures['requests']} "
@@ -156,16 +161,18 @@ def _measure(mode: str, profile: str, measurement: Record) -> dict[str, Any]:
         *bench._lines(figures),
     ]
     measurement(f"rollout-under-load-{mode}", lines, figures)
-    return figures
 
 
 @pytest.fixture(scope="module")
-def with_router(deployed: subprocess.CompletedProcess[str], measurement: Record) -> dict[str, Any]:
+def with_router(deployed: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     assert deployed.returncode == 0, "the deploy failed; see its test"
-    return _measure("router", json.dumps({"method": "none"}), measurement)
+    return _measure("router", json.dumps({"method": "none"}))
 
 
-def test_a_rollout_behind_the_router_fails_no_request(with_router: dict[str, Any]) -> None:
+def test_a_rollout_behind_the_router_fails_no_request(
+    with_router: dict[str, Any], measurement: Record
+) -> None:
+    _record(with_router, measurement)
     assert with_router["rollout_rc"] == 0
     assert {n: r["outcome"] for n, r in with_router["nodes"].items()} == dict.fromkeys(
         NODES, "changed"
@@ -179,7 +186,8 @@ def test_a_rollout_behind_the_router_fails_no_request(with_router: dict[str, Any
 def test_the_same_rollout_without_the_router_is_an_outage_per_node(
     with_router: dict[str, Any], measurement: Record
 ) -> None:
-    direct = _measure("direct", "inventory", measurement)
+    direct = _measure("direct", "inventory")
+    _record(direct, measurement)
     assert direct["rollout_rc"] == 0
     assert {n: r["outcome"] for n, r in direct["nodes"].items()} == dict.fromkeys(NODES, "changed")
     # every node's restart cost requests: clients dialled it while it was down
