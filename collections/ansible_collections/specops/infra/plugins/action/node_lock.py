@@ -236,7 +236,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible is untyped
                                  holder=holder, lease=lease)  # fmt: skip
                 if out.get("failed"):
                     note(f"renewal failed: {out.get('msg')}")
-                    if (out.get("record") or {}) and "no longer" in str(out.get("msg")):
+                    if out.get("record") and "no longer" in str(out.get("msg")):
                         return  # released, or taken over: nothing left to renew
                     due = time.monotonic() + min(every, 5.0)
                 else:

@@ -2,23 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import os
-import shutil
-from pathlib import Path
-from typing import Any
-
-from ansible.plugins.callback import CallbackBase
-from ansible_collections.specops.infra.plugins.plugin_utils.node_lock_run import (
-    ENDED,
-    mark_ended,
-    process_start,
-    renewer_pids,
-    run_dir,
-    wait_renewers,
-)
-
 DOCUMENTATION = r"""
 name: node_lock
 type: aggregate
@@ -44,6 +27,23 @@ options:
     env:
       - name: SPECOPS_NODE_LOCK_RELEASE_TIMEOUT
 """
+
+import atexit
+import contextlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ansible.plugins.callback import CallbackBase
+from ansible_collections.specops.infra.plugins.plugin_utils.node_lock_run import (
+    ENDED,
+    mark_ended,
+    process_start,
+    renewer_pids,
+    run_dir,
+    wait_renewers,
+)
 
 
 def _remove_unless_failed(directory: Path) -> None:
