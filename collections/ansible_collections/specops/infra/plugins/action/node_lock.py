@@ -75,7 +75,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible is untyped
         step = max(float(args.get("poll_step", 15)), 1.0)
         if lease < 5:
             raise AnsibleActionFail(f"lease: {lease:g} s is too short (at least 5 s)")
-        me = run_identity(os.getppid(), list(context.CLIARGS.get("args") or []))
+        args_ = context.CLIARGS.get("args") or []  # the playbooks (ad-hoc: a host pattern)
+        playbooks = list(args_) if not isinstance(args_, str) else ["ad-hoc"]
+        me = run_identity(os.getppid(), playbooks)
         job = task_vars.get("awx_job_id") or task_vars.get("tower_job_id")
         holder = me.holder(job=job)
         result.update(changed=False, node=node, holder=holder)
