@@ -157,11 +157,14 @@ from specops.bench.prompts import PromptBuilder, ServerTokenizer, load_corpus  #
 from specops.errors import ValidationError  # noqa: E402
 
 CACHE = Path(os.environ.get("SPECOPS_CACHE", "/var/cache/specops"))
+
+
 def _lab_python() -> Path:
     """The lab's vLLM CPU venv's interpreter (its path names the lab's lock)."""
     from specops_lab.vllm_install import lab_paths  # noqa: PLC0415 - the lab, where present
 
     return lab_paths(CACHE).python
+
 
 _TICK = os.sysconf("SC_CLK_TCK")
 _OURS_KEY_ENV = "SPECOPS_P1_API_KEY"  # ours reads the key from here (its plan's api_key_env)

@@ -59,6 +59,9 @@ def main() -> int:
         if setup.returncode != 0:
             print(setup.stdout[-4000:], file=sys.stderr)
             return 2
+        # the applier runs specops.infra.speculative_apply with this process's
+        # environment: the checkout's ansible.cfg, wherever the script is started from
+        os.environ.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
         applier = AnsibleApplier(inventory, node.name, node.base_url, "tiny-qwen",
                                  log=args.out / "ansible.log")  # fmt: skip
         config = {**LAB_SEARCH, "canary": node.name, "inventory": str(inventory),

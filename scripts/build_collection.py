@@ -8,14 +8,20 @@ One source: the checkout keeps its top-level layout (``roles/``, ``playbooks/``,
 this step stages the collection from it in a temporary directory:
 
 - the infra collection's own files (``plugins/``, ``meta/``, ``galaxy.yml``,
-  ``README.md``, ``CHANGELOG.md``, ``changelogs/``), without its ``tests/``;
+  ``README.md``, ``CHANGELOG.md``, ``changelogs/``), without its ``tests/``, and the
+  repository's ``LICENSE`` (Apache-2.0, as galaxy.yml says);
 - ``roles/`` (every product role);
 - ``playbooks/`` (with the ``tasks/`` and ``vars/`` they import) and the root
   ``deploy.yml`` as ``playbooks/deploy.yml``, its ``import_playbook: playbooks/<x>.yml``
   rewritten to ``<x>.yml`` (the one path that differs once the file moves), so that
-  ``ansible-playbook specops.infra.deploy`` runs; a playbook whose name has a hyphen
-  (no FQCN can name it) gets an alias with underscores that imports it
-  (``specops.infra.speculative_apply``).
+  ``ansible-playbook specops.infra.deploy`` runs. A playbook whose name has a hyphen (no
+  FQCN can name it) has an alias with underscores beside it in ``playbooks/``, which
+  imports it (``specops.infra.speculative_apply``); the build refuses one without.
+
+In a checkout, ``scripts/setup.sh venv`` makes the same shape out of links under
+``.cache/collections`` (first in the checkout's ``collections_path``), so that the
+checkout runs the playbooks by the names an installed collection has
+(``specops.infra.verify``); the collection's directory itself never holds them.
 
 Role references stay short names: ansible-core (2.19) looks a role named in a playbook of
 a collection up in that collection first, so ``role: benchmark`` in
@@ -96,6 +102,9 @@ def stage(repo: Path, dest: Path) -> Path:
             raise BuildError(f"{src}: missing (the collection needs it)")
     if (coll / "roles").exists() or (coll / "playbooks").exists():
         raise BuildError(f"{infra}: has its own roles/ or playbooks/ (they live at the root)")
+    if not (repo / "LICENSE").is_file():
+        raise BuildError(f"{repo / 'LICENSE'}: missing (the licence galaxy.yml names)")
+    shutil.copy2(repo / "LICENSE", coll / "LICENSE")
     shutil.copytree(repo / "roles", coll / "roles", ignore=SKIP)
     shutil.copytree(repo / "playbooks", coll / "playbooks", ignore=SKIP)
     deploy = coll / "playbooks/deploy.yml"
@@ -107,19 +116,38 @@ def stage(repo: Path, dest: Path) -> Path:
     return coll
 
 
+def alias_text(name: str) -> str:
+    """The alias of the hyphenated playbook ``name`` (``speculative-apply.yml``): the
+    file ``speculative_apply.yml`` beside it holds exactly this."""
+    stem = name.removesuffix(".yml").replace("-", "_")
+    return (
+        f"---\n# specops.infra.{stem}: {name} by a name an FQCN can hold\n"
+        f"# (scripts/build_collection.py --aliases writes this file).\n"
+        f"- name: The playbook {name}.\n  ansible.builtin.import_playbook: {name}\n"
+    )
+
+
 def _alias_hyphenated(playbooks: Path) -> None:
     """A playbook name with a hyphen is no FQCN (``specops.infra.speculative-apply`` does
-    not resolve): each gets ``<name_with_underscores>.yml``, which imports it."""
+    not resolve): each has ``<name_with_underscores>.yml`` beside it, which imports it."""
     for path in sorted(playbooks.glob("*-*.yml")):
         alias = playbooks / path.name.replace("-", "_")
-        if alias.exists():
-            raise BuildError(f"playbooks/{path.name}: its FQCN alias {alias.name} exists")
-        alias.write_text(
-            f"---\n# specops.infra.{alias.stem}: {path.name} under a name an FQCN can hold\n"
-            f"# (written by scripts/build_collection.py).\n"
-            f"- name: The playbook {path.name}.\n  ansible.builtin.import_playbook: {path.name}\n",
-            encoding="utf-8",
-        )
+        if not alias.is_file() or alias.read_text(encoding="utf-8") != alias_text(path.name):
+            raise BuildError(
+                f"playbooks/{path.name}: no FQCN alias playbooks/{alias.name} (or not the"
+                f" one expected); write it: python3 scripts/build_collection.py --aliases"
+            )
+
+
+def write_aliases(repo: Path) -> list[Path]:
+    """Write the alias of every hyphenated playbook of ``repo/playbooks``; the written."""
+    out = []
+    for path in sorted((repo / "playbooks").glob("*-*.yml")):
+        alias = path.with_name(path.name.replace("-", "_"))
+        if not alias.is_file() or alias.read_text(encoding="utf-8") != alias_text(path.name):
+            alias.write_text(alias_text(path.name), encoding="utf-8")
+            out.append(alias)
+    return out
 
 
 def galaxy_cli() -> Path:
@@ -158,9 +186,16 @@ def main(argv: list[str] | None = None) -> int:
         "--stage-only", action="store_true",
         help="stage into --output-path (a collections path) and do not build",
     )  # fmt: skip
+    parser.add_argument(
+        "--aliases", action="store_true",
+        help="write the FQCN alias of each hyphenated playbook (playbooks/x_y.yml) and stop",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     try:
-        if args.stage_only:
+        if args.aliases:
+            for path in write_aliases(REPO):
+                print(path)
+        elif args.stage_only:
             print(stage(REPO, args.output_path))
         else:
             print(build(REPO, args.output_path))

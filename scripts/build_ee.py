@@ -3,6 +3,14 @@
 engine, or reuse the one already built from the same inputs.
 
     scripts/build_ee.py [--tag specops/ee:latest] [--no-save] [--force]
+    scripts/build_ee.py --file ee/upstream/execution-environment.yml --standin-base \
+        [--tag specops/ee-upstream:latest]
+
+The second builds the same content on an upstream EE base (Automation Platform's
+ee-minimal: its Python, microdnf); ``--standin-base`` first builds the local stand-in of
+that base (ee/upstream/standin/Containerfile, on the project's Debian image, with the
+wheelhouse served) and gives it to the build as ``EE_BASE_IMAGE``, where no registry is
+reachable (CI). Its saves go under ``$SPECOPS_CACHE/ee/upstream``.
 
 1. The tools: a venv ``.cache/ee-tools`` with ansible-builder and ansible-navigator
    (:data:`TOOL_PINS`) from their lock ``ee/tools.lock`` (hash-checked), made again only
@@ -11,7 +19,9 @@ engine, or reuse the one already built from the same inputs.
    (scripts/build_collection.py) as ``specops-infra.tar.gz`` and the collections it
    depends on (galaxy.yml ``dependencies``), copied from the pinned ``ansible`` bundle
    of this interpreter's environment (Galaxy is not reached); and the controller's
-   wheel (``pip wheel .``).
+   wheel (scripts/build_wheel.py) in ``wheel/``, which the definition installs by file
+   (``specops @ file:///output/specops/<wheel>``: the build refuses a definition that
+   names another file).
 3. The inputs' hash (:func:`inputs_hash`): the EE file, ``ee/``, the tarball's and the
    wheel's contents (member names and bytes, not their timestamps), the dependency
    collections' manifests, the wheelhouse's requirements and the base image's id.
@@ -79,6 +89,12 @@ WHEELHOUSE = CACHE / "wheelhouse"
 TOOLS = REPO / ".cache/ee-tools"
 SAVES = Path(os.environ.get("SPECOPS_CACHE", "/var/cache/specops")) / "ee"
 DEFAULT_TAG = "specops/ee:latest"
+UPSTREAM_FILE = REPO / "ee/upstream/execution-environment.yml"
+UPSTREAM_TAG = "specops/ee-upstream:latest"
+STANDIN_FILE = REPO / "ee/upstream/standin/Containerfile"
+STANDIN_TAG = "specops/ee-minimal-standin:latest"
+# How a definition names the controller's wheel (dependencies.python).
+WHEEL_LINE = re.compile(r"^specops @ file:///output/specops/(specops-[^/\s]+\.whl)$")
 LABEL = "specops.ee.inputs"
 WHEELHOUSE_PORT = 47317
 # The tools, pinned (PyPI). ansible-navigator brings ansible-runner and ansible-core.
@@ -155,8 +171,9 @@ def wheelhouse_requirements(
     for step in steps if isinstance(steps, list) else str(steps).splitlines():
         if m := BOOTSTRAP_PIP.search(str(step)):
             out.append(m[1])
-    if not out:
-        raise BuildError("execution-environment.yml: no `bootstrap-pip.py pip==X` step")
+    if not out and (definition.get("options") or {}).get("skip_pip_install"):
+        raise BuildError("the definition skips pip's install and has no `bootstrap-pip.py"
+                         " pip==X` step")  # fmt: skip
     for key in ("ansible_core", "ansible_runner"):
         package = (deps.get(key) or {}).get("package_pip")
         if not package:
@@ -248,20 +265,9 @@ def missing_from_lock(requirements: Iterable[str], pinned: Mapping[str, str]) ->
 
 
 def build_wheel(out: Path) -> Path:
-    """``pip wheel .`` of the controller package, from a copy (nothing left in the
-    checkout); this interpreter's setuptools, no build isolation."""
-    for old in out.glob("specops-*.whl"):
-        old.unlink()
-    with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp)
-        shutil.copy2(REPO / "pyproject.toml", tree)
-        skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
-        for part in ("src", "templates"):  # templates/: src/specops/templates links to it
-            shutil.copytree(REPO / part, tree / part, symlinks=True, ignore=skip)
-        _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-              "--no-index", "-q", "-w", str(out), "."], cwd=tree)  # fmt: skip
-    (wheel,) = out.glob("specops-*-py3-none-any.whl")
-    return wheel
+    """The controller package's wheel (scripts/build_wheel.py: ``pip wheel .`` from a
+    copy, nothing left in the checkout)."""
+    return Path(_load_script("build_wheel.py").build(REPO, out))
 
 
 def dependency_collections() -> list[str]:
@@ -297,7 +303,18 @@ def collection_requirements(root: Path, names: Iterable[str], excluded: Iterable
     return out
 
 
-def prepare_inputs(definition: Mapping[str, Any]) -> tuple[dict[str, str], Path, list[str]]:
+def wheel_named(definition: Mapping[str, Any]) -> str:
+    """The file name of the controller's wheel the definition installs (by file)."""
+    for line in (definition.get("dependencies") or {}).get("python") or []:
+        if m := WHEEL_LINE.match(str(line)):
+            return m[1]
+    raise BuildError("the definition installs no `specops @ file:///output/specops/<wheel>`"
+                     " (the controller's wheel, by file: never a name from an index)")  # fmt: skip
+
+
+def prepare_inputs(
+    definition: Mapping[str, Any], definition_path: Path = EE_FILE
+) -> tuple[dict[str, str], Path, list[str]]:
     """The tarball, the dependency collections and the wheel; their digests."""
     parts: dict[str, str] = {}
     INPUTS.mkdir(parents=True, exist_ok=True)
@@ -317,24 +334,42 @@ def prepare_inputs(definition: Mapping[str, Any]) -> tuple[dict[str, str], Path,
         manifest = (src / "MANIFEST.json").read_bytes() + (src / "FILES.json").read_bytes()
         parts[f"collection:{name}"] = hashlib.sha256(manifest).hexdigest()
     wheel = build_wheel(CACHE / "dist")
+    named = wheel_named(definition)
+    if named != wheel.name:
+        raise BuildError(
+            f"{definition_path.relative_to(REPO)} installs {named}, the wheel built is"
+            f" {wheel.name} (scripts/release.py bump writes both)"
+        )
+    shutil.rmtree(INPUTS / "wheel", ignore_errors=True)
+    (INPUTS / "wheel").mkdir()
+    shutil.copy2(wheel, INPUTS / "wheel" / wheel.name)
     parts["wheel"] = digest_wheel(wheel)
     excluded = ((definition.get("dependencies") or {}).get("exclude") or {}).get(
         "all_from_collections"
     ) or []
-    reqs = wheelhouse_requirements(definition, collection_requirements(root, names, excluded))
+    own = collection_requirements(REPO / "collections", ["specops.infra"], [])
+    reqs = wheelhouse_requirements(
+        definition, [*own, *collection_requirements(root, names, excluded)]
+    )
     parts["wheelhouse"] = json.dumps([reqs, _lock_digest(EE_LOCK)])
-    for path in sorted((REPO / "ee").iterdir()):
-        parts[f"ee/{path.name}"] = hashlib.sha256(path.read_bytes()).hexdigest()
-    parts["definition"] = hashlib.sha256(EE_FILE.read_bytes()).hexdigest()
+    # ee/'s helpers and locks; a definition elsewhere under ee/ with the files beside it
+    # (the upstream one: its stand-in), so that one's change leaves the other's EE cached
+    ee_files = [p for p in (REPO / "ee").iterdir() if p.is_file()]
+    if definition_path.parent not in (REPO, REPO / "ee"):
+        ee_files += [p for p in definition_path.parent.rglob("*") if p.is_file()]
+    for path in sorted(ee_files):
+        parts[str(path.relative_to(REPO))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    parts["definition"] = hashlib.sha256(definition_path.read_bytes()).hexdigest()
     parts["tools"] = _lock_digest(TOOLS_LOCK)
     return parts, wheel, reqs
 
 
-def base_image(definition: Mapping[str, Any]) -> tuple[str, str]:
-    """The base image's name and what identifies its content: its layers' digests and its
-    config's env, command and labels, not its id (``scripts/setup.sh image`` imports the
-    same cached rootfs on a fresh machine under a new id: the saved EE still fits)."""
-    name = str(definition["images"]["base_image"]["name"])
+def base_image(definition: Mapping[str, Any], override: str | None = None) -> tuple[str, str]:
+    """The base image's name (``override``, else the definition's) and what identifies its
+    content: its layers' digests and its config's env, command and labels, not its id
+    (``scripts/setup.sh image`` imports the same cached rootfs on a fresh machine under a
+    new id: the saved EE still fits)."""
+    name = override or str(definition["images"]["base_image"]["name"])
     fmt = ("{{json .RootFS.Layers}} {{json .Config.Env}} {{json .Config.Cmd}} "
            "{{json .Config.Labels}}")  # fmt: skip
     out = subprocess.run(["docker", "image", "inspect", "-f", fmt, name],
@@ -448,20 +483,43 @@ def _locked() -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def make(tag: str = DEFAULT_TAG, *, save: bool = True, force: bool = False) -> Result:
-    """The EE for this checkout under ``tag`` (see the module's doc)."""
+def make(
+    tag: str = DEFAULT_TAG,
+    *,
+    save: bool = True,
+    force: bool = False,
+    definition: Path = EE_FILE,
+    standin_base: bool = False,
+) -> Result:
+    """The EE of ``definition`` for this checkout under ``tag`` (see the module's doc)."""
     with _locked():
-        return _make(tag, save=save, force=force)
+        return _make(tag, save=save, force=force, path=definition, standin_base=standin_base)
 
 
-def _make(tag: str, *, save: bool, force: bool) -> Result:
+def standin(reqs: list[str], wheel: Path, pip: Path) -> str:
+    """The local stand-in of the upstream base (ee/upstream/standin/Containerfile) under
+    :data:`STANDIN_TAG`, built with the wheelhouse served (docker's layer cache keeps
+    it while its inputs stay)."""
+    house = wheelhouse(reqs, wheel, pip)
+    with serve(house) as url:
+        _say(f"stand-in base {STANDIN_TAG} (wheelhouse served at {url})")
+        _run(["docker", "build", "--network", "host", "-q", "-t", STANDIN_TAG,
+              "-f", str(STANDIN_FILE), "--build-arg", f"PIP_FIND_LINKS={url}",
+              "--build-arg", "PIP_NO_INDEX=1", str(REPO / "ee")],
+             env={**os.environ, "DOCKER_BUILDKIT": "0"})  # fmt: skip
+    return STANDIN_TAG
+
+
+def _make(tag: str, *, save: bool, force: bool, path: Path, standin_base: bool) -> Result:
     start = time.monotonic()
-    definition = yaml.safe_load(EE_FILE.read_text())
+    definition = yaml.safe_load(path.read_text())
     venv = tools()
-    parts, wheel, reqs = prepare_inputs(definition)
-    _, parts["base"] = base_image(definition)
+    parts, wheel, reqs = prepare_inputs(definition, path)
+    base = standin(reqs, wheel, venv / "bin/pip") if standin_base else None
+    _, parts["base"] = base_image(definition, base)
     digest = inputs_hash(parts)
-    saved = SAVES / f"{digest}.tar"
+    saves = SAVES if path == EE_FILE else SAVES / path.parent.name
+    saved = saves / f"{digest}.tar"
     found = labelled_image(digest, tag)
     how = decide(labelled=found is not None, saved=saved.is_file(), force=force)
     if how == "cached" and found:
@@ -473,26 +531,31 @@ def _make(tag: str, *, save: bool, force: bool) -> Result:
         if found is None:
             raise BuildError(f"{saved}: loaded, but no image has label {LABEL}={digest}")
     else:
-        found = _build(venv, wheel, reqs, digest, tag)
+        found = _build(venv, wheel, reqs, digest, tag, path=path, base=base)
         if save:
-            _save(found, digest)
+            _save(found, digest, saves)
     _run(["docker", "tag", found, tag])
     _prune_replaced(found)
     said = {"build": "built", "load": "loaded"}.get(how, how)
     return Result(tag, found, digest, said, time.monotonic() - start)
 
 
-def _build(venv: Path, wheel: Path, reqs: list[str], digest: str, tag: str) -> str:
+def _build(
+    venv: Path, wheel: Path, reqs: list[str], digest: str, tag: str, *, path: Path,
+    base: str | None,
+) -> str:  # fmt: skip
     house = wheelhouse(reqs, wheel, venv / "bin/pip")
-    context = CACHE / "context"
+    context = CACHE / ("context" if path == EE_FILE else f"context-{path.parent.name}")
     shutil.rmtree(context, ignore_errors=True)
     with serve(house) as url:
-        _say(f"ansible-builder build (wheelhouse {house} served at {url})")
-        argv = [str(venv / "bin/ansible-builder"), "build", "-f", str(EE_FILE),
+        _say(f"ansible-builder build of {path.relative_to(REPO)} (wheelhouse {house} served"
+             f" at {url}{f'; base {base}' if base else ''})")  # fmt: skip
+        argv = [str(venv / "bin/ansible-builder"), "build", "-f", str(path),
                 "-c", str(context), "--container-runtime", "docker", "-t", tag, "-v", "3",
                 "--build-arg", f"PIP_FIND_LINKS={url}", "--build-arg", "PIP_NO_INDEX=1",
+                *(["--build-arg", f"EE_BASE_IMAGE={base}"] if base else []),
                 "--extra-build-cli-args", f"--network host --label {LABEL}={digest}"]  # fmt: skip
-        log = CACHE / "build.log"
+        log = context.with_name(f"build{context.name.removeprefix('context')}.log")
         with log.open("w") as out:
             env = {**os.environ, "DOCKER_BUILDKIT": "0"}  # the classic builder: --network host
             proc = subprocess.run(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
@@ -516,20 +579,21 @@ def _prune_replaced(current: str) -> None:
             subprocess.run(["docker", "rmi", image], capture_output=True, check=False)
 
 
-def _save(image_id: str, digest: str) -> None:
-    """``docker save`` under $SPECOPS_CACHE/ee/<hash>.tar; older saves removed."""
+def _save(image_id: str, digest: str, saves: Path = SAVES) -> None:
+    """``docker save`` under $SPECOPS_CACHE/ee[/<definition>]/<hash>.tar; older saves of
+    the same definition removed."""
     try:
-        SAVES.mkdir(parents=True, exist_ok=True)
+        saves.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        _say(f"not saved ({SAVES}: {exc})")
+        _say(f"not saved ({saves}: {exc})")
         return
-    part = SAVES / f"{digest}.tar.part"
+    part = saves / f"{digest}.tar.part"
     _run(["docker", "save", "-o", str(part), image_id])
-    part.rename(SAVES / f"{digest}.tar")
-    for old in SAVES.glob("*.tar"):
+    part.rename(saves / f"{digest}.tar")
+    for old in saves.glob("*.tar"):
         if old.name != f"{digest}.tar":
             old.unlink()
-    _say(f"saved {SAVES / f'{digest}.tar'}")
+    _say(f"saved {saves / f'{digest}.tar'}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -540,9 +604,23 @@ def main(argv: list[str] | None = None) -> int:
         help="do not docker save the built image under $SPECOPS_CACHE/ee",
     )  # fmt: skip
     parser.add_argument("--force", action="store_true", help="build even when cached")
+    parser.add_argument(
+        "--file", type=Path, default=EE_FILE,
+        help="the definition (default execution-environment.yml; the upstream-base one:"
+        " ee/upstream/execution-environment.yml)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--standin-base", action="store_true",
+        help="build the local stand-in of the definition's upstream base and build on it",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    path = args.file if args.file.is_absolute() else Path.cwd() / args.file
+    tag = args.tag
+    if path.resolve() == UPSTREAM_FILE and tag == DEFAULT_TAG:
+        tag = UPSTREAM_TAG
     try:
-        result = make(args.tag, save=not args.no_save, force=args.force)
+        result = make(tag, save=not args.no_save, force=args.force, definition=path.resolve(),
+                      standin_base=args.standin_base)  # fmt: skip
     except BuildError as exc:
         print(f"build_ee: {exc}", file=sys.stderr)
         return 1

@@ -6,9 +6,11 @@
 #   scripts/changelog.sh check      lint the fragments and changelogs/changelog.yaml, and
 #                                   regenerate CHANGELOG.md in a temp copy: fails when the
 #                                   committed one differs (the lint phase runs this, ~3 s)
-#   scripts/changelog.sh release    release the version galaxy.yml holds: the fragments
+#   scripts/changelog.sh release [--date YYYY-MM-DD]
+#                                   release the version galaxy.yml holds: the fragments
 #                                   move into changelogs/changelog.yaml, CHANGELOG.md is
-#                                   regenerated (then commit both)
+#                                   regenerated (scripts/release.py release runs this
+#                                   after its checks; then commit both)
 #   scripts/changelog.sh ARGS...    antsibull-changelog ARGS in the collection's directory
 #
 # A change worth a line adds changelogs/fragments/<name>.yml (sections: see
@@ -45,7 +47,7 @@ check)
   ;;
 release)
   cd "$COLL"
-  changelog release
+  changelog release "${@:2}"
   rm -f changelogs/.plugin-cache.yaml
   ;;
 *)

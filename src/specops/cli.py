@@ -8,6 +8,11 @@ are one line, ``specops sweep plan: error: objective.z: must be a number (got 'h
 and exit 2. Ctrl-C ends with ``specops: interrupted`` and exit 130 (128 + SIGINT). Any
 other exception is a bug in specops: one line naming it, exit 70 (EX_SOFTWARE), and
 the traceback only with ``SPECOPS_TRACEBACK=1``. No input shows a traceback.
+
+Every command needs the collection specops.infra where Ansible finds it
+(:mod:`specops.collection`): absent, or of another version, it is one line naming the
+install command and exit 2, before any command loads; ``specops --version`` alone
+needs nothing but this package.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from specops import __version__
-from specops.errors import SpecopsError, one_line
+from specops.collection import CollectionError, require
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_INTERNAL", "main"]
 
@@ -58,7 +63,7 @@ def all_commands() -> dict[str, str]:
     return {**COMMANDS, **extra_commands()}
 
 
-class UsageError(SpecopsError):
+class UsageError(Exception):
     """A command line argparse refuses, from the (sub)command that refused it."""
 
     def __init__(self, prog: str, message: str) -> None:
@@ -109,15 +114,25 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if _version_only(args_in):
+        print(f"specops {__version__}")
+        return 0
     try:
-        return _main(argv)
+        require(__version__)
+    except CollectionError as exc:  # one line already; specops.errors needs the collection
+        print(f"specops: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        return _main(args_in)
     except KeyboardInterrupt:
         print("specops: interrupted", file=sys.stderr)
         return 130
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    args_in = list(sys.argv[1:] if argv is None else argv)
+def _main(args_in: list[str]) -> int:
+    from specops.errors import SpecopsError  # noqa: PLC0415 - the collection's, found now
+
     try:
         parser = build_parser(args_in)
     except UnknownCommand as exc:
@@ -145,7 +160,15 @@ def _main(argv: Sequence[str] | None) -> int:
         )  # fmt: skip
 
 
+def _version_only(args: Sequence[str]) -> bool:
+    """``specops --version`` (with no command): answered before the collection is looked
+    for, so that an install can be checked before the collection is there."""
+    return "--version" in args and all(a.startswith("-") for a in args)
+
+
 def _fail(prog: str, kind: str, message: str, code: int) -> int:
+    from specops.errors import one_line  # noqa: PLC0415 - the collection is there by now
+
     print(f"{prog}: {kind}: {one_line(message)}", file=sys.stderr)
     return code
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import jinja2
 
-__all__ = ["fmt", "render", "templates_dir"]
+__all__ = ["estimate", "fmt", "render", "templates_dir"]
 
 
 def templates_dir() -> Path:
@@ -53,6 +53,35 @@ def _duration(seconds: float | None) -> str:
     return f"{secs}s"
 
 
+def estimate(value: Any, digits: int = 1) -> str:
+    """A figure with its 95 % interval, ``1374.2 [1290.0, 1450.3]``; a figure not shown
+    (too few requests for a percentile) as why in parentheses, ``(8 req < 10 for p90)``,
+    never as a number. Reads anything with ``value``, ``low``, ``high`` and ``short``
+    (:class:`specops.bench.intervals.Estimate`)."""
+    if value is None:
+        return "-"
+    short = getattr(value, "short", None)
+    if short:
+        return f"({short})"
+    number = getattr(value, "value", None)
+    if number is None:
+        return "-"
+    low, high = getattr(value, "low", None), getattr(value, "high", None)
+    if low is None or high is None:
+        return fmt(number, digits)
+    return f"{fmt(number, digits)} [{fmt(low, digits)}, {fmt(high, digits)}]"
+
+
+def _rates(values: Any, digits: int = 2) -> str:
+    """Rates by position, ``0.05 / 0.04 / 0.03``; ``-`` for none."""
+    return " / ".join(fmt(float(v), digits) for v in values) if values else "-"
+
+
+def _count(value: Any) -> str:
+    """An integer count with thousands separators, ``1,234,567``."""
+    return f"{int(value):,}" if value is not None else "-"
+
+
 def _cell(value: Any) -> str:
     """A value inside a Markdown table cell (no pipes, no newlines)."""
     return str(value).replace("|", "/").replace("\n", " ")
@@ -71,6 +100,9 @@ def _environment(root: str) -> jinja2.Environment:
     env.filters["fmt"] = fmt
     env.filters["duration"] = _duration
     env.filters["cell"] = _cell
+    env.filters["est"] = estimate
+    env.filters["count"] = _count
+    env.filters["rates"] = _rates
     return env
 
 

@@ -32,6 +32,7 @@ def test_ngram_matrix_against_real_vllm(vllm_ngram_server, tmp_path: Path) -> No
             "output_len": 48,
             "requests_per_cell": 6,
             "warmup_per_cell": 1,
+            "sample_interval_s": 0.2,
             # opt-in greedy: the tiny random-weight model then falls into repeats that
             # n-gram lookup can draft; sampled output gives it nothing to propose
             "temperature": 0.0,
@@ -61,6 +62,19 @@ def test_ngram_matrix_against_real_vllm(vllm_ngram_server, tmp_path: Path) -> No
         assert len(acc.per_position) == 3  # num_speculative_tokens 3
         assert acc.per_position == sorted(acc.per_position, reverse=True)
     assert multi_token_chunks > 0  # speculation shows up as several tokens per chunk
+    # the warm-up reached every cell first; the server's own view of each cell, read by
+    # the engine descriptor's names from the real server's metrics
+    assert results.warmup is not None
+    assert (results.warmup["cells"], results.warmup["failed"]) == (4, 0)
+    assert results.server.capacity is not None
+    assert results.server.capacity["max_total_tokens"] > 0  # cache_config_info
+    for cell in results.cells:
+        view = cell.server
+        assert view is not None
+        assert view["samples"] >= 1
+        assert view["kv_usage_max"] is not None
+        assert 0 <= view["kv_usage_max"] <= 1
+        assert view["preemptions"] is not None
 
     correctness = results.correctness
     assert correctness is not None

@@ -106,7 +106,7 @@ def test_clip_to_max_model_len() -> None:
 
 def test_complete_fills_the_model_and_clips_and_changed_fields_name_the_rest() -> None:
     plan = plan_from_mapping({"base_url": "http://127.0.0.1:8000", "context_lengths": [1024, 8192],
-                              "output_len": 256})  # fmt: skip
+                              "output_len": 256, "context_over_limit": "clip"})  # fmt: skip
     done, notes = complete(plan, "served-model", 4096)
     assert (done.model, done.context_lengths, len(notes)) == ("served-model", (1024, 3840), 1)
     named, _ = complete(plan_from_mapping({**plan.to_dict(), "model": "mine"}), "other", None)

@@ -30,6 +30,7 @@ def _plan(url: str, **kw: object):
         "requests_per_cell": 6,
         "waves_per_cell": 0,  # exactly requests_per_cell (the waves rule has its own test)
         "warmup_per_cell": 1,
+        "warmup_waves": 0,  # the matrix warm-up has its own test
     }
     data.update(kw)
     return plan_from_mapping(data)
@@ -61,7 +62,8 @@ def test_matrix_report_consistent_with_records(synthetic, tmp_path: Path) -> Non
 
 def test_context_clipped_to_max_model_len(synthetic) -> None:
     server = synthetic(max_model_len=200)
-    results = asyncio.run(run_plan(_plan(server.url, concurrency=[1], context_lengths=[64, 1024])))
+    plan = _plan(server.url, concurrency=[1], context_lengths=[64, 1024], context_over_limit="clip")
+    results = asyncio.run(run_plan(plan))
     assert [c.context_tokens for c in results.cells] == [64, 176]
     assert "clipped to 176" in results.notes[0]
 

@@ -43,6 +43,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from ansible_collections.specops.infra.plugins.module_utils.gpu import HostRoots, gather_facts
 from plugins.consumer import Site, copy_secrets, make_site
 from plugins.ee import LAB_CONTAINER_OPTIONS, EeImage, Navigated, lab_image, navigator, site_dir
@@ -676,6 +677,37 @@ def test_the_ee_runs_the_doctor_and_the_benchmark_on_the_lab(
     )  # fmt: skip
 
 
+# Issue 50: the EE on an upstream-style base (ee/upstream/execution-environment.yml,
+# built on the local stand-in of that base) runs the GPU doctor on the lab too, through
+# its own lab layer (its package manager and Python are the base's: /usr/bin/microdnf,
+# /usr/bin/python3.11), with the same site and secrets as above.
+def test_the_upstream_base_ee_runs_the_doctor_on_the_lab(
+    ee_lab_runs: tuple[Path, Navigated, Navigated], upstream_ee_image: EeImage,
+    measurement: Record,
+) -> None:  # fmt: skip
+    site, _, _ = ee_lab_runs
+    image = lab_image(upstream_ee_image, tag="specops/ee-upstream-lab:test",
+                      pkgmgr="/usr/bin/microdnf", python="/usr/bin/python3.11")  # fmt: skip
+    token = site / "secrets" / "pve-api-token-secret"
+    secrets = lab_secrets(REPO)
+    args = ["-e", f"@{site / 'secrets' / secrets.vars_file.name}", "--vault-password-file",
+            str(site / "secrets" / secrets.vault_password_file.name),
+            "-e", f"pve_container_api_token_secret_file={token}"]  # fmt: skip
+    done = navigator(upstream_ee_image, site, "run", "specops.infra.verify", *args,
+                     image=image, container_options=LAB_CONTAINER_OPTIONS)  # fmt: skip
+    LOGS.mkdir(parents=True, exist_ok=True)
+    (LOGS / "ee-upstream-verify.log").write_text(done.output)
+    assert done.rc == 0, done.output[-6000:]
+    assert set(done.recap()) >= {"pve-a", "pve-b", CT}, done.recap()
+    assert "1 container(s): 1 healthy, 0 warning, 0 unhealthy" in done.output
+    assert not [s.value for s in secrets.known() if s.value in done.output]
+    measurement(
+        "ee-upstream-lab",
+        [f"EE on the upstream-style base, on the lab: verify {done.seconds:.0f} s"],
+        {"verify_s": done.seconds},
+    )  # fmt: skip
+
+
 # Issue 33: the same deploy from an operator's site repository, with the installed
 # collection and wheel and no checkout on any path (tests/plugins/consumer.py), on the
 # lab this module converged. A drift the deploy repairs without a restart first: the
@@ -731,13 +763,132 @@ def test_a_site_repository_deploys_with_the_installed_collection(
     report = Path(report_m[1])
     assert report.parent.parent == site.root / "results" / CT
     assert "tok/s" in report.read_text()
-    assert not list((site.purelib / "ansible_collections").rglob("results.json"))
+    assert not list((site.root / "collections").rglob("results.json"))
     measurement(
         "consumer-deploy",
         [f"site repository from the built artefacts in {site.build_seconds:.0f} s "
          f"(tarballs, wheels, venv, collection install); deploy {first.seconds:.0f} s "
          f"(repairs the drift, measures), again {again.seconds:.0f} s (changed=0)"],
         {"build_s": site.build_seconds, "first_s": first.seconds, "again_s": again.seconds},
+    )  # fmt: skip
+
+
+# Issue 50: the whole CLI from the same site, on the converged lab: the GPU doctor
+# (`specops doctor`: specops.infra.verify of the installed collection), the benchmark
+# (specops.infra.benchmark, which runs `python -m specops bench run`), the migration
+# preflight (specops.infra.migrate --check: `specops migrate preflight --dry-run`, then it
+# ends) and a sweep of two candidates (specops.infra.sweep: `specops sweep run`, whose
+# applier runs specops.infra.speculative_apply from the site; no speculation and the
+# deployed ngram profile, so the canary ends where the deploy left it). Every command
+# runs in the site directory with the venv's tools, nothing of the checkout on PATH,
+# sys.path or ANSIBLE_* (asserted before and read back from every run's output).
+SITE_BENCH_PLAN = {"concurrency": [1], "context_lengths": [128], "output_len": 32,
+                   "requests_per_cell": 4, "warmup_per_cell": 1}  # fmt: skip
+SITE_SWEEP = {
+    "canary": CT,
+    "inventory": "inventory",  # the site's, from its directory
+    "base_url": f"http://{CT_ADDRESS}:{PORT}",
+    "served_model_name": "tiny-qwen",
+    # inventory/lab's profile for the tiny model (group_vars/serving/lab.yml)
+    "base_profile": {"method": "ngram", "num_draft_tokens": 4, "prompt_lookup_min": 2,
+                     "prompt_lookup_max": 4},
+    "space": {"num_draft_tokens": [4]},  # with no speculation beside it: two candidates
+    "mode": "grid",
+    "restore": True,
+    "plan": {"concurrency": [1], "context_lengths": [128], "output_len": 32,
+             "requests_per_cell": 4, "warmup_per_cell": 1},
+    "objective": {"min_repeats": 1, "max_repeats": 1, "tolerance": 0.0},
+    "output_gate": {"degeneration": {"enabled": False}},  # the tiny model loops (lab.yml)
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def consumer_cli(consumer: tuple[Site, Run, Run]) -> dict[str, Run]:
+    site, first, _ = consumer
+    assert first.rc == 0, "the site's deploy failed; see its test"
+    assert site.checkout_leaks() == []
+    token = (LAB / "secrets" / "pve-api-token-secret").read_text().strip()
+    (site.root / "bench.yml").write_text(yaml.safe_dump({"benchmark_plan": SITE_BENCH_PLAN}))
+    migrate = {
+        "migrate_vmid": 801, "migrate_source": "pve-b", "migrate_target": "pve-a",
+        "migrate_ct_host": CT, "migrate_gpu_model": "NVIDIA RTX A6000", "migrate_gpu_count": 1,
+        "migrate_state_dir": str(site.root / "results" / "migrate"),
+        "migrate_bench_plan": str(site.root / "results" / CT / "plan.yml"),
+        "migrate_bench_previous": str(_results_of(first)),
+    }  # fmt: skip
+    (site.root / "sweep.yml").write_text(yaml.safe_dump(SITE_SWEEP))
+    steps = {
+        "doctor": ("specops", "doctor", "--json"),
+        "benchmark": ("ansible-playbook", "specops.infra.benchmark", "-e", "@bench.yml"),
+        "migrate-preflight": ("ansible-playbook", "specops.infra.migrate", "--check",
+                              "-e", json.dumps(migrate)),
+        "sweep": ("ansible-playbook", "specops.infra.sweep",
+                  "-e", f"sweep_config={site.root / 'sweep.yml'}",
+                  "-e", f"sweep_out={site.root / 'results' / 'sweep'}"),
+    }  # fmt: skip
+    runs = {}
+    for name, argv in steps.items():
+        done = site.run(*argv, PROXMOX_TOKEN_SECRET=token)
+        LOGS.mkdir(parents=True, exist_ok=True)
+        (LOGS / f"consumer-{name}.log").write_text(done.output)
+        runs[name] = Run(done.rc, done.output, done.seconds)
+    return runs
+
+
+def test_the_whole_cli_runs_from_the_site(
+    consumer: tuple[Site, Run, Run], consumer_cli: dict[str, Run], measurement: Record
+) -> None:
+    site = consumer[0]
+    for name, run in consumer_cli.items():
+        assert run.rc == 0, f"{name}: {run.output[-6000:]}"
+        assert str(REPO) not in run.output, f"{name}: a checkout path in its output"
+    # the doctor: the installed verify ran on every host of the site's inventory
+    doctor = consumer_cli["doctor"].output
+    report, _ = json.JSONDecoder().raw_decode(doctor, doctor.index("{\n"))
+    assert report["healthy"] is True, report["counts"]
+    assert report["counts"]["healthy"] == 1, report["counts"]
+    assert set(report["stats"]) >= HOSTS, report["stats"]
+    # the benchmark measured this plan and wrote its report into the site
+    bench = consumer_cli["benchmark"].output
+    report_m = re.search(r"report\s+(\S+/report\.md)", bench)
+    assert report_m, bench[-3000:]
+    assert Path(report_m[1]).parent.parent == site.root / "results" / CT
+    assert '"failed cells: 0"' in bench
+    # the migration preflight passed and stopped there; CT 801 stays on pve-b
+    migrate = consumer_cli["migrate-preflight"].output
+    assert "check mode: the preflight passed" in migrate, migrate[-3000:]
+    cluster = Cluster.load(LAB / "cluster")
+    assert cluster.node("pve-b").ct_conf(801).exists()
+    assert not cluster.node("pve-a").ct_conf(801).exists()
+    # the sweep: two candidates, each applied through the installed collection's
+    # speculative_apply (a new process per restart), the canary left on the deploy's
+    # profile and answering
+    out = site.root / "results" / "sweep"
+    events = [json.loads(x) for x in (out / "sweep.jsonl").read_text().splitlines()]
+    runs = [e for e in events if e["kind"] == "run"]
+    assert [e["key"] for e in runs] == ["none", "num_draft_tokens=4"], runs
+    assert all(e["ok"] for e in runs), runs
+    restarts = [e["restart"] for e in runs if (e.get("restart") or {}).get("restarted")]
+    assert restarts, runs
+    for r in restarts:
+        assert r["after"]["invocation_id"] != r["before"]["invocation_id"]
+    log = (out / "ansible.log").read_text()
+    assert str(REPO) not in log
+    assert (out / "leaderboard.md").is_file()
+    final = next(e for e in events if e["kind"] == "final")
+    assert final["restore"] is True
+    assert final["left_on"]["num_draft_tokens"] == 4
+    models = httpx.get(f"http://{CT_ADDRESS}:{PORT}/v1/models",
+                       headers=lab_secrets(REPO).headers(), timeout=30)  # fmt: skip
+    assert models.status_code == 200
+    assert site.checkout_leaks() == []
+    measurement(
+        "consumer-cli",
+        [f"from the site: doctor {consumer_cli['doctor'].seconds:.0f} s, benchmark "
+         f"{consumer_cli['benchmark'].seconds:.0f} s, migrate preflight "
+         f"{consumer_cli['migrate-preflight'].seconds:.0f} s, sweep of 2 candidates "
+         f"{consumer_cli['sweep'].seconds:.0f} s"],
+        {name: run.seconds for name, run in consumer_cli.items()},
     )  # fmt: skip
 
 

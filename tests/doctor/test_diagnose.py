@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (
     Expectation,
+    build_text,
     diagnose,
     render_table,
+)
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence import (
+    build_evidence,
 )
 from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_router import router_views
 from ansible_collections.specops.infra.plugins.modules.gpu_doctor import diagnose_records
@@ -255,3 +261,26 @@ def test_the_router_s_view_of_a_container_is_part_of_its_diagnosis(
     assert d.checks["router"] == column
     if code == "router_drained":
         assert d.status == "warning"
+
+
+def test_the_report_names_the_build_the_unit_runs(tmp_path: Path) -> None:
+    """Issue 49: the doctor shows the engine build a container serves, a base and the pull
+    requests applied on it in order, from the venv's stamp (what inference_engine built)."""
+    venv = tmp_path / "vllm-git"
+    (venv / "bin").mkdir(parents=True)
+    patches = [f"refs/pull/40727/head@{'b' * 40}", f"refs/pull/40898/head@{'c' * 40}"]
+    key = {"engine": "vllm", "version": "", "git_ref": "refs/tags/v0.20.1",
+           "git_commit": "a" * 40, "git_patches": patches}  # fmt: skip
+    (venv / ".specops-engine.json").write_text(json.dumps({"key": key}))
+    build = build_evidence(str(venv / "bin" / "python"))
+    assert build_text(build) == (
+        f"vllm git refs/tags/v0.20.1 ({'a' * 12}) + refs/pull/40727/head ({'b' * 12})"
+        f" + refs/pull/40898/head ({'c' * 12})"
+    )
+    assert build_text(build_evidence(str(tmp_path / "none" / "bin" / "python"))) == ""
+    wheel = {**key, "version": "0.5.11", "git_ref": "", "git_commit": "", "engine": "sglang"}
+    (venv / ".specops-engine.json").write_text(json.dumps({"key": wheel}))
+    assert build_text(build_evidence(str(venv / "bin" / "python"))) == "sglang 0.5.11"
+    lines = render_table([{"container": "ct1", "status": "healthy", "findings": [],
+                           "build": "sglang 0.5.11"}])  # fmt: skip
+    assert "- ct1 build: sglang 0.5.11" in lines

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +99,20 @@ def test_no_diagnosis_names_the_failure(tmp_path: Path, capsys: pytest.CaptureFi
     saved.write_text(json.dumps(callback))
     assert cli.main(["doctor", "--from", str(saved)]) == 2
     assert "pve_container_vmid is not set" in capsys.readouterr().err
+
+
+def test_a_long_run_says_it_is_still_at_work(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 49: the playbook's JSON callback prints nothing before its end, so the
+    doctor says every PROGRESS_EVERY seconds that it is still running (here 0.2 s)."""
+    from specops.doctor import cli as doctor_cli  # noqa: PLC0415
+
+    monkeypatch.setattr(doctor_cli, "PROGRESS_EVERY", 0.2)
+    script = "import time, json; time.sleep(1.1); print(json.dumps({'plays': []}))"
+    out, _err, rc = doctor_cli._run_with_progress([sys.executable, "-c", script], {}, "verify.yml")
+    assert rc == 0
+    assert json.loads(out) == {"plays": []}
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) >= 3, lines
+    assert all(line.startswith("specops doctor: verify.yml still running (") for line in lines)

@@ -1,33 +1,40 @@
 """A site repository that runs the installed specops, with no checkout on any path
-(issue 33's consumer): what an operator who keeps one repository per site has.
+(issues 33, 50): what an operator who keeps one repository per site has.
 
-:func:`make_site` builds the release artefacts from this checkout (the collection
-tarball by ``scripts/build_collection.py``, the controller's wheel as ``pip wheel .``
-builds it; the lab's wheel and its ``specops.lab`` collection, which a lab site needs
-for its stand-in connections), then, in a fresh directory outside the checkout:
+:func:`make_site` builds the release artefacts from this checkout as a release does
+(``scripts/release.py dist``: the collection tarball, the controller's wheel, the
+controller's lock as pip constraints; plus the lab's wheel and its ``specops.lab``
+collection, which a lab site needs for its stand-in connections), then, in a fresh
+directory outside the checkout, follows docs/install.md with the site files it shows
+(docs/site/: ``ansible.cfg``, ``requirements.txt``, ``requirements.yml``):
 
-- a new venv from the system's Python with the wheels and ansible-core, constrained by
-  the controller's lock (``scripts/lock.py constraints controller``; PyPI, the pip
-  cache of ``scripts/setup.sh venv``);
-- ``ansible-galaxy collection install --offline`` of both tarballs into the venv's
-  site-packages (where Ansible and the controller package both find them, as
-  docs/install.md says); the collection's dependencies are found already installed
-  there (links to the ``ansible`` bundle's copies: Galaxy is unreachable);
-- the site's ``ansible.cfg`` (docs/install.md's), its ``inventory/`` (a copy of
-  ``inventory/lab`` with its links to ``inventory/example`` resolved: the example's
-  shape with the lab's wiring) and its own copy of the known secrets.
+- ``python3 -m venv .venv`` and ``pip install -c dist/constraints.txt -r
+  requirements.txt``: the wheel pulls ansible-core and its other dependencies, the
+  ``ansible`` bundle brings the dependency collections (PyPI, the pip cache of
+  ``scripts/setup.sh venv``);
+- ``ansible-galaxy collection install -r requirements.yml --offline`` into the site's
+  ``collections/`` (its ansible.cfg's ``collections_path``), the dependencies found in
+  the bundle (Galaxy is unreachable);
+- its ``inventory/`` (a copy of ``inventory/lab`` with its links to
+  ``inventory/example`` resolved: the example's shape with the lab's wiring) and its
+  own copy of the known secrets, given as an operator gives them: the server's API key
+  file and the vaulted token in ``group_vars/all`` (so the playbooks that the CLI and
+  the sweep start get them too), the vault password file through
+  ``ANSIBLE_VAULT_PASSWORD_FILE``.
 
 ``Site.run`` runs a command of the venv in the site with an environment that names no
-checkout path (no ``PYTHONPATH``, no ``ANSIBLE_*`` of the caller).
+checkout path (no ``PYTHONPATH``, no ``ANSIBLE_*`` of the caller);
+``Site.checkout_leaks`` lists every place one would show: the environment, the site
+Python's ``sys.path``, where ``specops`` and the collection are imported from.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
@@ -35,22 +42,11 @@ from pathlib import Path
 
 from plugins.scripts import REPO, load_script
 
-__all__ = ["SITE_CFG", "Site", "copy_secrets", "make_site"]
+__all__ = ["SITE_CFG", "SITE_FILES", "Site", "copy_secrets", "make_site"]
 
-# docs/install.md's ansible.cfg for a site repository (kept equal: test_site_cfg_is_the_docs).
-SITE_CFG = """\
-[defaults]
-inventory = inventory
-vars_plugins_enabled = specops.infra.host_group_vars
-callbacks_enabled = specops.infra.node_lock
-fact_caching = specops.infra.private_jsonfile
-fact_caching_connection = .cache/facts
-interpreter_python = auto_silent
-[connection]
-pipelining = True
-"""
-DEPENDENCIES = ("community/general", "community/proxmox", "ansible/utils")
-BUNDLE = Path(sysconfig.get_paths()["purelib"]) / "ansible_collections"
+# A site repository's files as docs/install.md shows them (the docs include them).
+SITE_FILES = REPO / "docs/site"
+SITE_CFG = (SITE_FILES / "ansible.cfg").read_text()
 
 
 @dataclass(frozen=True)
@@ -67,6 +63,7 @@ class Site:
     venv: Path
     secret_args: list[str]
     build_seconds: float
+    vault_password_file: Path | None = None
 
     @property
     def bin(self) -> Path:
@@ -84,7 +81,30 @@ class Site:
                if not k.startswith(("ANSIBLE_", "PYTHON", "VIRTUAL_ENV"))}  # fmt: skip
         env |= {"PATH": f"{self.bin}:/usr/sbin:/usr/bin:/sbin:/bin", "ANSIBLE_NOCOLOR": "1",
                 "ANSIBLE_FORCE_COLOR": "0", **extra}  # fmt: skip
+        if self.vault_password_file is not None:
+            env["ANSIBLE_VAULT_PASSWORD_FILE"] = str(self.vault_password_file)
         return env
+
+    def checkout_leaks(self) -> list[str]:
+        """Where this checkout would show in the site's runs: the environment's ``PATH``,
+        ``PYTHON*`` and ``ANSIBLE_*`` values, the site Python's ``sys.path``, and the
+        files ``specops`` and the collection specops.infra are imported from there."""
+        leaks = [f"{k}={v}" for k, v in self.env().items()
+                 if k == "PATH" or k.startswith(("ANSIBLE_", "PYTHON", "VIRTUAL_ENV"))
+                 if str(REPO) in v]  # fmt: skip
+        code = ("import json, sys, specops, specops.collection as c\n"
+                "print(json.dumps({'sys.path': sys.path, 'specops': specops.__file__,"
+                " 'collection': str(c.require(specops.__version__))}))")  # fmt: skip
+        done = self.run("python", "-c", code)
+        if done.rc != 0:
+            return [f"the site's Python failed: {done.output}"]
+        found = json.loads(next(x for x in reversed(done.output.splitlines()) if x[:1] == "{"))
+        leaks += [f"sys.path: {p}" for p in found["sys.path"] if str(REPO) in p]
+        if not found["specops"].startswith(str(self.venv)):
+            leaks.append(f"specops imported from {found['specops']}")
+        if not found["collection"].startswith(str(self.root / "collections")):
+            leaks.append(f"specops.infra found at {found['collection']}")
+        return leaks
 
     def run(self, *argv: str, timeout: float = 1800, **extra_env: str) -> Done:
         start = time.monotonic()
@@ -104,28 +124,10 @@ def _check(argv: list[str], **kwargs: object) -> str:
     return str(proc.stdout)
 
 
-def build_wheel(project: Path, name: str, out: Path) -> Path:
-    """``pip wheel .`` of ``project`` (pyproject.toml + src/), from a copy: the build
-    leaves nothing in the checkout."""
-    with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp)
-        shutil.copy2(project / "pyproject.toml", tree)
-        for part in ("src", "templates"):  # templates/: src/specops/templates links to it
-            if (project / part).is_dir():
-                skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
-                shutil.copytree(project / part, tree / part, symlinks=True, ignore=skip)
-        _check([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                "--no-index", "-q", "-w", str(out), "."], cwd=tree)  # fmt: skip
-    (wheel,) = out.glob(f"{name}-*-py3-none-any.whl")
-    return wheel
-
-
-def constraints(out: Path) -> Path:
-    """The controller's lock as a pip constraints file (``scripts/lock.py constraints
-    controller``), as docs/install.md has an operator install the wheel."""
-    path = out / "constraints.txt"
-    path.write_text(load_script("lock.py").constraints(REPO / "requirements.lock"))
-    return path
+def build_wheel(project: Path, out: Path) -> Path:
+    """The wheel of ``project`` (the repository or its ``lab``) by scripts/build_wheel.py,
+    as a release builds it: ``pip wheel`` of a copy, nothing left in the checkout."""
+    return Path(load_script("build_wheel.py").build(project, out))
 
 
 def copy_secrets(
@@ -150,34 +152,34 @@ def make_site(vars_file: Path, vault_password_file: Path, key_file: Path) -> Sit
     """The consumer's site in a new directory under /var/tmp (see the module's doc)."""
     start = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="specops-site-", dir="/var/tmp"))
-    dist = root / "dist"
-    dist.mkdir()
-    tarball = load_script("build_collection.py").build(REPO, dist)
-    lab_collection = REPO / "collections/ansible_collections/specops/lab"
+    load_script("release.py").dist(root / "dist")  # tarball, wheel, constraints.txt
+    lab = root / "lab-dist"  # the lab's own, which only a lab site installs
     _check([str(Path(sys.executable).parent / "ansible-galaxy"), "collection", "build",
-            str(lab_collection), "--output-path", str(dist)])  # fmt: skip
-    (lab_tarball,) = dist.glob("specops-lab-*.tar.gz")
-    wheels = [build_wheel(REPO, "specops", dist), build_wheel(REPO / "lab", "specops_lab", dist)]
-    core = next(line for line in (REPO / "requirements.txt").read_text().splitlines()
-                if line.startswith("ansible-core=="))  # fmt: skip
+            str(REPO / "collections/ansible_collections/specops/lab"), "--output-path",
+            str(lab)])  # fmt: skip
+    (lab_tarball,) = lab.glob("specops-lab-*.tar.gz")
+    lab_wheel = build_wheel(REPO / "lab", lab)
+    for name in ("ansible.cfg", "requirements.txt", "requirements.yml"):
+        shutil.copy2(SITE_FILES / name, root / name)
 
-    venv = root / "venv"
-    _check(["/usr/bin/python3", "-m", "venv", str(venv)])
-    _check([str(venv / "bin/pip"), "install", "-q", "-c", str(constraints(dist)),
-            *map(str, wheels), core])  # fmt: skip
-    site = Site(root, venv, [], 0.0)
-    installed = site.purelib / "ansible_collections"
-    for dep in DEPENDENCIES:  # already installed, as Galaxy would have put them
-        (installed / dep).parent.mkdir(parents=True, exist_ok=True)
-        (installed / dep).symlink_to(BUNDLE / dep)
-    done = site.run("ansible-galaxy", "collection", "install", "--offline",
-                    "-p", str(site.purelib), str(tarball), str(lab_tarball))  # fmt: skip
-    if done.rc != 0:
-        raise RuntimeError(done.output)
+    _check(["/usr/bin/python3", "-m", "venv", str(root / ".venv")])
+    site = Site(root, root / ".venv", [], 0.0)
+    for argv in (
+        ("pip", "install", "-q", "-c", "dist/constraints.txt", "-r", "requirements.txt",
+         str(lab_wheel)),
+        ("ansible-galaxy", "collection", "install", "--offline", "-r", "requirements.yml"),
+        ("ansible-galaxy", "collection", "install", "--offline", str(lab_tarball)),
+    ):  # fmt: skip
+        done = site.run(*argv)
+        if done.rc != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed in {root}:\n{done.output}")
 
-    (root / "ansible.cfg").write_text(SITE_CFG)
     inventory = root / "inventory"
     shutil.copytree(REPO / "inventory/lab", inventory, symlinks=False,
                     ignore=shutil.ignore_patterns("hardware", "differences.yml"))  # fmt: skip
     args = copy_secrets(root / "secrets", vars_file, vault_password_file, key_file)
-    return Site(root, venv, args, time.monotonic() - start)
+    # the secrets as an operator's inventory holds them: every playbook run gets them,
+    # those the CLI starts too (specops doctor, the sweep's applier)
+    shutil.copy2(root / "secrets" / vars_file.name, inventory / "group_vars/all/secrets.yml")
+    return Site(root, root / ".venv", args[:2], time.monotonic() - start,
+                root / "secrets" / vault_password_file.name)  # fmt: skip

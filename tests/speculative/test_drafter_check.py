@@ -73,9 +73,7 @@ def test_hub_id_drafter_is_checked_in_the_cache_it_was_downloaded_to(
     assert "inference_engine downloads it" in why
 
 
-def test_the_seed_drafter_passes_and_says_what_the_table_does_not_pin(
-    drafter_fixtures: Path,
-) -> None:
+def test_the_seed_drafter_passes_with_every_dflash_key_pinned(drafter_fixtures: Path) -> None:
     report = check(
         "dflash", str(drafter_fixtures / "qwen3_6-27b-target"),
         str(drafter_fixtures / "qwen3_6-27b-dflash"), drafter_id=SEED, window=2048,
@@ -83,12 +81,29 @@ def test_the_seed_drafter_passes_and_says_what_the_table_does_not_pin(
     )  # fmt: skip
     assert report.findings == []
     assert report.warnings == [
-        f"known drafter {SEED}: the table pins no dflash_config.mask_token_id,"
-        " dflash_config.target_layer_ids; those were checked only for consistency with the"
-        " target",
         f"{drafter_fixtures / 'qwen3_6-27b-target'} has no tokenizer_config.json: the mask"
         " token id was checked only against the vocabulary size",
     ]
+
+
+def test_the_seed_drafter_with_shifted_ids_and_another_mask_is_refused(
+    drafter_fixtures: Path, tmp_path: Path
+) -> None:
+    """Issue 49: ids [2, 17, 32, 47, 62] (every one in range, distinct) and mask 248076
+    (in the vocabulary) are consistent with the target: only the table's pins catch them,
+    and they are errors, not a warning."""
+    config = json.loads((drafter_fixtures / "qwen3_6-27b-dflash" / "config.json").read_text())
+    config["dflash_config"] = {"mask_token_id": 248076, "target_layer_ids": [2, 17, 32, 47, 62]}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    report = check(
+        "dflash", str(drafter_fixtures / "qwen3_6-27b-target"), str(tmp_path), drafter_id=SEED
+    )
+    assert [(f.field, f.found) for f in report.findings] == [
+        ("drafter.dflash_config.mask_token_id", 248076),
+        ("drafter.dflash_config.target_layer_ids", [2, 17, 32, 47, 62]),
+    ]
+    assert "248070 (known drafter z-lab/Qwen3.6-27B-DFlash" in report.findings[0].expected
+    assert not any("pins no" in w for w in report.warnings)
 
 
 def test_unknown_drafter_warns_what_was_not_checked(drafter_fixtures: Path) -> None:

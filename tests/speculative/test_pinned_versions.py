@@ -33,19 +33,18 @@ def _pinned() -> set[tuple[str, str]]:
             if isinstance(pin, dict):
                 found.update((engine, str(pin[k])) for k in ("pin", "min") if k in pin)
     found.update((name, d.default_version) for name, d in ENGINES.items())
-    # The example inventory's versions, set or commented out ("engine: x" then "version").
-    text = (REPO / "inventory/example/group_vars/serving/inference.yml").read_text()
-    engine = None
-    for line in text.splitlines():
-        body = line.lstrip("# ").strip()
-        m = re.match(r"(inference_engine_engine|inference_service_engine):\s*(\S+)", body)
-        if m:
-            engine = m.group(2).strip("\"'")
-        m = re.match(
-            r"(inference_engine_version|inference_service_engine_version):\s*\"?([\d.]+)", body
-        )
-        if m and engine:
-            found.add((engine, m.group(2)))
+    # The example inventory's versions, set or commented out ("engine: x" then "version"),
+    # file by file (group_vars and each host_vars).
+    for path in sorted((REPO / "inventory/example").rglob("*.yml")):
+        engine = None
+        for line in path.read_text().splitlines():
+            body = line.lstrip("# ").strip()
+            m = re.match(r"inference_engine_engine:\s*(\S+)", body)
+            if m:
+                engine = m.group(1).strip("\"'")
+            m = re.match(r"inference_engine_version:\s*\"?([\d.]+)", body)
+            if m and engine:
+                found.add((engine, m.group(1)))
     return found
 
 

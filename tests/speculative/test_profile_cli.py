@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,25 @@ def test_check_drafter_command(drafter_fixtures: Path, capsys: pytest.CaptureFix
         "drafter.dflash_config.target_layer_ids[4]",
         "drafter.layer_types",
     ]
+
+
+def test_check_drafter_takes_hub_ids_from_a_hub_cache(
+    drafter_fixtures: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hub ids read from a hub cache (a node's <cache_dir>/hub copied here, or this
+    machine's): the seed drafter by its id fits; its id also picks the known-drafter entry."""
+    cache = tmp_path / "hub"
+    for hub_id, fixture in (("Qwen/Qwen3.6-27B", "qwen3_6-27b-target"),
+                            ("z-lab/Qwen3.6-27B-DFlash", "qwen3_6-27b-dflash")):  # fmt: skip
+        repo = cache / ("models--" + hub_id.replace("/", "--"))
+        (repo / "refs").mkdir(parents=True)
+        (repo / "refs" / "main").write_text("c" * 40)
+        (repo / "snapshots").mkdir()
+        shutil.copytree(drafter_fixtures / fixture, repo / "snapshots" / ("c" * 40))
+    argv = ["profile", "check-drafter", "--target", "Qwen/Qwen3.6-27B",
+            "--drafter", "z-lab/Qwen3.6-27B-DFlash", "--hub-cache", str(cache)]  # fmt: skip
+    assert cli.main(argv) == 0
+    assert "(known drafter z-lab/Qwen3.6-27B-DFlash)" in capsys.readouterr().out
 
 
 FILTERS = FilterModule().filters()

@@ -255,7 +255,7 @@ def test_bad_config_names_the_field() -> None:
         load_config(config(plan={"base_url": "http://127.0.0.1:9"}))
     with pytest.raises(ValidationError, match=r"objective\.bogus: unknown key"):
         load_config(config(objective={"bogus": 1}))
-    with pytest.raises(ValidationError, match=r"^mode: must be ascent or grid"):
+    with pytest.raises(ValidationError, match=r"^mode: must be one of ascent, grid, model"):
         load_config(config(mode="random"))
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from plugins.terminal import python_module_argv
 
+import specops
 from specops import cli
 from specops.errors import ValidationError
 
@@ -25,10 +26,11 @@ def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exc:
-        cli.main(["--version"])
-    assert exc.value.code == 0
-    assert capsys.readouterr().out.startswith("specops ")
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"specops {specops.__version__}\n"
+    # Named after a command, it is that command's (which has none): a usage error.
+    assert cli.main(["bench", "--version"]) == 2
+    assert "specops bench: error:" in capsys.readouterr().err
 
 
 def test_validation_error_is_one_line_exit_2(

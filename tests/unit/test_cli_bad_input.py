@@ -105,6 +105,14 @@ ROWS: dict[str, Bad] = {
         "sweep config", "sweep plan {t}/c.yml", "canary", "did you mean 'ct2-qwen'",
         {"c.yml": sweep(canary="ct2-qwn")},
     ),
+    # The engine is stated once, by the canary's inference_engine_* (issue 49): a sweep
+    # config naming vLLM 0.20.1 for an SGLang canary sweeps flags its build does not take.
+    "sweep-engine-not-the-canarys": Bad(
+        "sweep config", "sweep plan {t}/c.yml --inventory {t}/sg.ini", "engine",
+        "valid: engine: {name: sglang, version: '0.5.11'}",
+        {"c.yml": sweep(engine={"name": "vllm", "version": "0.20.1"}),
+         "sg.ini": INVENTORY.replace("ct1\n", "ct1 inference_engine_engine=sglang\n")},
+    ),
     "sweep-inventory-syntax-error": Bad(
         "sweep config", "sweep plan {t}/c.yml --inventory {t}/inv", "inventory",
         "inv/hosts.yml:5:1: YAML syntax error: While parsing a flow sequence",
@@ -116,8 +124,26 @@ ROWS: dict[str, Bad] = {
         "no such inventory", {"c.yml": sweep()},
     ),
     "sweep-objective-unknown-key": Bad(
-        "sweep config", "sweep plan {t}/c.yml", "objective.zz", "valid: max_repeats",
+        "sweep config", "sweep plan {t}/c.yml", "objective.zz", "valid: concurrency, context",
         {"c.yml": sweep(objective={"zz": 1})},
+    ),
+    "sweep-objective-kind": Bad(
+        "sweep config", "sweep plan {t}/c.yml", "objective.kind", "mean, latency, throughput",
+        {"c.yml": sweep(objective={"kind": "speed"})},
+    ),
+    "sweep-objective-cell": Bad(
+        "sweep config", "sweep plan {t}/c.yml", "objective.concurrency",
+        "is not in the plan's concurrency",
+        {"c.yml": sweep(objective={"kind": "latency", "concurrency": 3})},
+    ),
+    "sweep-plan-context-over-limit": Bad(
+        "sweep config", "sweep plan {t}/c.yml --max-model-len 8192", "plan.context_lengths[1]",
+        "the longest input that fits: 7936",
+        {"c.yml": sweep(plan={"context_lengths": ["1K", "120K"]})},
+    ),
+    "sweep-predict-no-ledger": Bad(
+        "path", "sweep predict {t}/c.yml --out {t}/out", "--out", "holds no sweep.jsonl",
+        {"c.yml": sweep()},
     ),
     "sweep-objective-not-mapping": Bad(
         "sweep config", "sweep plan {t}/c.yml", "objective", "mapping",
@@ -379,8 +405,27 @@ ROWS: dict[str, Bad] = {
         "--tokenizer-path", "give a file",
     ),
     "bench-save-plan-dir": Bad(
-        "path", f"bench run {BASE} --save-plan {{t}}/a-dir --out {{t}}/out", "--save-plan",
-        "give a file path",
+        "path", f"bench run {BASE} --plan {{t}}/p.yml --save-plan {{t}}/a-dir --out {{t}}/out",
+        "--save-plan", "give a file path", {"p.yml": "output_len: 8\n"},
+    ),
+    "bench-save-plan-without-plan": Bad(
+        "usage", f"bench run {BASE} --save-plan {{t}}/out/p.yml --out {{t}}/out", "--save-plan",
+        "needs --plan",
+    ),
+    # --- bench plan: the price before it runs ---------------------------------------------
+    "bench-plan-context-over-limit": Bad(
+        "plan", f"bench plan {BASE} --context-lengths 1K,120K --max-model-len 8192",
+        "context_lengths[1]", "context_over_limit: clip",
+    ),
+    "bench-plan-max-model-len": Bad(
+        "usage", f"bench plan {BASE} --max-model-len 0", "--max-model-len", "integer >= 1",
+    ),
+    "bench-plan-over-limit-choice": Bad(
+        "usage", f"bench plan {BASE} --context-over-limit cut", "--context-over-limit",
+        "choose from",
+    ),
+    "bench-plan-history-missing": Bad(
+        "path", f"bench plan {BASE} --history {{t}}/nope.json", "--history", "no such file",
     ),
     "bench-resume-file": Bad(
         "path", "bench run --resume {t}/a-file", "--resume", "give a directory",
@@ -402,7 +447,10 @@ ROWS: dict[str, Bad] = {
         "path", "bench report {t}/results.json --out {t}/a-file", "--out", "give a directory",
     ),
     "bench-compare-missing": Bad(
-        "path", "bench compare {t}/results.json {t}/nope.json", "candidate", "no such file",
+        "path", "bench compare {t}/results.json {t}/nope.json", "RUN[2]", "no such file",
+    ),
+    "bench-compare-one-run": Bad(
+        "usage", "bench compare {t}/results.json", "RUN", "at least two runs",
     ),
     "bench-compare-threshold": Bad(
         "usage", "bench compare {t}/a-file {t}/a-file --latency-rise -2", "--latency-rise",
@@ -494,6 +542,12 @@ ROWS: dict[str, Bad] = {
         "path", "profile check-drafter --target {t}/a-file --drafter {t}/a-dir", "--target",
         "give a directory",
     ),
+    # A hub id whose snapshot no cache here holds (issue 49): the file to fetch, named.
+    "drafter-hub-id-not-cached": Bad(
+        "profile", "profile check-drafter --target {t}/a-dir --drafter z-lab/Qwen3.6-27B-DFlash"
+        " --hub-cache {t}/a-dir", "--drafter",
+        "huggingface-cli download z-lab/Qwen3.6-27B-DFlash config.json --revision main",
+    ),
     "drafter-window": Bad(
         "usage", "profile check-drafter --target {t}/a-dir --drafter {t}/a-dir --window x",
         "--window", "invalid int",
@@ -531,6 +585,12 @@ ROWS: dict[str, Bad] = {
     "migrate-api-key": Bad(
         "migrate spec", f"migrate preflight {MIGRATE} --dry-run", "api.hots", "valid:",
         {"spec.json": spec(api={"hots": "x"})},
+    ),
+    # The CA the API is verified with (issue 49: an OSError and exit 70 before).
+    "migrate-api-no-ca-file": Bad(
+        "migrate spec", f"migrate preflight {MIGRATE} --dry-run", "api.verify",
+        "copy a node's /etc/pve/pve-root-ca.pem there",
+        {"spec.json": spec(api={"host": "127.0.0.1", "port": "{port}", "verify": "{t}/ca.pem"})},
     ),
     "migrate-facts-missing": Bad(
         "path", f"migrate preflight {MIGRATE} --target-facts {{t}}/nope.json", "--target-facts",
@@ -642,7 +702,9 @@ def test_the_base_sweep_config_is_accepted(
 ) -> None:
     """The control: the sweep rows fail for the one thing each changed."""
     _lay_out(tmp_path, {"c.yml": sweep()}, closed_port)
-    assert cli.main(["sweep", "plan", str(tmp_path / "c.yml")]) == 0, capsys.readouterr().err
+    assert cli.main(["sweep", "plan", str(tmp_path / "c.yml"), "--json"]) == 0, (
+        capsys.readouterr().err
+    )
     assert json.loads(capsys.readouterr().out)["candidates"] == 4
 
 

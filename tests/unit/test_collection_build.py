@@ -61,6 +61,67 @@ def test_the_tarball_carries_roles_playbooks_and_plugins_and_nothing_else(tarbal
     assert sorted(n for n in names if unwanted.search(n)) == []
 
 
+def test_the_licence_is_in_the_tarball(tarball: Path) -> None:
+    """Apache-2.0, as galaxy.yml says: the repository's LICENSE at the collection's root."""
+    with tarfile.open(tarball) as tar:
+        handle = tar.extractfile("LICENSE")
+        assert handle is not None
+        assert handle.read() == (REPO / "LICENSE").read_bytes()
+
+
+def test_each_hyphenated_playbook_has_its_fqcn_alias(tmp_path: Path) -> None:
+    """``specops.infra.speculative_apply`` names ``speculative-apply.yml`` (an FQCN holds no
+    hyphen): the alias is committed beside it, so that a checkout's collection runs it by
+    that name too; the build refuses a playbook without one, naming the command."""
+    hyphenated = sorted((REPO / "playbooks").glob("*-*.yml"))
+    assert {p.name for p in hyphenated} >= {"speculative-apply.yml", "preflight-nodes.yml"}
+    for path in hyphenated:
+        alias = path.with_name(path.name.replace("-", "_"))
+        assert alias.read_text() == bc.alias_text(path.name), alias
+    repo = tmp_path / "repo"
+    infra = repo / bc.INFRA
+    infra.mkdir(parents=True)
+    for name in bc.INFRA_ENTRIES:
+        source = REPO / bc.INFRA / name
+        if source.is_dir():
+            (infra / name).mkdir()
+        elif source.is_file():
+            (infra / name).write_text("x\n")
+    (repo / "roles").mkdir()
+    (repo / "playbooks").mkdir()
+    (repo / "playbooks/host.yml").write_text("---\n")
+    (repo / "playbooks/new-job.yml").write_text("---\n")
+    (repo / "deploy.yml").write_text("- ansible.builtin.import_playbook: playbooks/host.yml\n")
+    (repo / "LICENSE").write_text("Apache License\n")
+    with pytest.raises(bc.BuildError, match=r"no FQCN alias playbooks/new_job\.yml.*--aliases"):
+        bc.stage(repo, tmp_path / "stage")
+    assert bc.write_aliases(repo) == [repo / "playbooks/new_job.yml"]
+    assert (bc.stage(repo, tmp_path / "stage2") / "playbooks/new_job.yml").is_file()
+
+
+def test_the_checkout_runs_its_collections_playbooks_by_name() -> None:
+    """scripts/setup.sh venv makes specops.infra as installed out of links under
+    .cache/collections (first in the checkout's collections_path): the checkout runs
+    ``specops.infra.verify`` (what ``specops doctor`` runs) and
+    ``specops.infra.speculative_apply`` (the sweep's applier) as a site does, from the
+    checkout's own files; the collection's source directory holds no roles/ or
+    playbooks/ (ansible-test and a build read it)."""
+    infra = REPO / ".cache/collections/ansible_collections/specops/infra"
+    assert (infra / "playbooks").is_symlink(), f"{infra}: missing; run scripts/setup.sh venv"
+    assert (infra / "playbooks").resolve() == REPO / "playbooks"
+    assert (infra / "roles").resolve() == REPO / "roles"
+    assert (infra / "plugins").resolve() == REPO / bc.INFRA / "plugins"
+    assert not (REPO / bc.INFRA / "roles").exists()
+    assert not (REPO / bc.INFRA / "playbooks").exists()
+    for playbook in ("verify", "speculative_apply"):
+        done = subprocess.run(
+            [str(BIN / "ansible-playbook"), f"specops.infra.{playbook}", "--syntax-check"],
+            cwd=REPO, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"playbook: {infra}/playbooks/{playbook}.yml" in done.stdout
+
+
 def test_the_manifest_names_the_dependencies_galaxy_yml_pins(tarball: Path) -> None:
     with tarfile.open(tarball) as tar:
         handle = tar.extractfile("MANIFEST.json")
@@ -92,8 +153,11 @@ def test_a_deploy_import_outside_playbooks_is_refused(tmp_path: Path) -> None:
     for name in ("plugins", "meta"):
         (repo / bc.INFRA / name).mkdir()
     (repo / "deploy.yml").write_text("- ansible.builtin.import_playbook: site/host.yml\n")
-    with pytest.raises(bc.BuildError, match=r"deploy.yml imports 'site/host.yml'"):
+    with pytest.raises(bc.BuildError, match=r"LICENSE: missing \(the licence galaxy.yml names\)"):
         bc.stage(repo, tmp_path / "stage")
+    (repo / "LICENSE").write_text("Apache License\n")
+    with pytest.raises(bc.BuildError, match=r"deploy.yml imports 'site/host.yml'"):
+        bc.stage(repo, tmp_path / "stage2")
 
 
 def short_actions(tasks: object) -> list[str]:
@@ -171,3 +235,21 @@ def test_the_consumer_site_uses_the_ansible_cfg_the_docs_give() -> None:
     the docs tell an operator is what the consumer test proves."""
     blocks = re.findall(r"```ini\n(.*?)```", (REPO / "docs/install.md").read_text(), re.DOTALL)
     assert blocks == [SITE_CFG]
+
+
+def test_the_site_installs_the_exact_ansible_bundle_ci_runs() -> None:
+    """The offline install (docs/install.md): the dependency collections come from the
+    `ansible` bundle at the version CI pins (requirements.txt), named in the site's
+    requirements.txt and in the docs."""
+    pin = next(line for line in (REPO / "requirements.txt").read_text().splitlines()
+               if line.startswith("ansible=="))  # fmt: skip
+    site = (REPO / "docs/site/requirements.txt").read_text().splitlines()
+    assert pin in site
+    assert f"`{pin}`" in (REPO / "docs/install.md").read_text()
+    version = yaml.safe_load(GALAXY_YML.read_text())["version"]
+    assert f"./dist/specops-{version}-py3-none-any.whl" in site
+    names = [
+        c["name"]
+        for c in yaml.safe_load((REPO / "docs/site/requirements.yml").read_text())["collections"]
+    ]
+    assert names == [f"./dist/specops-infra-{version}.tar.gz"]

@@ -71,10 +71,16 @@ def test_the_collection_and_the_wheel_are_in_it() -> None:
     tarball = build_ee.INPUTS / "specops-infra.tar.gz"
     assert (str(tarball.relative_to(REPO)), "inputs") in files
     assert (str((build_ee.INPUTS / "collections").relative_to(REPO)), "inputs/collections") in files
-    # The controller package at the one version of the repository.
+    # The controller package at the one version of the repository: its wheel by file,
+    # never the name `specops` from an index (PyPI's is not ours).
     version = PYPROJECT["project"]["version"]
     assert version == GALAXY["version"]
-    assert f"specops=={version}" in deps["python"]
+    wheel = f"specops-{version}-py3-none-any.whl"
+    assert deps["python"] == [f"specops @ file:///output/specops/{wheel}"]
+    assert build_ee.wheel_named(EE) == wheel
+    assert (str((build_ee.INPUTS / "wheel").relative_to(REPO)), "inputs/wheel") in files
+    # ... where the builder stage installs it and the final stage finds it (/output)
+    assert "COPY _build/inputs/wheel/ /output/specops/" in _steps("prepend_builder")
 
 
 def test_ansible_core_and_runner_are_the_repositorys_pins() -> None:
@@ -180,3 +186,69 @@ def test_bootstrap_pip_refuses_pypi_when_the_build_says_no_index(
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     assert boot.main(["pip==26.3"]) == 1
     assert "pip-26.3-py3-none-any.whl is not in PIP_FIND_LINKS" in capsys.readouterr().err
+
+
+def test_a_definition_that_names_the_wheel_by_index_is_refused() -> None:
+    deps = {**EE["dependencies"], "python": ["specops==0.2.0"]}
+    with pytest.raises(build_ee.BuildError, match="by file: never a name from an index"):
+        build_ee.wheel_named({**EE, "dependencies": deps})
+
+
+def test_the_collection_says_what_an_ee_needs_for_it() -> None:
+    """meta/execution-environment.yml (ansible-builder reads it from the installed
+    collection): pve_container's proxmoxer and requests, the SSH client."""
+    infra = REPO / "collections/ansible_collections/specops/infra"
+    meta = yaml.safe_load((infra / "meta/execution-environment.yml").read_text())
+    assert meta["version"] == 1
+    python = (infra / meta["dependencies"]["python"]).read_text().split("\n")
+    assert {"proxmoxer>=2.0", "requests>=2.31"} <= set(python)
+    system = (infra / meta["dependencies"]["system"]).read_text()
+    assert "openssh-clients [platform:rpm]" in system
+    assert "openssh-client [platform:dpkg]" in system
+    pve = (infra / "plugins/modules/pve_container.py").read_text()
+    assert "requirements:\n  - proxmoxer >= 2.0" in pve
+    # the build's lock holds them (the wheelhouse serves them)
+    missing = build_ee.missing_from_lock(
+        build_ee.collection_requirements(REPO / "collections", ["specops.infra"], []),
+        load_script("lock.py").pins(REPO / "ee/requirements.lock"),
+    )
+    assert missing == []
+
+
+UPSTREAM = yaml.safe_load((REPO / "ee/upstream/execution-environment.yml").read_text())
+
+
+def test_the_upstream_definition_has_the_same_content_on_the_images_python() -> None:
+    """ee/upstream/execution-environment.yml: an upstream EE base (Automation Platform's
+    ee-minimal), its own Python (python_path, nothing installed as the system Python),
+    microdnf; the same collection, wheel, pins and exclusions as the project's EE."""
+    assert set(UPSTREAM) <= V3_KEYS
+    assert UPSTREAM["images"]["base_image"]["name"].startswith("registry.redhat.io/")
+    interpreter = UPSTREAM["dependencies"]["python_interpreter"]
+    assert interpreter == {"python_path": "/usr/bin/python3.11"}
+    assert UPSTREAM["options"] == {"package_manager_path": "/usr/bin/microdnf"}
+    for key in ("ansible_core", "ansible_runner", "galaxy", "python", "exclude"):
+        assert UPSTREAM["dependencies"][key] == EE["dependencies"][key], key
+    ours = {
+        (f["src"].removeprefix("../../"), f["dest"]) for f in UPSTREAM["additional_build_files"]
+    }
+    assert ours == {(f["src"], f["dest"]) for f in EE["additional_build_files"]
+                    if not f["src"].startswith("ee/")}  # fmt: skip
+    steps = UPSTREAM["additional_build_steps"]
+    assert steps["prepend_builder"] == _steps("prepend_builder")
+    assert steps["prepend_galaxy"] == _steps("prepend_galaxy")
+    assert not any("pkgmgr-apt" in s or "bootstrap-pip" in s for s in steps["prepend_base"])
+
+
+def test_the_standin_base_offers_what_the_upstream_definition_uses() -> None:
+    """CI's stand-in of the upstream base: the Python at python_path with pip, the
+    package manager at package_manager_path, ansible-core and ansible-runner."""
+    text = (REPO / "ee/upstream/standin/Containerfile").read_text()
+    assert f"COPY pkgmgr-apt {UPSTREAM['options']['package_manager_path']}" in text
+    python = UPSTREAM["dependencies"]["python_interpreter"]["python_path"]
+    assert f"{python} /tmp/bootstrap-pip.py" in text
+    assert f"{python} -m pip install" in text
+    deps = UPSTREAM["dependencies"]
+    assert f"ARG CORE={deps['ansible_core']['package_pip']}" in text
+    assert f"ARG RUNNER={deps['ansible_runner']['package_pip']}" in text
+    assert f'specops.standin-of="{UPSTREAM["images"]["base_image"]["name"]}"' in text

@@ -46,7 +46,6 @@ def test_every_consumer_supports_exactly_the_descriptors_engines() -> None:
     assert set(CAPABILITIES) == NAMES
     assert set(engine_build.PACKAGES) == NAMES
     assert set(_choices("inference_engine", "inference_engine_engine")) == NAMES
-    assert set(_choices("inference_service", "inference_service_engine")) == NAMES
     assert set(engine_flags.LAUNCH_MODULES) == {d.flag_family for d in ENGINES.values()}
 
 
@@ -146,6 +145,9 @@ def _engine_specific_strings() -> set[str]:
             facts |= set(d.as_dict()["spec_counters"].values())
         if d.spec_meta is not None:
             facts |= set(d.spec_meta.all)
+        if d.server_metrics is not None:
+            m = d.server_metrics
+            facts |= {*m.queued, *m.kv_usage, *m.preemptions, *m.kv_tokens, m.cache_info}
     return facts - {"", shared("health_path"), shared("metrics_path"), "PATH"}
 
 

@@ -16,8 +16,8 @@ def test_deployable_inventory_has_no_problems() -> None:
     hv = {
         "ct101": ct(
             vmid=101,
-            inference_service_engine="vllm-cpu",
-            inference_service_engine_version="0.32.0",
+            inference_engine_engine="vllm-cpu",
+            inference_engine_version="0.32.0",
             inference_service_speculative={"method": "ngram", "num_draft_tokens": 4},
         ),
         "ct102": ct("pve-b", 102),
@@ -39,8 +39,8 @@ def test_node_vmid_and_profile_problems_name_host_and_variable() -> None:
         "c": {"pve_container_vmid": True},
         "d": ct(
             vmid=104,
-            inference_service_engine="vllm",
-            inference_service_engine_version="0.32.0",
+            inference_engine_engine="vllm",
+            inference_engine_version="0.32.0",
             inference_service_speculative={
                 "method": "ddtree",
                 "draft_model": "x",
@@ -60,24 +60,32 @@ def test_node_vmid_and_profile_problems_name_host_and_variable() -> None:
     assert len(problems) == 5
 
 
-def test_a_version_without_a_recorded_list_is_left_to_the_installed_flags() -> None:
-    """vLLM 0.21.0 (a PR build's version, say) has no recorded flag list: the profile's shape
-    is checked here, its flags on the node against what the built engine accepts."""
-    groups = {**NODES, "serving": ["a", "b"]}
+def test_a_branch_build_without_a_recorded_list_is_left_to_the_installed_flags() -> None:
+    """A git build on vLLM 0.21.0 (no recorded flag list): the profile's shape is checked
+    here, its flags on the node against what the built engine accepts. The same version
+    as a released wheel is refused: nothing could check its arguments before the build."""
+    groups = {**NODES, "serving": ["a", "b", "c"]}
     dflash = {"method": "dflash", "draft_model": "z-lab/Qwen3.6-27B-DFlash", "num_draft_tokens": 16}
+    git = {"inference_engine_git_ref": "refs/pull/40898/head"}
     hv = {
-        "a": ct(vmid=101, inference_service_engine="vllm",
-                inference_service_engine_version="0.21.0",
+        "a": ct(vmid=101, inference_engine_engine="vllm", inference_engine_version="0.21.0",
+                inference_service_speculative=dflash, **git),
+        "b": ct(vmid=102, inference_engine_engine="vllm", inference_engine_version="0.21.0",
+                inference_service_speculative={**dflash, "num_stepz": 3}, **git),
+        "c": ct(vmid=103, inference_engine_engine="vllm", inference_engine_version="0.21.0",
                 inference_service_speculative=dflash),
-        "b": ct(vmid=102, inference_service_engine="vllm",
-                inference_service_engine_version="0.21.0",
-                inference_service_speculative={**dflash, "num_stepz": 3}),
     }  # fmt: skip
-    assert inventory_problems(groups, hv) == [
+    problems = inventory_problems(groups, hv)
+    assert problems[0] == (
         "b: inference_service_speculative.num_stepz: unknown key; valid keys: method, num_steps,"
         " topk, num_draft_tokens, draft_model, draft_model_revision, draft_window, tree_budget,"
         " prompt_lookup_min, prompt_lookup_max, model_mtp_method, extra_args"
-    ]
+    )
+    assert problems[1].startswith(
+        "c: inference_engine_version: vllm 0.21.0 has no recorded flag list (known: 0.20.1,"
+    ), problems
+    assert "scripts/extract-engine-flags.py" in problems[1]
+    assert len(problems) == 2
 
 
 def test_batching_accepts_nodes_and_percentages() -> None:

@@ -57,6 +57,7 @@ MODEL = "lxc_gpu_passthrough_gpu_model"
 COUNT = "lxc_gpu_passthrough_gpu_count"
 GPUS = "lxc_gpu_passthrough_gpus"
 BY_ADDRESS = {MODEL: None, COUNT: None}
+FOUR = [f"0000:8{i}:00.0" for i in range(1, 5)]  # CT2's four cards by address
 VALID_ADDR = "(valid: 0000:01:00.0, 0000:01:00 or 01:00)"
 VALID_COUNT = "must be an integer 1-16"
 
@@ -110,7 +111,7 @@ ROWS: dict[str, tuple[str, dict[str, dict[str, Any]], list[tuple[str, str]]]] = 
                              [("gpu-node-01: vfio_release: its containers ask for more than one",
                                "NVIDIA RTX A6000: ct129-qwen27b")]),
     "address-and-model-on-a-node": ("combined", {CT2: {"pve_container_node": "gpu-node-01",
-                                                       **BY_ADDRESS, GPUS: ["0000:81:00.0"]}},
+                                                       **BY_ADDRESS, GPUS: FOUR}},
                                     [("gpu-node-01: vfio_release: its containers ask for cards"
                                       " by address (ct131-qwen122b) and by model",
                                       "give them all")]),

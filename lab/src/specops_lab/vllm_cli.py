@@ -59,6 +59,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
         spec=spec,
         port=args.port,
         paths=_paths(args),
+        model=Path(args.model) if args.model else None,
         max_model_len=args.max_model_len,
         dtype=args.dtype,
         kv_cache_gib=args.kv_cache_gib,
@@ -144,6 +145,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     common(p)
     p.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
     p.add_argument("--spec", choices=SPEC_METHODS, default="none", help="speculative method")
+    p.add_argument(
+        "--model",
+        help="model folder (default: the tiny model; mtp needs one with an MTP layer, e.g. the"
+        " CI oracle's target: specops lab oracle show)",
+    )
     p.add_argument("--num-speculative-tokens", type=int, default=3)
     p.add_argument("--prompt-lookup-min", type=int, default=2, help="ngram only")
     p.add_argument("--prompt-lookup-max", type=int, default=4, help="ngram only")

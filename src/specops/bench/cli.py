@@ -25,14 +25,23 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from specops.bench.compare import Thresholds, compare, count_arg, threshold_arg
+from specops.bench.intervals import Estimate
 from specops.bench.load_cli import add_load_parser
 from specops.bench.plan import Plan, load_plan, plan_from_mapping
+from specops.bench.price import price, served_max_model_len
 from specops.bench.report import write_report
 from specops.bench.results import Results, RunStore, load_results
-from specops.bench.reuse import find_standing
+from specops.bench.reuse import find_standing, last_run
 from specops.bench.runner import RunState, new_run_id, run_plan
+from specops.bench.sidebyside import (
+    RunSet,
+    delta_rows,
+    load_run_set,
+    run_set_files,
+    write_comparison,
+)
 from specops.errors import ValidationError, input_dir, input_file, output_dir, output_file
-from specops.templating import fmt
+from specops.templating import estimate, fmt, render
 
 T = TypeVar("T")
 
@@ -44,44 +53,7 @@ def register(subparsers: Any) -> None:
     sub = bench.add_subparsers(dest="bench_command", metavar="ACTION", required=True)
 
     run = sub.add_parser("run", help="run a benchmark plan against a server")
-    run.add_argument(
-        "--plan", help="plan file (YAML or JSON; - reads standard input); flags override its fields"
-    )
-    run.add_argument(
-        "--save-plan",
-        metavar="PATH",
-        help="also write the plan as given (before flags) to PATH, e.g. for a later gate",
-    )
-    run.add_argument("--base-url", help="server URL, e.g. http://127.0.0.1:8000")
-    run.add_argument("--api", choices=["completions", "chat", "sglang-generate"])
-    run.add_argument("--model")
-    run.add_argument("--concurrency", help="comma list, e.g. 1,2,4,8")
-    run.add_argument("--context-lengths", help="comma list, e.g. 1K,8K,30K")
-    run.add_argument("--output-len", type=int)
-    run.add_argument("--requests-per-cell", type=int)
-    run.add_argument(
-        "--waves-per-cell", type=int, help="a cell sends at least waves x C requests (0: off)"
-    )
-    run.add_argument("--warmup-per-cell", type=int)
-    run.add_argument("--prompt-set", choices=["mixed", "chat", "coding"])
-    run.add_argument("--prompt-file")
-    run.add_argument("--seed", type=int)
-    run.add_argument(
-        "--temperature",
-        type=float,
-        help="opt-in; default sends none (server default). 0 inflates acceptance",
-    )
-    run.add_argument(
-        "--ignore-eos", action="store_true", default=None, help="opt-in; inflates numbers"
-    )
-    run.add_argument("--tokenizer-path", help="tokenizer.json when the server has no /tokenize")
-    run.add_argument(
-        "--roofline-gpu",
-        help="the server's cards for the roofline (GPU catalogue key); overrides the plan's",
-    )
-    run.add_argument("--roofline-gpu-count", type=int, help="how many cards the server has")
-    run.add_argument("--humaneval", action="store_true", help="also run HumanEval pass@1")
-    run.add_argument("--humaneval-limit", type=int)
+    _plan_arguments(run)
     run.add_argument("--out", default="results", help="results root (default ./results)")
     run.add_argument(
         "--resume",
@@ -104,6 +76,29 @@ def register(subparsers: Any) -> None:
     run.add_argument("--no-report", action="store_true", help="write only results.json")
     run.set_defaults(func=_cmd_run)
 
+    preview = sub.add_parser(
+        "plan",
+        help="what a plan costs before it runs: cells, requests, tokens, time estimate;"
+        " a context beyond the server's limit is refused here",
+    )
+    _plan_arguments(preview)
+    preview.add_argument(
+        "--max-model-len", type=int, help="the server's context limit (else --ask-server, else"
+        " the last run of the server under --out)",
+    )  # fmt: skip
+    preview.add_argument(
+        "--ask-server", action="store_true",
+        help="read max_model_len from the server's /v1/models (a plan dials nothing otherwise)",
+    )  # fmt: skip
+    preview.add_argument(
+        "--history", metavar="RESULTS",
+        help="results.json (or run directory) of the last run of this server: the time"
+        " estimate and the context limit (default: the newest under --out)",
+    )  # fmt: skip
+    preview.add_argument("--out", default="results", help="results root to find the last run in")
+    preview.add_argument("--json", action="store_true", help="one JSON line")
+    preview.set_defaults(func=_cmd_plan)
+
     rep = sub.add_parser("report", help="write report.md, CSV and PNGs from results JSON")
     rep.add_argument("results", help="results.json")
     rep.add_argument("--out", help="directory (default: next to the results)")
@@ -117,9 +112,17 @@ def register(subparsers: Any) -> None:
     )
     rep.set_defaults(func=_cmd_report)
 
-    cmp_ = sub.add_parser("compare", help="compare candidate B with baseline A (gate)")
-    cmp_.add_argument("baseline")
-    cmp_.add_argument("candidate")
+    cmp_ = sub.add_parser(
+        "compare",
+        help="runs side by side: a delta table with intervals against the first (the"
+        " baseline), overlay plots with --out; exit 1 when one regresses (the gate)",
+    )
+    cmp_.add_argument(
+        "runs", nargs="+", metavar="RUN",
+        help="results.json, a run directory, or a sweep candidate's runs/<key>/ (its runs"
+        " pooled); the first is the baseline",
+    )  # fmt: skip
+    cmp_.add_argument("--out", help="write compare.md, compare.csv and overlay plots here")
     off = " (a fraction, or off: measured, not gated)"
     cmp_.add_argument(
         "--throughput-drop", type=threshold_arg, default=Thresholds.throughput_drop, help=off
@@ -135,6 +138,57 @@ def register(subparsers: Any) -> None:
     cmp_.set_defaults(func=_cmd_compare)
 
     add_load_parser(sub)  # specops.bench.load: a steady load, every failure reported
+
+
+def _plan_arguments(parser: Any) -> None:
+    """The flags that make or override a plan (``run`` and ``plan`` share them)."""
+    parser.add_argument(
+        "--plan", help="plan file (YAML or JSON; - reads standard input); flags override its fields"
+    )
+    parser.add_argument(
+        "--save-plan",
+        metavar="PATH",
+        help="also write the plan as given (before flags) to PATH, e.g. for a later gate",
+    )
+    parser.add_argument("--base-url", help="server URL, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--api", choices=["completions", "chat", "sglang-generate"])
+    parser.add_argument("--model")
+    parser.add_argument("--concurrency", help="comma list, e.g. 1,2,4,8")
+    parser.add_argument("--context-lengths", help="comma list, e.g. 1K,8K,30K")
+    parser.add_argument("--output-len", type=int)
+    parser.add_argument("--requests-per-cell", type=int)
+    parser.add_argument(
+        "--waves-per-cell", type=int, help="a cell sends at least waves x C requests (0: off)"
+    )
+    parser.add_argument("--warmup-per-cell", type=int)
+    parser.add_argument("--prompt-set", choices=["mixed", "chat", "coding"])
+    parser.add_argument("--prompt-file")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        help="opt-in; default sends none (server default). 0 inflates acceptance",
+    )
+    parser.add_argument(
+        "--ignore-eos", action="store_true", default=None, help="opt-in; inflates numbers"
+    )
+    parser.add_argument("--tokenizer-path", help="tokenizer.json when the server has no /tokenize")
+    parser.add_argument(
+        "--roofline-gpu",
+        help="the server's cards for the roofline (GPU catalogue key); overrides the plan's",
+    )
+    parser.add_argument("--roofline-gpu-count", type=int, help="how many cards the server has")
+    parser.add_argument(
+        "--context-over-limit", choices=["refuse", "clip", "drop"],
+        help="a context length beyond the server's max_model_len: refuse (the default when"
+        " lengths are given), clip it to the limit, or drop it",
+    )  # fmt: skip
+    parser.add_argument(
+        "--warmup-waves", type=int,
+        help="full waves at every cell before the first measured one (default 1; 0: off)",
+    )  # fmt: skip
+    parser.add_argument("--humaneval", action="store_true", help="also run HumanEval pass@1")
+    parser.add_argument("--humaneval-limit", type=int)
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -154,6 +208,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "temperature": args.temperature,
         "ignore_eos": args.ignore_eos,
         "tokenizer_path": args.tokenizer_path,
+        "context_over_limit": args.context_over_limit,
+        "warmup_waves": args.warmup_waves,
     }
     if args.humaneval or args.humaneval_limit:
         values["humaneval"] = {"enabled": True}
@@ -177,8 +233,15 @@ class _ProgressLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.done = -1
+        self.noted = False
 
     def __call__(self, state: RunState) -> None:
+        if state.notes and not self.noted:  # lengths clipped or dropped: said at once
+            self.noted = True
+            with self.path.open("a", encoding="utf-8") as fh:
+                for note in state.notes:
+                    fh.write(f"note: {note}\n")
+                    print(f"specops bench run: note: {note}", file=sys.stderr)
         if state.cells_done == self.done:
             return
         self.done = state.cells_done
@@ -362,13 +425,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         plan, store = _resume_plan(args)
     else:
         _check_paths(args)
-        overrides = _overrides(args)
-        plan = (
-            load_plan(args.plan, overrides, save_to=args.save_plan)
-            if args.plan
-            else plan_from_mapping(overrides)
-        )
-        plan = _hardware(plan, args.roofline_gpu, args.roofline_gpu_count)
+        plan = _plan_of(args)
         if args.reuse:
             standing = find_standing(Path(args.out), plan, args.server_instance or "")
             if standing.store is not None:
@@ -405,15 +462,59 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _check_paths(args: argparse.Namespace) -> None:
-    """The paths a new run reads or writes, before anything is read or made."""
-    if args.plan and args.plan != "-":
-        input_file(args.plan, "--plan")
-    if args.save_plan:
-        output_file(args.save_plan, "--save-plan")
+    """The paths a new run reads or writes, before anything is read or made (the plan's
+    own: :func:`_plan_of`)."""
     for name in ("prompt_file", "tokenizer_path"):
         if getattr(args, name):
             input_file(getattr(args, name), f"--{name.replace('_', '-')}")
     output_dir(args.out, "--out")
+
+
+def _plan_of(args: argparse.Namespace) -> Plan:
+    """The plan the flags (and ``--plan``) give, every path checked first."""
+    if args.plan and args.plan != "-":
+        input_file(args.plan, "--plan")
+    if args.save_plan:
+        if not args.plan:
+            raise ValidationError(
+                "--save-plan",
+                "needs --plan: it keeps the plan file as given (flags alone have no file to"
+                " keep); write the plan to a file and pass it with --plan",
+            )
+        output_file(args.save_plan, "--save-plan")
+    overrides = _overrides(args)
+    plan = (
+        load_plan(args.plan, overrides, save_to=args.save_plan)
+        if args.plan
+        else plan_from_mapping(overrides)
+    )
+    return _hardware(plan, args.roofline_gpu, args.roofline_gpu_count)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    plan = _plan_of(args)
+    history = None
+    if args.history:
+        path = Path(args.history)
+        path = path / "results.json" if path.is_dir() else path
+        history = load_results(input_file(str(path), "--history"))
+    else:
+        history = last_run(Path(args.out), plan.base_url, plan.model)
+    limit, source = args.max_model_len, "--max-model-len"
+    if limit is not None and limit < 1:
+        raise ValidationError("--max-model-len", f"must be an integer >= 1 (got {limit})")
+    if limit is None and args.ask_server:
+        limit, source = served_max_model_len(plan)
+        if limit is None:
+            raise ValidationError("--ask-server", source)
+    if limit is None and history is not None and history.server.max_model_len:
+        limit, source = history.server.max_model_len, f"the last run, {history.run_id}"
+    priced = price(plan, max_model_len=limit, history=history)
+    if args.json:
+        print(json.dumps({**priced.to_dict(), "max_model_len_from": source if limit else None}))
+        return 0
+    print(render("bench/plan.txt.j2", plan=plan, price=priced, limit_from=source), end="")
+    return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -425,32 +526,70 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    baseline = input_file(args.baseline, "baseline")
-    candidate = input_file(args.candidate, "candidate")
-    findings = compare(
-        load_results(baseline),
-        load_results(candidate),
-        Thresholds(
-            throughput_drop=args.throughput_drop,
-            latency_rise=args.latency_rise,
-            acceptance_drop=args.acceptance_drop,
-            max_pass_drop=args.max_pass_drop,
-        ),
+    if len(args.runs) < 2:
+        raise ValidationError("RUN", "give at least two runs: the baseline, then the others")
+    out = output_dir(args.out, "--out") if args.out else None
+    names = ["baseline", *(f"RUN[{i}]" for i in range(2, len(args.runs) + 1))]
+    for spec, name in zip(args.runs, names, strict=True):  # every path, before any is read
+        run_set_files(spec, name)
+    sets = [load_run_set(spec, name) for spec, name in zip(args.runs, names, strict=True)]
+    _unique_labels(sets)
+    thresholds = Thresholds(
+        throughput_drop=args.throughput_drop,
+        latency_rise=args.latency_rise,
+        acceptance_drop=args.acceptance_drop,
+        max_pass_drop=args.max_pass_drop,
     )
-    regressions = [f for f in findings if f.regression]
+    baseline = sets[0]
+    findings = {s.label: compare(baseline.latest, s.latest, thresholds) for s in sets[1:]}
+    regressions = [f for items in findings.values() for f in items if f.regression]
+    report = write_comparison(sets, out, findings) if out is not None else None
     if args.json:
+        rows = [row for s in sets[1:] for row in delta_rows(baseline, s)]
         print(
             json.dumps(
-                {"regressions": len(regressions), "findings": [f.__dict__ for f in findings]}
+                {
+                    "regressions": len(regressions),
+                    "findings": [f.__dict__ for items in findings.values() for f in items],
+                    "runs": [s.label for s in sets],
+                    "deltas": [
+                        {k: (v.to_dict() if isinstance(v, Estimate) else v) for k, v in r.items()}
+                        for r in rows
+                    ],
+                    "report": str(report) if report else None,
+                }
             )
         )
-    else:
-        for f in findings:
+        return 1 if regressions else 0
+    for other in sets[1:]:
+        print(f"{other.label} vs {baseline.label} (baseline):")
+        for row in delta_rows(baseline, other):
+            print(
+                f"  c{row['concurrency']}-ctx{row['context_tokens']}: out tok/s"
+                f" {estimate(row['output_tok_s'])} vs {estimate(row['baseline_output_tok_s'])},"
+                f" x {estimate(row['output_ratio'], 3)} ({row['verdict']}); TPOT p50"
+                f" x {estimate(row['tpot_ratio'], 3)}; accept len"
+                f" {fmt(row['mean_acceptance_length'], 3)} vs"
+                f" {fmt(row['baseline_mean_acceptance_length'], 3)}"
+            )
+        for f in findings[other.label]:
             change = "-" if f.change is None else f"{f.change:+.3f}"
             mark = "REGRESSION" if f.regression else "ok"
             print(
                 f"{mark:10} {f.where:18} {f.metric:24} {fmt(f.baseline, 3):>10} -> "
                 f"{fmt(f.candidate, 3):>10} ({change}) {f.note}"
             )
-        print(f"{len(regressions)} regression(s)")
+    if report is not None:
+        print(f"report: {report}")
+    print(f"{len(regressions)} regression(s)")
     return 1 if regressions else 0
+
+
+def _unique_labels(sets: list[RunSet]) -> None:
+    """Sets named alike (two results.json of the same name) get their position added."""
+    seen: dict[str, int] = {}
+    for s in sets:
+        seen[s.label] = seen.get(s.label, 0) + 1
+    for i, s in enumerate(sets, start=1):
+        if seen[s.label] > 1:
+            s.label = f"{s.label} ({i})"

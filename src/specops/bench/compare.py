@@ -11,7 +11,8 @@ correctness still gate.
 :func:`speedup_rows` puts a speculative run beside a run of the same plan on the same
 server without speculation (its *plain baseline*): per cell, keyed by (concurrency,
 context length) and never by position, the output tok/s and TPOT p50 of both and their
-ratios (:data:`SPEEDUP_COLUMNS`). A cell the plain run lacks, or a metric either run
+ratios (:data:`SPEEDUP_COLUMNS`), the speed-up's 95 % interval from the bootstrap over
+both cells' requests. A cell the plain run lacks, or a metric either run
 does not have (older results, a failed cell), has ``None`` there and a note; nothing
 is re-measured.
 """
@@ -22,6 +23,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
+from specops.bench.intervals import CellBoot, ratio_estimate
 from specops.bench.results import Cell, Column, Results
 
 __all__ = [
@@ -166,6 +168,8 @@ SPEEDUP_COLUMNS: tuple[Column, ...] = (
     Column("output_tok_s", "out tok/s", 1),
     Column("plain_output_tok_s", "plain out tok/s", 1, "the same cell without speculation"),
     Column("speedup", "x plain", 2, "out tok/s over plain's: below 1.00 speculation loses"),
+    Column("speedup_low", "x plain low", 2, "95 % interval (bootstrap over the requests)"),
+    Column("speedup_high", "x plain high", 2),
     Column("tpot_ms_p50", "TPOT p50", 2),
     Column("plain_tpot_ms_p50", "plain TPOT p50", 2),
     Column("tpot_speedup", "TPOT x plain", 2, "plain's TPOT p50 over this one's"),
@@ -185,6 +189,11 @@ def speedup_rows(plain: Results, results: Results) -> list[dict[str, Any]]:
     rows = []
     for cell in results.cells:
         base = by_key.get((cell.concurrency, cell.context_tokens))
+        band = (
+            ratio_estimate(CellBoot([cell]), CellBoot([base]), "output_tok_s")
+            if base is not None and cell.records and base.records
+            else None
+        )
         out, tpot = cell.stats.output_tok_s, cell.stats.tpot_ms.p50
         p_out = base.stats.output_tok_s if base is not None else None
         p_tpot = base.stats.tpot_ms.p50 if base is not None else None
@@ -199,6 +208,7 @@ def speedup_rows(plain: Results, results: Results) -> list[dict[str, Any]]:
         rows.append({
             "concurrency": cell.concurrency, "context_tokens": cell.context_tokens,
             "output_tok_s": out, "plain_output_tok_s": p_out, "speedup": speedup,
+            "speedup_low": band.low if band else None, "speedup_high": band.high if band else None,
             "tpot_ms_p50": tpot, "plain_tpot_ms_p50": p_tpot, "tpot_speedup": _ratio(p_tpot, tpot),
             "mean_acceptance_length": cell.acceptance.mean_acceptance_length, "note": note,
         })  # fmt: skip

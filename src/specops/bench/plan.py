@@ -6,8 +6,16 @@ A plan comes from a YAML/JSON mapping (``load_plan``) or from CLI flags
 ``concurrency[2]: must be an integer >= 1 (got 0)``.
 
 Defaults follow the issue: concurrency 1, 2, 4, 8, 16, 32, 64, 100 and input context
-lengths 1K, 8K, 30K, 60K, 120K (K = 1024 tokens), clipped to the server's
-``max_model_len`` at run time (:func:`clip_context_lengths`).
+lengths 1K, 8K, 30K, 60K, 120K (K = 1024 tokens). Against the server's ``max_model_len``
+(:func:`fit_context_lengths`, before any request): a length the plan names that does not
+fit with its output is refused, naming it and the largest that fits, unless the plan
+says ``context_over_limit: clip`` (one cell at the limit, noted) or ``drop`` (left out,
+noted); the default lengths of a plan that names none are dropped when they do not fit.
+
+Warm-up: before the first measured cell, every cell of the plan gets ``warmup_waves``
+full waves at its concurrency and context (C requests each, at most C in flight), so
+the engine's graphs and kernels for each batch shape exist before anything is measured;
+each cell then sends its own ``warmup_per_cell`` requests before its measured phase.
 
 Sampling: by default the plan sends no ``temperature`` (the server's model default
 applies) and no ``ignore_eos``. Greedy decoding and ``ignore_eos`` make output
@@ -31,8 +39,10 @@ from specops.errors import ValidationError, syntax_problem
 
 __all__ = [
     "API_KINDS",
+    "CONTEXT_OVER_LIMIT",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_CONTEXT_LENGTHS",
+    "RECORDED_DEFAULTS",
     "ApiKind",
     "HumanEvalPlan",
     "Plan",
@@ -42,6 +52,7 @@ __all__ = [
     "changed_fields",
     "clip_context_lengths",
     "complete",
+    "fit_context_lengths",
     "load_plan",
     "parse_token_count",
     "plan_from_mapping",
@@ -51,6 +62,16 @@ __all__ = [
 ApiKind = Literal["completions", "chat", "sglang-generate"]
 API_KINDS: tuple[ApiKind, ...] = ("completions", "chat", "sglang-generate")
 PROMPT_SETS = ("mixed", "chat", "coding")
+# What a context length beyond the server's limit gets: refused before anything is sent,
+# one cell at the limit, or left out.
+CONTEXT_OVER_LIMIT: tuple[str, ...] = ("refuse", "clip", "drop")
+# Plan fields newer than some recorded results, and the value a recorded plan without
+# them was measured with: results before the warm-up reached every cell had none.
+RECORDED_DEFAULTS: dict[str, Any] = {"warmup_waves": 0}
+# Plan fields that change nothing a run measures once the run's lengths are recorded:
+# what to do with a length beyond the limit (the recorded lengths say what was done).
+# And how often the server's view is sampled: it reads the server, it measures nothing.
+_NOT_COMPARED = frozenset({"context_over_limit", "sample_interval_s"})
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 100)
 DEFAULT_CONTEXT_LENGTHS: tuple[int, ...] = tuple(k * 1024 for k in (1, 8, 30, 60, 120))
 
@@ -127,6 +148,14 @@ class Plan:
     requests_per_cell: int = 32  # measured requests per cell, at least (see waves_per_cell)
     waves_per_cell: int = 4  # a cell sends at least waves x concurrency requests (0: off)
     warmup_per_cell: int = 2  # requests sent before each cell's measured phase
+    # Full waves (C requests, C in flight) per cell before the first measured cell: the
+    # engine meets every batch shape and context of the plan before it is measured. 0: off.
+    warmup_waves: int = 1
+    # A context length beyond max_model_len - output_len: refuse, clip or drop.
+    context_over_limit: str = "refuse"
+    # The server's view: its metrics (queue, KV usage) and this machine's GPUs read every
+    # this many seconds during each cell (bench.serverview). 0: off.
+    sample_interval_s: float = 1.0
     prompt_set: str = "mixed"  # built-in corpus: mixed, chat or coding
     prompt_file: str | None = None  # own UTF-8 text corpus instead of the built-in one
     seed: int = 0  # prompt selection is deterministic in (seed, cell, request index)
@@ -365,6 +394,12 @@ def plan_from_mapping(data: dict[str, Any]) -> Plan:
     if prompt_file is not None and not Path(prompt_file).is_file():
         raise ValidationError("prompt_file", f"no such file: {prompt_file}")
     seed = _int(data, "seed", 0, 0)
+    over = data.get("context_over_limit", "refuse" if raw_ctx is not None else "drop")
+    if over not in CONTEXT_OVER_LIMIT:
+        raise ValidationError(
+            "context_over_limit",
+            f"must be one of {', '.join(CONTEXT_OVER_LIMIT)} (got {over!r})",
+        )
     return Plan(
         base_url=base_url,
         api=cast(ApiKind, api),
@@ -375,6 +410,9 @@ def plan_from_mapping(data: dict[str, Any]) -> Plan:
         requests_per_cell=_int(data, "requests_per_cell", 32, 1),
         waves_per_cell=_int(data, "waves_per_cell", 4, 0),
         warmup_per_cell=_int(data, "warmup_per_cell", 2, 0),
+        warmup_waves=_int(data, "warmup_waves", 1, 0),
+        context_over_limit=str(over),
+        sample_interval_s=cast(float, _float(data, "sample_interval_s", 1.0, positive=False)),
         prompt_set=prompt_set,
         prompt_file=prompt_file,
         seed=seed,
@@ -494,16 +532,64 @@ def clip_context_lengths(
     return tuple(sorted(set(kept))), notes
 
 
+def fit_context_lengths(
+    contexts: tuple[int, ...], output_len: int, max_model_len: int | None, over_limit: str
+) -> tuple[tuple[int, ...], list[str]]:
+    """The lengths a run measures against ``max_model_len`` and one note per change.
+
+    ``over_limit``: ``refuse`` raises ValidationError naming the first length that does
+    not fit (with its output) and the largest that does; ``clip`` makes it one cell at
+    the limit (:func:`clip_context_lengths`); ``drop`` leaves it out (every length too
+    long: refused, there would be nothing to measure).
+    """
+    if max_model_len is None:
+        return contexts, []
+    if over_limit == "clip":
+        return clip_context_lengths(contexts, output_len, max_model_len)
+    limit = max_model_len - output_len
+    if limit < 1:
+        raise ValidationError(
+            "output_len",
+            f"{output_len} leaves no room for input in the server's max_model_len {max_model_len}",
+        )
+    too_long = [(i, c) for i, c in enumerate(contexts) if c > limit]
+    if not too_long:
+        return contexts, []
+    if over_limit == "refuse" or len(too_long) == len(contexts):
+        i, ctx = too_long[0]
+        raise ValidationError(
+            f"context_lengths[{i}]",
+            f"{ctx} tokens + output_len {output_len} exceed the server's max_model_len"
+            f" {max_model_len} (the longest input that fits: {limit}); give lengths up to"
+            f" {limit}, or set context_over_limit: clip (one cell at {limit}) or drop"
+            " (leave them out)",
+        )
+    kept = tuple(c for c in contexts if c <= limit)
+    notes = [
+        f"context {c} left out: it does not fit max_model_len {max_model_len} with"
+        f" output_len {output_len} (context_over_limit: drop)"
+        for _, c in too_long
+    ]
+    return kept, notes
+
+
 def complete(plan: Plan, model: str, max_model_len: int | None) -> tuple[Plan, list[str]]:
     """The plan a run measures against a server that serves ``model`` with that
-    ``max_model_len``: its model filled in when it names none, its context lengths
-    clipped (:func:`clip_context_lengths`); and one note per clipped length."""
-    contexts, notes = clip_context_lengths(plan.context_lengths, plan.output_len, max_model_len)
+    ``max_model_len``: its model filled in when it names none, its context lengths fitted
+    (:func:`fit_context_lengths`: a length too long is refused unless the plan says to
+    clip or drop it); and one note per clipped or dropped length."""
+    contexts, notes = fit_context_lengths(
+        plan.context_lengths, plan.output_len, max_model_len, plan.context_over_limit
+    )
     return replace(plan, model=plan.model or model, context_lengths=contexts), notes
 
 
 def changed_fields(recorded: dict[str, Any], plan: Plan) -> list[str]:
     """The top-level fields where ``plan`` differs from a plan recorded in results (as
-    JSON read it back), sorted."""
+    JSON read it back), sorted. A recorded plan older than a field was measured with
+    its :data:`RECORDED_DEFAULTS` value; ``context_over_limit`` is not compared (the
+    recorded lengths say what was measured)."""
     now = json.loads(json.dumps(plan.to_dict()))
-    return sorted(k for k in set(now) | set(recorded) if now.get(k) != recorded.get(k))
+    was = {**RECORDED_DEFAULTS, **recorded}
+    keys = (set(now) | set(was)) - _NOT_COMPARED
+    return sorted(k for k in keys if now.get(k) != was.get(k))

@@ -145,7 +145,7 @@ class LocalTokenizer:
         except ImportError:
             raise ValidationError(
                 "tokenizer_path",
-                "needs the 'tokenizers' package (pip install tokenizers) or a server "
+                "needs the 'tokenizers' package (pip install 'specops[tokenizers]') or a server "
                 "with /tokenize",
             ) from None
         file = Path(path)

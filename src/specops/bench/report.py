@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from specops.bench.compare import SPEEDUP_COLUMNS, speedup_rows
+from specops.bench.delta import cell_boots, crossover
 from specops.bench.results import (
     CELL_COLUMNS,
+    SERVER_KEYS,
     Column,
     Results,
     cell_row,
@@ -30,6 +32,7 @@ from specops.templating import fmt, render
 
 __all__ = [
     "REPORT_COLUMNS",
+    "SERVER_COLUMNS",
     "fmt",
     "render_markdown",
     "report_context",
@@ -45,6 +48,11 @@ _REPORT_KEYS = (
     "e2e_ms_p99", "decode_tok_s_p50", "mean_acceptance_length",
 )  # fmt: skip
 _BY_KEY = {c.key: c for c in CELL_COLUMNS}
+# The report's server's-view table: these columns of CELL_COLUMNS (Cell.server), by key.
+SERVER_COLUMNS: tuple[Column, ...] = (
+    _BY_KEY["concurrency"], _BY_KEY["context_tokens"],
+    *(_BY_KEY[k] for k in SERVER_KEYS),
+)  # fmt: skip
 # The report's cells table: these columns of CELL_COLUMNS, by key.
 REPORT_COLUMNS: tuple[Column, ...] = tuple(_BY_KEY[k] for k in _REPORT_KEYS)
 
@@ -128,6 +136,14 @@ def report_context(
         "plain": plain,
         "speedup_columns": SPEEDUP_COLUMNS,
         "speedup": speedup_rows(plain, results) if plain is not None else [],
+        "server_columns": SERVER_COLUMNS,
+        "server_rows": [r for r in rows if any(r[k] is not None for k in SERVER_KEYS)],
+        "capacity": results.server.capacity,
+        "stops_paying": (
+            [x.text for x in crossover(cell_boots([results]), cell_boots([plain]))]
+            if plain is not None
+            else []
+        ),
     }
 
 

@@ -8,7 +8,12 @@ per cell ``concurrency_max``, ``concurrency_mean``, ``steady_s``,
 ``steady_output_tok_s`` (None when read from schema 1), per request
 ``in_flight_at_send`` (None), per run ``interrupted`` (false) and ``resumed_at`` ([]));
 later schema-2 files may carry ``server_instance`` (None when absent: the caller named no
-server process, so the run never stands for another, see :mod:`specops.bench.reuse`).
+server process, so the run never stands for another, see :mod:`specops.bench.reuse`) and
+``warmup`` (the warm-up over the plan's cells before the first measured one: waves,
+requests, failed, seconds; None when absent: the run warmed only each cell's own
+``warmup_per_cell`` requests, as every run before it did), the server's ``capacity``
+(None when absent) and per cell ``server`` (the server's view: queue, running, KV-cache
+usage, preemptions, GPU power and utilisation; None when absent: not sampled).
 
 A run directory (:class:`RunStore`) holds the document while it grows: ``run.json``
 (everything but the cells, written once), ``cells.jsonl`` (one finished cell per line,
@@ -41,6 +46,7 @@ __all__ = [
     "CELL_COLUMNS",
     "REQUEST_COLUMNS",
     "SCHEMA_VERSION",
+    "SERVER_KEYS",
     "Cell",
     "Column",
     "Results",
@@ -68,6 +74,10 @@ class ServerIdentity:
     speculative: dict[str, Any] | None  # as read back from the server, when exposed
     speculative_source: str  # where ``speculative`` came from, or why it is absent
     spec_counters: bool  # /metrics exports spec_decode counters
+    # What the server says it can hold (engines.ENGINES' capacity fields): the most
+    # requests it runs at once and the KV-cache tokens; None when it says nothing (and
+    # in results before the field).
+    capacity: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -89,9 +99,13 @@ class Cell:
     started_at: str
     records: list[RequestRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The server's view over the measured phase (bench.serverview.summarize): queue,
+    # running, KV usage, preemptions, GPU power; None when not sampled (older results).
+    server: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "server": self.server,
             "concurrency": self.concurrency,
             "context_tokens": self.context_tokens,
             "status": self.status,
@@ -117,6 +131,7 @@ class Cell:
             started_at=str(data["started_at"]),
             records=[RequestRecord.from_dict(r) for r in data["records"]],
             notes=list(data.get("notes", [])),
+            server=data.get("server"),
         )
 
 
@@ -137,6 +152,9 @@ class Results:
     # The serving process measured, as the caller named it (systemd InvocationID): what
     # `bench run --reuse` compares. None: not named.
     server_instance: str | None = None
+    # The warm-up over every cell of the plan before the first measured one (None: none
+    # recorded; older results): {"waves", "cells", "requests", "failed", "seconds", "error"}.
+    warmup: dict[str, Any] | None = None
 
     @property
     def failed_cells(self) -> list[Cell]:
@@ -157,6 +175,7 @@ class Results:
             "interrupted": self.interrupted,
             "resumed_at": self.resumed_at,
             "server_instance": self.server_instance,
+            "warmup": self.warmup,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -190,6 +209,7 @@ class Results:
             interrupted=bool(data.get("interrupted", False)),
             resumed_at=list(data.get("resumed_at", [])),
             server_instance=data.get("server_instance"),
+            warmup=data.get("warmup"),
         )
 
 
@@ -324,7 +344,21 @@ CELL_COLUMNS: tuple[Column, ...] = (
     Column("decode_tok_s_mean", "decode tok/s mean", 1),
     Column("mean_acceptance_length", "accept len", 3),
     Column("draft_acceptance_rate", "draft accept rate", 3),
+    # The server's view (Cell.server): its own metrics sampled during the cell.
+    Column("queued_max", "queued max", 0, "most requests waiting in the server's queue"),
+    Column("queued_mean", "queued mean", 1),
+    Column("running_max", "running max", 0, "most requests the server ran at once"),
+    Column("kv_usage_max", "KV usage max", 3, "fraction of the KV cache in use, at most"),
+    Column("kv_usage_mean", "KV usage mean", 3),
+    Column("preemptions", "preemptions", 0, "requests preempted or retracted in the cell"),
+    Column("gpu_power_w_mean", "GPU W mean", 0, "summed over the cards nvidia-smi sees"),
+    Column("gpu_power_w_max", "GPU W max", 0),
+    Column("gpu_util_pct_mean", "GPU util %", 0),
 )
+SERVER_KEYS: tuple[str, ...] = (
+    "queued_max", "queued_mean", "running_max", "kv_usage_max", "kv_usage_mean",
+    "preemptions", "gpu_power_w_mean", "gpu_power_w_max", "gpu_util_pct_mean",
+)  # fmt: skip
 
 
 def cell_row(cell: Cell) -> dict[str, Any]:
@@ -355,6 +389,9 @@ def cell_row(cell: Cell) -> dict[str, Any]:
         dist = getattr(s, name)
         for q in ("p50", "p90", "p99", "mean"):
             row[f"{name}_{q}"] = getattr(dist, q)
+    view = cell.server or {}
+    for key in SERVER_KEYS:
+        row[key] = view.get(key)
     return row
 
 

@@ -33,7 +33,7 @@ from specops.bench.plan import Plan, changed_fields, complete
 from specops.bench.results import Results, RunStore, load_results
 from specops.errors import ValidationError
 
-__all__ = ["MAX_RUNS_READ", "Standing", "find_standing", "why_not"]
+__all__ = ["MAX_RUNS_READ", "Standing", "find_standing", "last_run", "why_not"]
 
 MAX_RUNS_READ = 20
 
@@ -66,7 +66,11 @@ def _refusals(recorded: Results, plan: Plan, server_instance: str) -> Iterator[s
     if plan.humaneval.enabled and recorded.correctness is None:
         yield f"{name} has no HumanEval result and the plan asks for one"
     # The plan as the runner completed it against the recorded server (plan.complete).
-    completed, _ = complete(plan, recorded.server.model, recorded.server.max_model_len)
+    try:
+        completed, _ = complete(plan, recorded.server.model, recorded.server.max_model_len)
+    except ValidationError as exc:
+        yield f"{name}'s server cannot take the plan: {exc}"
+        return
     changed = changed_fields(recorded.plan, completed)
     if changed:
         yield f"{name} measured another plan (changed: {', '.join(changed)})"
@@ -103,3 +107,24 @@ def find_standing(out: Path, plan: Plan, server_instance: str) -> Standing:
             return Standing(store, "")
         first_reason = first_reason or reason
     return Standing(None, first_reason or f"no finished run under {out}")
+
+
+def last_run(out: Path, base_url: str, model: str | None = None) -> Results | None:
+    """The newest finished run under ``out`` of the server at ``base_url`` (serving
+    ``model`` when given) with at least one ``ok`` cell: what a plan's time estimate
+    reads (:mod:`specops.bench.price`). At most :data:`MAX_RUNS_READ` are read."""
+    runs = sorted((d for d in out.iterdir() if d.is_dir()), reverse=True) if out.is_dir() else []
+    for run_dir in runs[:MAX_RUNS_READ]:
+        header = _header(run_dir)
+        store = RunStore(run_dir)
+        if header is None or not store.results_path.is_file():
+            continue
+        if header.server.base_url != base_url or (model and header.server.model != model):
+            continue
+        try:
+            results = load_results(store.results_path)
+        except ValidationError:
+            continue
+        if any(c.status == "ok" for c in results.cells):
+            return results
+    return None

@@ -1,5 +1,11 @@
 """Runs a plan: preflight, identity, then each (context, concurrency) cell.
 
+Before the first measured cell, the warm-up over the plan (:func:`_warm_matrix`):
+``warmup_waves`` full waves at every cell's concurrency and context, so the engine has
+met each batch shape and context (graphs captured, kernels compiled) before anything is
+measured; recorded in the results' ``warmup``. A run resumed warms the cells it still
+measures (the server may have restarted since).
+
 Per cell: build every prompt first (tokenizing is never timed), send the warm-up
 requests, snapshot the server's counters, send the measured requests with at most
 ``concurrency`` in flight (:meth:`Plan.requests_for`: enough requests to hold the
@@ -48,6 +54,7 @@ from specops.bench.prompts import (
     load_corpus,
 )
 from specops.bench.results import Cell, Results, RunStore, ServerIdentity
+from specops.bench.serverview import LoadSample, Sampler, capacity, parse_load, summarize
 from specops.bench.stats import cell_stats
 from specops.errors import SpecopsError, ValidationError
 
@@ -83,6 +90,7 @@ class RunState:
     started: float = 0.0  # perf_counter when measuring began
     requests_total: int = 0  # requests (warm-up included) of the cells still to measure
     requests_done: int = 0
+    notes: tuple[str, ...] = ()  # what the run changed of the plan (lengths clipped, dropped)
 
     @property
     def live_tok_s(self) -> float:
@@ -164,6 +172,7 @@ def sglang_identity(
         speculative=spec if info.get("speculative_algorithm") else None,
         speculative_source=_SGLANG.identity_path,
         spec_counters=False,
+        capacity=capacity(_SGLANG.name, info) or None,
     )
 
 
@@ -174,7 +183,8 @@ async def _identity(
     if isinstance(sg, dict) and ("speculative_algorithm" in sg or "tp_size" in sg):
         return sglang_identity(sg, plan.base_url, model, max_len)
     version = await _get_json(client, _VLLM.identity_path)
-    counters = await _snapshot(client)
+    text = await _metrics_text(client)
+    counters = _counters(text)
     speculative: dict[str, Any] | None = None
     source = "not exposed by the server (vLLM shows it only with VLLM_SERVER_DEV_MODE=1)"
     info = await _get_json(client, _VLLM.settings_path)
@@ -188,6 +198,7 @@ async def _identity(
             speculative = {"speculative_config_text": text[start : start + 400]}
         source = _VLLM.settings_path
     engine = _VLLM.name if isinstance(version, dict) and "version" in version else "unknown"
+    held = capacity(engine, info if isinstance(info, dict) else None, text)
     return ServerIdentity(
         base_url=plan.base_url,
         model=model,
@@ -197,18 +208,33 @@ async def _identity(
         speculative=speculative,
         speculative_source=source,
         spec_counters=counters is not None and counters.present,
+        capacity=held or None,
     )
 
 
-async def _snapshot(client: httpx.AsyncClient) -> SpecCounters | None:
+async def _metrics_text(client: httpx.AsyncClient) -> str | None:
+    """The server's metrics (Prometheus text), None when it has none."""
     try:
         response = await client.get(_METRICS)
     except httpx.HTTPError:
         return None
-    if response.status_code != 200:
+    return response.text if response.status_code == 200 else None
+
+
+def _counters(text: str | None) -> SpecCounters | None:
+    if text is None:
         return None
     try:
-        return parse_spec_counters(response.text)
+        return parse_spec_counters(text)
+    except ValueError:
+        return None
+
+
+def _load(text: str | None, engine: str) -> LoadSample | None:
+    if text is None:
+        return None
+    try:
+        return parse_load(text, engine, time.perf_counter())
     except ValueError:
         return None
 
@@ -339,10 +365,31 @@ async def _run_cell(
     warm_failed = sum(1 for r in warm if r.error)
     if warm_failed:
         notes.append(f"{warm_failed} warm-up request(s) failed: {warm[0].error or ''}")
-    before = await _snapshot(client) if _counts_on_metrics(identity.engine) else None
+    before_text = await _metrics_text(client)
+    before = _counters(before_text) if _counts_on_metrics(identity.engine) else None
+    sampler = (
+        Sampler(lambda: _metrics_text(client), identity.engine, plan.sample_interval_s)
+        if plan.sample_interval_s > 0
+        else None
+    )
+    if sampler is not None:
+        sampler.start()
     state.cell_started = time.perf_counter()
-    records = await _run_requests(client, prompts=prompts, count_tokens=True, **common)
-    after = await _snapshot(client) if _counts_on_metrics(identity.engine) else None
+    try:
+        records = await _run_requests(client, prompts=prompts, count_tokens=True, **common)
+    finally:
+        if sampler is not None:
+            await sampler.stop()
+    after_text = await _metrics_text(client)
+    after = _counters(after_text) if _counts_on_metrics(identity.engine) else None
+    view = (
+        summarize(
+            sampler.loads, sampler.gpus, _load(before_text, identity.engine),
+            _load(after_text, identity.engine), plan.sample_interval_s,
+        )
+        if sampler is not None
+        else None
+    )  # fmt: skip
     stats = cell_stats(records, plan.slo, concurrency)
     if any(r.spec for r in records):
         acceptance = acceptance_from_sglang((r.output_tokens, r.spec) for r in records if r.ok)
@@ -367,7 +414,60 @@ async def _run_cell(
         started_at=started_at,
         records=records,
         notes=notes,
+        server=view,
     )
+
+
+async def _warm_matrix(
+    client: httpx.AsyncClient,
+    *,
+    plan: Plan,
+    model: str,
+    builder: PromptBuilder,
+    cells: list[tuple[int, int]],
+    origin: float,
+    state: RunState,
+    observer: Observer | None,
+) -> dict[str, Any] | None:
+    """``plan.warmup_waves`` full waves (C requests, at most C in flight) at each
+    (context, concurrency) of ``cells``, none measured; what it did, for the results
+    (None when off or nothing is left to measure)."""
+    if plan.warmup_waves < 1 or not cells:
+        return None
+    began = time.perf_counter()
+    sent = failed = 0
+    first_error: str | None = None
+    for context, concurrency in cells:
+        label = f"{_label(concurrency, context)}-m"
+        keys = [f"{label}{i}" for i in range(plan.warmup_waves * concurrency)]
+        state.cell_label = f"warm-up {_label(concurrency, context)}"
+        try:
+            prompts = await _build_prompts(builder, keys, context)
+        except ValidationError:
+            raise
+        except (httpx.HTTPError, SpecopsError) as exc:
+            failed += len(keys)
+            state.requests_done += len(keys)
+            first_error = first_error or f"prompts could not be built: {exc}"
+            continue
+        records = await _run_requests(
+            client, plan=plan, model=model, prompts=prompts, context=context,
+            concurrency=concurrency, origin=origin, state=state, observer=observer,
+            count_tokens=False,
+        )  # fmt: skip
+        sent += len(records)
+        bad = [r for r in records if r.error]
+        failed += len(bad)
+        if bad and first_error is None:
+            first_error = bad[0].error
+    return {
+        "waves": plan.warmup_waves,
+        "cells": len(cells),
+        "requests": sent,
+        "failed": failed,
+        "seconds": round(time.perf_counter() - began, 3),
+        "error": first_error,
+    }
 
 
 def new_run_id() -> str:
@@ -404,7 +504,9 @@ def _begin(
         cells_done=len(matrix) - len(todo),
         cells_kept=len(matrix) - len(todo),
         started=time.perf_counter(),
-        requests_total=sum(plan.requests_for(c) + plan.warmup_per_cell for _, c in todo),
+        requests_total=sum(
+            plan.requests_for(c) + plan.warmup_per_cell + plan.warmup_waves * c for _, c in todo
+        ),
     )
     return kept, state
 
@@ -484,12 +586,22 @@ async def run_plan(
         )
         matrix = [(ctx, c) for ctx in contexts for c in plan.concurrency]
         kept, state = _begin(store, before, results, matrix, effective)
+        state.notes = tuple(notes)
+        if observer and notes:
+            observer(state)
         tokenizer = await _tokenizer(client, plan, model)
         builder = PromptBuilder(
             tokenizer, plan.api, load_corpus(plan.prompt_set, plan.prompt_file), plan.seed
         )
         stop = False
         try:
+            results.warmup = await _warm_matrix(
+                client, plan=effective, model=model, builder=builder,
+                cells=[(ctx, c) for ctx, c in matrix if (c, ctx) not in kept],
+                origin=origin, state=state, observer=observer,
+            ) or (before.warmup if before else None)  # fmt: skip
+            if results.warmup is not None and store is not None:
+                store.update_header(results)
             for context, concurrency in matrix:
                 done = kept.get((concurrency, context))
                 if done is not None:

@@ -43,6 +43,13 @@ class SyntheticConfig:
     status: int | None = None
     exit_after_requests: int | None = None
     version: str = "synthetic-1"  # what /version answers (an engine upgrade, in tests)
+    # Its load as vLLM reports it: at most max_running run, the rest wait; a request that
+    # arrives to find max_running running counts one preemption; the KV cache holds
+    # kv_blocks x block_size tokens, each running request taking kv_tokens_per_request.
+    max_running: int = 256
+    kv_blocks: int = 1024
+    block_size: int = 16
+    kv_tokens_per_request: int = 512
 
 
 _CHAT_OVERHEAD = 10  # "template" tokens a chat prompt adds
@@ -57,6 +64,9 @@ class SyntheticServer:
         self.drafts = 0
         self.accepted = 0
         self.per_pos = [0] * self.config.num_speculative_tokens
+        self.prompt_lengths: list[int] = []  # prompt tokens of each generation, as it came
+        self.in_flight = 0
+        self.preemptions = 0
         self._server: asyncio.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -175,9 +185,28 @@ class SyntheticServer:
             return await self._generate(path, json.loads(body), writer)
         return await self._json(writer, 404, {"error": {"message": f"no route {path}"}})
 
+    def _load_lines(self, labels: str) -> list[str]:
+        cfg = self.config
+        running = min(self.in_flight, cfg.max_running)
+        usage = min(1.0, running * cfg.kv_tokens_per_request / (cfg.kv_blocks * cfg.block_size))
+        return [
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{labels} {running}",
+            "# TYPE vllm:num_requests_waiting gauge",
+            f"vllm:num_requests_waiting{labels} {max(self.in_flight - cfg.max_running, 0)}",
+            "# TYPE vllm:kv_cache_usage_perc gauge",
+            f"vllm:kv_cache_usage_perc{labels} {usage}",
+            "# TYPE vllm:num_preemptions counter",
+            f"vllm:num_preemptions_total{labels} {self.preemptions}",
+            "# TYPE vllm:cache_config_info gauge",
+            f'vllm:cache_config_info{{block_size="{cfg.block_size}",engine="0",'
+            f'num_gpu_blocks="{cfg.kv_blocks}"}} 1.0',
+        ]
+
     def _metrics(self) -> str:
         labels = f'{{engine="0",model_name="{self.config.model}"}}'
         lines = [
+            *self._load_lines(labels),
             "# HELP vllm:spec_decode_num_drafts Number of spec decoding drafts.",
             "# TYPE vllm:spec_decode_num_drafts counter",
             f"vllm:spec_decode_num_drafts_total{labels} {self.drafts}",
@@ -206,7 +235,16 @@ class SyntheticServer:
         for pos in range(accepted):
             self.per_pos[pos] += 1
 
-    async def _generate(  # noqa: PLR0912, PLR0915 - one flat stream loop, a branch per fault
+    async def _generate(self, path: str, req: dict[str, Any], writer: asyncio.StreamWriter) -> bool:
+        if self.in_flight >= self.config.max_running:
+            self.preemptions += 1
+        self.in_flight += 1
+        try:
+            return await self._stream(path, req, writer)
+        finally:
+            self.in_flight -= 1
+
+    async def _stream(  # noqa: PLR0912, PLR0915 - one flat stream loop, a branch per fault
         self, path: str, req: dict[str, Any], writer: asyncio.StreamWriter
     ) -> bool:
         cfg = self.config
@@ -227,6 +265,7 @@ class SyntheticServer:
                 "".join(m["content"] for m in req["messages"]) if chat else req.get("prompt", "")
             )
         prompt_tokens = len(prompt.encode()) + (_CHAT_OVERHEAD if chat else 0)
+        self.prompt_lengths.append(prompt_tokens)
         total = cfg.output_tokens if cfg.output_tokens is not None else max_tokens
         opts = req.get("stream_options") or {}
         include_usage = bool(opts.get("include_usage")) and not cfg.no_usage

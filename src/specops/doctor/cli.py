@@ -1,5 +1,10 @@
-"""``specops doctor``: run ``playbooks/verify.yml`` through the inventory and print the
-GPU doctor's summary table (or ``--json`` for cron and CI).
+"""``specops doctor``: run the installed collection's ``specops.infra.verify`` through the
+inventory and print the GPU doctor's summary table (or ``--json`` for cron and CI).
+
+It runs ``ansible-playbook specops.infra.verify`` (the interpreter's own, else the one on
+``PATH``) in the working directory, with the operator's environment: the ``ansible.cfg``
+Ansible finds there (``ANSIBLE_CONFIG``, ``./ansible.cfg``, ...) and its inventory
+unless ``-i`` names one, as the operator's own ``ansible-playbook`` would.
 
 The playbook does all the work (evidence on the nodes and in the containers, the
 diagnosis on the controller: the ``gpu_doctor`` role); this command reads its results
@@ -14,9 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,32 +33,23 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (
 )
 
 from specops.errors import SpecopsError, ValidationError, input_file, syntax_problem
+from specops.playbooks import ansible_tool
 
-__all__ = ["register", "report_from_callback", "run_verify"]
+__all__ = ["PLAYBOOK", "register", "report_from_callback", "run_verify"]
 
-REPO = Path(__file__).resolve().parents[3]
+PLAYBOOK = "specops.infra.verify"
 REPORT_TASK = "Diagnose every container of this run from its evidence."
 
 
-def _ansible_playbook() -> str:
-    local = Path(sys.executable).parent / "ansible-playbook"
-    if local.exists():
-        return str(local)
-    found = shutil.which("ansible-playbook")
-    if found is None:
-        raise SpecopsError("ansible-playbook not found (scripts/setup.sh venv installs it)")
-    return found
-
-
 def run_verify(
-    inventory: str | None, limit: str | None, extra_vars: list[str], playbook: Path
+    inventory: str | None, limit: str | None, extra_vars: list[str], playbook: str = PLAYBOOK
 ) -> tuple[int, dict[str, Any], str]:
-    """``ansible-playbook verify.yml`` with the JSON callback: (rc, output, stderr)."""
-    input_file(playbook, "--playbook")
+    """``ansible-playbook specops.infra.verify`` (or ``playbook``: a name or a file) with
+    the JSON callback, in the working directory: (rc, output, stderr)."""
     if inventory and "," not in inventory and not Path(inventory).exists():
         # a path Ansible would warn about and then run on localhost only
         raise ValidationError("--inventory", f"no such inventory file or directory: {inventory}")
-    argv = [_ansible_playbook(), str(playbook)]
+    argv = [ansible_tool("ansible-playbook"), playbook]
     if inventory:
         argv += ["-i", inventory]
     if limit:
@@ -61,18 +57,42 @@ def run_verify(
     for extra in extra_vars:
         argv += ["-e", extra]
     env = dict(os.environ)
-    env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
     env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.builtin.json"
     env["ANSIBLE_NOCOLOR"] = "1"
-    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    stdout, stderr, rc = _run_with_progress(argv, env, Path(playbook).name)
     try:
-        out: dict[str, Any] = json.loads(proc.stdout)
+        out: dict[str, Any] = json.loads(stdout)
     except ValueError as exc:
         raise SpecopsError(
-            f"ansible-playbook gave no JSON (exit {proc.returncode}): "
-            f"{(proc.stdout + proc.stderr).strip()[-800:]}"
+            f"ansible-playbook gave no JSON (exit {rc}): {(stdout + stderr).strip()[-800:]}"
         ) from exc
-    return proc.returncode, out, proc.stderr
+    return rc, out, stderr
+
+
+# Seconds between the lines that say the doctor is still at work (its playbook's JSON
+# callback prints nothing before the end: minutes on a fleet).
+PROGRESS_EVERY = 30.0
+
+
+def _run_with_progress(argv: list[str], env: dict[str, str], name: str) -> tuple[str, str, int]:
+    """Run ``argv``; while it runs, one line on standard error every
+    :data:`PROGRESS_EVERY` seconds (its elapsed time), so that a long run is not silent."""
+    started = time.monotonic()
+    with subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        while True:
+            try:
+                stdout, stderr = proc.communicate(timeout=PROGRESS_EVERY)
+                break
+            except subprocess.TimeoutExpired:
+                elapsed = time.monotonic() - started
+                print(
+                    f"specops doctor: {name} still running ({elapsed:.0f} s): evidence from"
+                    " the nodes and containers, then the diagnosis",
+                    file=sys.stderr, flush=True,
+                )  # fmt: skip
+    return stdout, stderr, proc.returncode
 
 
 def _failures(callback: Mapping[str, Any]) -> list[str]:
@@ -143,9 +163,7 @@ def _doctor(args: argparse.Namespace) -> int:
                 f" report ({type(exc).__name__}: {exc})",
             ) from None
     else:
-        _rc, callback, _err = run_verify(
-            args.inventory, args.limit, args.extra_vars, Path(args.playbook)
-        )
+        _rc, callback, _err = run_verify(args.inventory, args.limit, args.extra_vars, args.playbook)
         report = report_from_callback(callback)
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))
@@ -157,7 +175,7 @@ def _doctor(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "doctor",
-        help="diagnose serving containers' GPU path (runs playbooks/verify.yml, check-only)",
+        help="diagnose serving containers' GPU path (runs specops.infra.verify, check-only)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -171,7 +189,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="read a saved run instead (ansible-playbook verify.yml with "
         "ANSIBLE_STDOUT_CALLBACK=ansible.builtin.json, or specops doctor --json)",
     )
-    p.add_argument(
-        "--playbook", default=str(REPO / "playbooks" / "verify.yml"), help=argparse.SUPPRESS
-    )
+    p.add_argument("--playbook", default=PLAYBOOK, help=argparse.SUPPRESS)
     p.set_defaults(func=_doctor)

@@ -49,15 +49,43 @@ def _json_file(path: str, field: str) -> dict[str, Any]:
     return data
 
 
+def _stdin_bundle(args: argparse.Namespace) -> dict[str, Any]:
+    """``--stdin``: the spec, the token secret and the nodes' facts in one JSON object on
+    standard input, read once (a check run writes no file for them)."""
+    cached = getattr(args, "_bundle", None)
+    if cached is not None:
+        return dict(cached)
+    try:
+        data = json.loads(sys.stdin.read() or "null")
+    except OSError as exc:
+        raise ValidationError("--stdin", f"cannot read standard input ({exc})") from None
+    except ValueError as exc:
+        raise ValidationError(
+            "--stdin", f"standard input is not JSON: {syntax_problem(exc)}"
+        ) from None
+    if not isinstance(data, dict) or not isinstance(data.get("spec"), dict):
+        raise ValidationError(
+            "--stdin", "must be a JSON object with spec (and facts, token_secret)"
+        )
+    args._bundle = data
+    return data
+
+
 def _facts(
-    path: str | None, root: str | None, running: set[int] | None = None, side: str = "target"
+    path: str | None,
+    root: str | None,
+    running: set[int] | None = None,
+    side: str = "target",
+    bundle: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    if path:
-        data = _json_file(path, f"--{side}-facts")
+    given = ((bundle or {}).get("facts") or {}).get(side) if bundle else None
+    given = given if isinstance(given, dict) else None  # none gathered (a gone source)
+    if path or given is not None:
+        data = given if given is not None else _json_file(str(path), f"--{side}-facts")
         facts = data.get("ansible_facts", {}).get("specops_gpu", data)
         if not isinstance(facts, dict) or not isinstance(facts.get("gpus", []), list):
             raise ValidationError(
-                f"--{side}-facts", f"{path} holds no gpu_facts result (specops_gpu.gpus)"
+                f"--{side}-facts", f"{path or 'stdin'} holds no gpu_facts result (specops_gpu.gpus)"
             )
         return facts
     if root:
@@ -84,8 +112,21 @@ def _check_paths(args: argparse.Namespace) -> None:
 
 def _load(args: argparse.Namespace) -> tuple[MigrationSpec, MigrationState]:
     _check_paths(args)
-    spec = parse_spec(_json_file(args.spec, "--spec"))
+    if getattr(args, "stdin", False):
+        bundle = _stdin_bundle(args)
+        data = dict(bundle["spec"])
+        if bundle.get("token_secret") and isinstance(data.get("api"), dict):
+            data["api"] = {**data["api"], "token_secret": str(bundle["token_secret"])}
+        spec = parse_spec(data)
+    elif args.spec:
+        spec = parse_spec(_json_file(args.spec, "--spec"))
+    else:
+        raise ValidationError("--spec", "give the spec file, or --stdin")
     return spec, load_state(Path(spec.state_dir), spec.vmid)
+
+
+def _bundle(args: argparse.Namespace) -> dict[str, Any] | None:
+    return _stdin_bundle(args) if getattr(args, "stdin", False) else None
 
 
 def _pre_from_state(state: MigrationState) -> PreflightResult:
@@ -97,7 +138,7 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
     client, tclient = _clients(spec)
     if args.dry_run:  # a check run: the same checks, nothing recorded
         running = (tclient or client).running_vms(spec.target) if args.target_root else None
-        tfacts = _facts(args.target_facts, args.target_root, running)
+        tfacts = _facts(args.target_facts, args.target_root, running, bundle=_bundle(args))
         return _show_preflight(preflight(spec, client, tfacts, target_client=tclient), args)
     with state.timed("preflight") as entry:
         running = (tclient or client).running_vms(spec.target) if args.target_root else None
@@ -262,9 +303,13 @@ def register(subparsers: Any) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--spec",
-            required=True,
             help="migration spec (JSON: the inventory's migrate_* settings)",
         )
+        p.add_argument(
+            "--stdin", action="store_true",
+            help="read {spec, token_secret, facts: {target, source}} as JSON from standard"
+            " input instead of files (a check run writes nothing)",
+        )  # fmt: skip
         p.add_argument("--json", action="store_true", help="print JSON")
 
     def facts(p: argparse.ArgumentParser) -> None:

@@ -35,11 +35,15 @@ class ApiEndpoint:
     token_secret_env: str = "PROXMOX_TOKEN_SECRET"  # noqa: S105  (a variable name)
     verify: str | bool = True
     timeout: int = 30
+    # Given on standard input (a check run writes no file): never shown, never in a repr.
+    token_secret: str = field(default="", repr=False, compare=False)
 
     def secret(self) -> str:
-        """The token secret: from the environment variable (none when its name is
-        empty), else the file."""
-        value = os.environ.get(self.token_secret_env, "") if self.token_secret_env else ""
+        """The token secret: given on standard input, else from the environment variable
+        (none when its name is empty), else the file."""
+        value = self.token_secret
+        if not value and self.token_secret_env:
+            value = os.environ.get(self.token_secret_env, "")
         if not value and self.token_secret_file:
             try:
                 value = Path(self.token_secret_file).read_text().strip()
@@ -114,8 +118,17 @@ def _api(data: Any, where: str) -> ApiEndpoint:
     verify = data.get("verify", True)
     if verify == "":  # the inventory's empty CA file: the system store
         verify = True
+    if isinstance(verify, str) and verify.lower() in ("true", "false"):
+        verify = verify.lower() == "true"
     if not isinstance(verify, (bool, str)):
         raise ValidationError(f"{where}.verify", "true, false or a CA/cert file path")
+    if isinstance(verify, str) and not Path(verify).is_file():
+        raise ValidationError(
+            f"{where}.verify",
+            f"no CA file {verify} (migrate_api_ca_file): copy a node's /etc/pve/pve-root-ca.pem"
+            " there (the example keeps it in the inventory's files/pve-root-ca.pem), or set"
+            " it empty to trust the controller's system store",
+        )
     return ApiEndpoint(
         host=str(data["host"]),
         port=_int(data, "port", 8006, 1, 65535),
@@ -123,6 +136,7 @@ def _api(data: Any, where: str) -> ApiEndpoint:
         token_name=str(data.get("token_name", "specops")),
         token_secret_file=str(data.get("token_secret_file", "")),
         token_secret_env=str(data.get("token_secret_env", "PROXMOX_TOKEN_SECRET")),
+        token_secret=str(data.get("token_secret", "") or ""),
         verify=verify,
         timeout=_int(data, "timeout", 30, 1, 3600),
     )

@@ -8,7 +8,9 @@ a profile with them); this package re-exports them for the controller:
 - :class:`Engine` (``speculative_engines``): which engine build serves it, with its real
   flag list.
 - :func:`launch` (``speculative_translate``): the profile as that engine's flags and
-  environment, in one pass (:func:`to_argv` / :func:`to_env`: one of the two).
+  environment, in one pass (:func:`to_argv` / :func:`to_env`: one of the two); with
+  :class:`TargetModel` (the served model's path and architectures) what the engine needs
+  for that architecture (SGLang NEXTN's draft path).
 - :func:`check_drafter` (``drafter``): a DFlash drafter's config.json against its target.
 
 The unit template (via the ``specops.infra.speculative_launch`` filter), the sweep and
@@ -28,6 +30,7 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative_profile 
     SpeculativeProfile,
 )
 from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
+    TargetModel,
     from_argv,
     launch,
     to_argv,
@@ -40,6 +43,7 @@ __all__ = [
     "METHODS",
     "Engine",
     "SpeculativeProfile",
+    "TargetModel",
     "from_argv",
     "known_versions",
     "launch",

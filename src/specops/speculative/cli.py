@@ -1,8 +1,10 @@
 """``specops profile``: render a speculative profile, print the table, check a drafter.
 
 specops profile render --engine sglang --version 0.5.11 --profile FILE.yml [--flags FLAGSET.json]
+    [--target-model DIR]
 specops profile table [--check docs/speculative.md | --write docs/speculative.md]
-specops profile check-drafter --target DIR --drafter DIR [--method M] [--id HUB_ID] [--window 2048]
+specops profile check-drafter --target DIR|HUB_ID --drafter DIR|HUB_ID [--hub-cache DIR]
+    [--method M] [--id HUB_ID] [--window 2048]
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative_engines 
 from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
     SpeculativeProfile,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import launch
+from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
+    TargetModel,
+    launch,
+)
 
 from specops.errors import (
     SpecopsError,
@@ -31,7 +36,14 @@ from specops.errors import (
     load_yaml_file,
     syntax_problem,
 )
-from specops.speculative.drafter import DRAFTER_METHODS, check
+from specops.speculative.drafter import (
+    DRAFTER_METHODS,
+    HUB_ID,
+    check,
+    default_hub_cache,
+    fetch_hint,
+    resolve,
+)
 from specops.speculative.table import check_file, render_table, write_file
 
 __all__ = ["register"]
@@ -60,6 +72,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         " it and read its capabilities, instead of the release's recorded list",
     )
     render.add_argument(
+        "--target-model",
+        help="the served model as the unit passes it (a directory with config.json, or a hub"
+        " id): what its architecture needs is rendered (SGLang NEXTN's draft path)",
+    )
+    render.add_argument(
         "--format", choices=("shell", "json"), default="shell", help="shell line or JSON list"
     )
     render.set_defaults(func=_render)
@@ -71,8 +88,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     table.set_defaults(func=_table)
 
     drafter = sub.add_parser("check-drafter", help="check a drafter's config.json vs its target")
-    drafter.add_argument("--target", required=True, type=Path, help="target model directory")
-    drafter.add_argument("--drafter", required=True, type=Path, help="drafter model directory")
+    drafter.add_argument(
+        "--target", required=True, help="target model: a directory, or a hub id in --hub-cache"
+    )
+    drafter.add_argument(
+        "--drafter", required=True, help="drafter: a directory, or a hub id in --hub-cache"
+    )
+    drafter.add_argument(
+        "--hub-cache", type=Path,
+        help="the Hugging Face hub cache a hub id is read from (default: HF_HUB_CACHE,"
+        " HF_HOME/hub or ~/.cache/huggingface/hub; a node's is <cache_dir>/hub)",
+    )  # fmt: skip
+    drafter.add_argument("--revision", default="main", help="the drafter's hub revision")
+    drafter.add_argument("--target-revision", default="main", help="the target's hub revision")
     drafter.add_argument(
         "--method", default="dflash", choices=DRAFTER_METHODS, help="the profile's method"
     )
@@ -104,13 +132,32 @@ def _render(args: argparse.Namespace) -> int:
             ) from None
     engine = Engine.parse(args.engine, args.version, args.capability, flag_set)
     profile = _load_profile(args.profile)
-    argv, env = launch(profile, engine)
+    argv, env = launch(profile, engine, target=_target(args.target_model))
     if args.format == "json":
         print(json.dumps({"argv": argv, "env": env}))
     else:
         prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
         print((prefix + " " if prefix else "") + shlex.join(argv))
     return 0
+
+
+def _target(model: str | None) -> TargetModel | None:
+    """The served model: its config.json's architectures when it is a directory."""
+    if model is None:
+        return None
+    config = Path(model) / "config.json"
+    if not config.is_file():
+        return TargetModel(model)
+    try:
+        data = json.loads(config.read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValidationError("--target-model", f"cannot read {config}: {exc}") from None
+    archs = data.get("architectures") if isinstance(data, dict) else None
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise ValidationError(
+            "--target-model", f"{config} has no architectures list (got {archs!r})"
+        )
+    return TargetModel(model, tuple(archs))
 
 
 def _table(args: argparse.Namespace) -> int:
@@ -145,11 +192,24 @@ def _table_file(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_dir(value: str, revision: str, cache: Path | None, name: str) -> str:
+    """A model directory, or the snapshot of a hub id in the hub cache (exit 2 naming the
+    file to fetch when it is not there)."""
+    if not HUB_ID.match(value) or Path(value).is_dir():
+        return str(input_dir(Path(value), name))
+    hub = str(cache) if cache is not None else default_hub_cache()
+    found, why = resolve(value, revision, hub)
+    if found is None:
+        raise ValidationError(name, f"{why}: {fetch_hint(value, revision, hub)}")
+    return found
+
+
 def _check_drafter(args: argparse.Namespace) -> int:
-    for name in ("target", "drafter"):
-        input_dir(getattr(args, name), f"--{name}")
+    target = _model_dir(args.target, args.target_revision, args.hub_cache, "--target")
+    drafter = _model_dir(args.drafter, args.revision, args.hub_cache, "--drafter")
     report = check(
-        args.method, str(args.target), str(args.drafter), drafter_id=args.id,
+        args.method, target, drafter,
+        drafter_id=args.id or (args.drafter if HUB_ID.match(args.drafter) else ""),
         window=args.window, num_draft_tokens=args.num_draft_tokens,
         config_sha256=args.config_sha256,
     )  # fmt: skip

@@ -4,7 +4,7 @@ The check itself lives in the collection's stdlib-only module_utils
 (``ansible_collections.specops.infra.plugins.module_utils.dflash_drafter``) because the
 ``specops.infra.drafter_preflight`` module runs it on managed hosts; this module
 imports it from there, so there is one home (the collection installed where Ansible
-finds it: ``scripts/setup.sh venv``).
+finds it: :mod:`specops.collection`).
 """
 
 from __future__ import annotations
@@ -24,19 +24,27 @@ check_drafter_dirs = _core.check_drafter_dirs
 default_target_layer_ids = _core.default_target_layer_ids
 format_findings = _core.format_findings
 DRAFTER_METHODS = _check.DRAFTER_METHODS
+HUB_ID = _check.HUB_ID
 KNOWN_DRAFTERS = _check.KNOWN_DRAFTERS
 check = _check.check
+default_hub_cache = _check.default_hub_cache
+fetch_hint = _check.fetch_hint
+resolve = _check.resolve
 
 __all__ = [
     "DRAFTER_METHODS",
+    "HUB_ID",
     "KNOWN_DRAFTERS",
     "DrafterFinding",
     "check",
     "check_drafter_config",
     "check_drafter_dirs",
+    "default_hub_cache",
     "default_target_layer_ids",
+    "fetch_hint",
     "format_findings",
     "raise_for_findings",
+    "resolve",
     "validate_drafter",
 ]
 

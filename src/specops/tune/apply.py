@@ -5,11 +5,13 @@ service's identity before and after (systemd ``InvocationID`` and ``MainPID``), 
 caller can prove the old process is gone. :func:`prove_restart` is that check plus a
 real generation from the controller.
 
-- :class:`AnsibleApplier` runs ``playbooks/speculative-apply.yml`` for one inventory
-  host (the ``inference_service`` role with the candidate profile: translator, then
-  one ``service_unit`` step: unit, restart, readiness gate) and reads the identities
-  that step returned. A run past its ``timeout`` (a hung SSH, a stuck task) is stopped
-  with its whole process group and raises :class:`ApplyError`.
+- :class:`AnsibleApplier` runs the installed collection's
+  ``specops.infra.speculative_apply`` for one inventory host (the ``inference_service``
+  role with the candidate profile: translator, then one ``service_unit`` step: unit,
+  restart, readiness gate) and reads the identities that step returned. It runs in the
+  working directory with the operator's environment (their ``ansible.cfg``, as
+  :mod:`specops.playbooks` says). A run past its ``timeout`` (a hung SSH, a stuck task)
+  is stopped with its whole process group and raises :class:`ApplyError`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -33,8 +34,10 @@ from ansible_collections.specops.infra.plugins.module_utils.readiness import wai
 from ansible_collections.specops.infra.plugins.module_utils.service_unit import Identity
 
 from specops.errors import SpecopsError
+from specops.playbooks import ansible_tool
 
 __all__ = [
+    "PLAYBOOK",
     "AnsibleApplier",
     "Applier",
     "ApplyError",
@@ -43,7 +46,7 @@ __all__ = [
     "prove_restart",
 ]
 
-REPO = Path(__file__).resolve().parents[3]
+PLAYBOOK = "specops.infra.speculative_apply"
 
 
 class ApplyError(SpecopsError):
@@ -103,7 +106,8 @@ def prove_restart(
 
 
 class AnsibleApplier:
-    """Apply through Ansible: ``playbooks/speculative-apply.yml`` limited to ``host``."""
+    """Apply through Ansible: ``specops.infra.speculative_apply`` (or ``playbook``, a name
+    or a file) limited to ``host``."""
 
     def __init__(
         self,
@@ -112,7 +116,7 @@ class AnsibleApplier:
         base_url: str,
         served_model_name: str,
         *,
-        playbook: Path | None = None,
+        playbook: str | Path = PLAYBOOK,
         extra_vars: Mapping[str, Any] | None = None,
         log: Path | None = None,
         timeout: float = 1800.0,
@@ -123,25 +127,23 @@ class AnsibleApplier:
         self.host = host
         self.base_url = base_url
         self.served_model_name = served_model_name
-        self.playbook = playbook or REPO / "playbooks" / "speculative-apply.yml"
+        self.playbook = str(playbook)
         self.extra_vars = dict(extra_vars or {})
         self.log = log
         self.timeout = timeout
 
     def _command(self, vars_file: Path) -> list[str]:
-        bindir = Path(sys.executable).parent
-        exe = bindir / "ansible-playbook"
         return [
-            str(exe if exe.exists() else "ansible-playbook"),
-            "-i", self.inventory, "-l", self.host, str(self.playbook), "-e", f"@{vars_file}",
+            ansible_tool("ansible-playbook"),
+            "-i", self.inventory, "-l", self.host, self.playbook, "-e", f"@{vars_file}",
         ]  # fmt: skip
 
     def _run(self, argv: list[str], env: dict[str, str]) -> tuple[int | None, str]:
         """(exit status, output); status None when it ran past the timeout and was
         stopped, its whole process group (ssh and module children too) with it."""
         proc = subprocess.Popen(
-            argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, start_new_session=True,
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
         )  # fmt: skip
         try:
             out, _ = proc.communicate(timeout=self.timeout)
@@ -172,9 +174,7 @@ class AnsibleApplier:
                 ),
                 encoding="utf-8",
             )
-            env = dict(os.environ)
-            env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
-            rc, out = self._run(self._command(vars_file), env)
+            rc, out = self._run(self._command(vars_file), dict(os.environ))
             if self.log:
                 with self.log.open("a", encoding="utf-8") as fh:
                     fh.write(out)

@@ -14,27 +14,35 @@ import difflib
 import functools
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from ansible_collections.specops.infra.plugins.module_utils.engine_build import model_pin
+
 from specops.bench.compare import count_arg, threshold_arg
-from specops.bench.plan import plan_from_mapping, read_api_key
+from specops.bench.plan import fit_context_lengths, plan_from_mapping, read_api_key
+from specops.bench.price import served_max_model_len
 from specops.bench.results import load_results
 from specops.errors import (
-    SpecopsError,
     ValidationError,
     input_dir,
     input_file,
+    load_yaml_file,
     output_dir,
     output_file,
 )
-from specops.tune.apply import REPO, AnsibleApplier, generates
-from specops.tune.config import SweepConfig, load_config_file
+from specops.playbooks import ansible_tool
+from specops.speculative import known_versions
+from specops.templating import render
+from specops.tune.apply import AnsibleApplier, generates
+from specops.tune.board import gather
+from specops.tune.config import MODES, SweepConfig, load_config_file
 from specops.tune.output_gate import api_key_of, gate_config, reference_beside, served_model
 from specops.tune.plain import DEFAULT_MAX_AGE_DAYS
+from specops.tune.price import sweep_price
+from specops.tune.report import model_context
 from specops.tune.rollout import (
     PlainBaseline,
     load_records,
@@ -45,7 +53,7 @@ from specops.tune.rollout import (
     smoke_step,
     summary,
 )
-from specops.tune.sweep import SweepResult, report_sweep, run_sweep
+from specops.tune.sweep import SweepResult, replay_sweep, report_sweep, run_sweep
 
 __all__ = ["register"]
 
@@ -58,7 +66,7 @@ def register(subparsers: Any) -> None:
     run = ssub.add_parser("run", help="run (or resume) a sweep from a config file")
     run.add_argument("config", type=Path, help="sweep config YAML (see docs/sweep.md)")
     run.add_argument("--out", type=Path, required=True, help="results dir (resumes when it exists)")
-    run.add_argument("--mode", choices=["ascent", "grid"], help="override the config's mode")
+    run.add_argument("--mode", choices=list(MODES), help="override the config's mode")
     run.add_argument(
         "--restore", action="store_true", default=None, help="leave the canary where it started"
     )
@@ -78,14 +86,8 @@ def register(subparsers: Any) -> None:
     )
     run.set_defaults(func=_sweep_run)
     _register_sweep_report(ssub)
-    plan = ssub.add_parser(
-        "plan", help="what a sweep would do: candidates and the most progress lines (JSON)"
-    )
-    plan.add_argument("config", type=Path)
-    plan.add_argument("--mode", choices=["ascent", "grid"])
-    plan.add_argument("--base-url", dest="base_url", help="override the config's base_url")
-    plan.add_argument("--inventory", help="override the config's inventory (the canary's)")
-    plan.set_defaults(func=_sweep_plan)
+    _register_sweep_predict(ssub)
+    _register_sweep_plan(ssub)
 
     rollout = subparsers.add_parser("rollout", help="decisions of playbooks/rollout.yml")
     rsub = rollout.add_subparsers(dest="rollout_command", metavar="SUBCOMMAND", required=True)
@@ -138,12 +140,30 @@ def register(subparsers: Any) -> None:
     rep.set_defaults(func=_report)
 
 
-def _ansible_inventory() -> str:
-    local = Path(sys.executable).parent / "ansible-inventory"
-    found = str(local) if local.exists() else shutil.which("ansible-inventory")
-    if found is None:
-        raise SpecopsError("ansible-inventory not found (scripts/setup.sh's venv installs it)")
-    return found
+def _register_sweep_plan(ssub: Any) -> None:
+    plan = ssub.add_parser(
+        "plan",
+        help="what a sweep costs before it runs: candidates and their flags, restarts, runs,"
+        " each run's cells, requests and tokens, a time estimate; nothing restarts",
+    )
+    plan.add_argument("config", type=Path)
+    plan.add_argument("--mode", choices=list(MODES))
+    plan.add_argument("--base-url", dest="base_url", help="override the config's base_url")
+    plan.add_argument("--inventory", help="override the config's inventory (the canary's)")
+    plan.add_argument(
+        "--max-model-len", type=int,
+        help="the canary's context limit (else the last run's): a longer context is refused",
+    )  # fmt: skip
+    plan.add_argument(
+        "--history", type=Path, metavar="RESULTS",
+        help="a results.json of the canary's server: the time estimate and the context limit",
+    )  # fmt: skip
+    plan.add_argument(
+        "--out", type=Path,
+        help="a previous sweep's results dir: its restarts' seconds and its last run",
+    )  # fmt: skip
+    plan.add_argument("--json", action="store_true", help="one JSON line (the playbook reads it)")
+    plan.set_defaults(func=_sweep_plan)
 
 
 # A file of the inventory that does not parse, as ansible-inventory reports it (2.19:
@@ -155,13 +175,15 @@ _UNPARSED = re.compile(
 
 
 def _serving_hosts(inventory: str) -> list[str]:
-    """The hosts of group ``serving`` in ``inventory``, as the applier (run from the
-    repository) resolves it; ``--graph`` reads no variables, so no vault is opened."""
-    if "," not in inventory and not (REPO / inventory).exists():
-        raise ValidationError("inventory", f"no such inventory: {inventory}")
+    """The hosts of group ``serving`` in ``inventory``, as the applier (run in the working
+    directory) resolves it; ``--graph`` reads no variables, so no vault is opened."""
+    if "," not in inventory and not Path(inventory).exists():
+        raise ValidationError(
+            "inventory", f"no such inventory: {inventory} (from {Path.cwd()}, where it is run)"
+        )
     proc = subprocess.run(
-        [_ansible_inventory(), "-i", inventory, "--graph", "serving"],
-        cwd=REPO, capture_output=True, text=True, check=False,
+        [ansible_tool("ansible-inventory"), "-i", inventory, "--graph", "serving"],
+        capture_output=True, text=True, check=False,
     )  # fmt: skip
     if proc.returncode != 0:
         unparsed = _UNPARSED.search(proc.stderr)
@@ -189,12 +211,73 @@ def _check(cfg: SweepConfig) -> None:
             f"{cfg.canary!r} is not a host of group serving in {cfg.inventory}"
             f" (have: {', '.join(hosts) or 'none'}){hint}",
         )
+    _same_engine(cfg)
     if cfg.candidates_bound() == 0:
         first = next((cfg.space.candidate(a).invalid for a in cfg.space.grid()), None)
         raise ValidationError(
             "space",
             f"no candidate the engine {cfg.space.engine.label} can take"
             f" (all {cfg.space.size()} refused; the first: {first})",
+        )
+
+
+def _canary_vars(inventory: str, canary: str) -> dict[str, Any]:
+    """The canary's variables as the inventory writes them (``ansible-inventory --host``)."""
+    proc = subprocess.run(
+        [ansible_tool("ansible-inventory"), "-i", inventory, "--host", canary],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        why = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ValidationError("inventory", f"{inventory}: cannot read {canary}'s variables ({why})")
+    data = json.loads(proc.stdout or "{}")
+    return data if isinstance(data, dict) else {}
+
+
+def _default_pins() -> Any:
+    """``inference_engine``'s default model pins (its ``defaults/main.yml``) where the
+    collection carries the role (a built collection), or the checkout it is linked from;
+    None when neither is readable here."""
+    from ansible_collections.specops import infra  # noqa: PLC0415
+
+    for base in (Path(p).resolve() for p in infra.__path__):
+        for roles in (base / "roles", base.parents[2].parent / "roles"):
+            path = roles / "inference_engine" / "defaults" / "main.yml"
+            if path.is_file():
+                data = load_yaml_file(path, "inference_engine defaults")
+                return data.get("inference_engine_model_pins") if isinstance(data, dict) else None
+    return None
+
+
+def _same_engine(cfg: SweepConfig) -> None:
+    """The engine is stated once, by the canary's ``inference_engine_*``: a config whose
+    ``engine`` names another engine or version would sweep flags the canary's build does
+    not take (refused here, before anything restarts)."""
+    hv = _canary_vars(cfg.inventory, cfg.canary)
+    name = hv.get("inference_engine_engine")
+    if not isinstance(name, str) or not name or "{{" in name:
+        return  # the inventory does not say (or says it through a template)
+    pins = hv.get("inference_engine_model_pins", _default_pins())
+    version = str(hv.get("inference_engine_version") or "")
+    try:
+        pin = model_pin(
+            name, version, str(hv.get("inference_engine_model") or ""), pins,
+            git_ref=str(hv.get("inference_engine_git_ref") or ""),
+        )  # fmt: skip
+    except ValueError:
+        return  # a wrong engine name: the inventory's preflight names it
+    engine = cfg.space.engine
+    # the pin not readable here: the engine's name only
+    wanted = engine.version if pins is None and not version else pin.version
+    known = [v for v in known_versions(name) if v == wanted or v.startswith(wanted + ".")]
+    wanted = known[0] if len(known) == 1 else wanted
+    if (engine.name, engine.version) != (name, wanted):
+        raise ValidationError(
+            "engine",
+            f"{engine.name} {engine.version} is not what the canary {cfg.canary} serves:"
+            f" {name} {wanted} (its inference_engine_engine and _version in {cfg.inventory},"
+            f" the one statement of its engine); valid: engine: {{name: {name}, version:"
+            f" {wanted!r}}}, or the canary that serves {engine.name} {engine.version}",
         )
 
 
@@ -247,6 +330,7 @@ def _sweep_run(args: argparse.Namespace) -> int:
     key_file = cfg.plan.get("api_key_file")
     key = read_api_key(str(key_file), "--api-key-file") if key_file else None
     _check(cfg)
+    _fits_the_canary(cfg)
     args.out.mkdir(parents=True, exist_ok=True)
     applier = AnsibleApplier(
         cfg.inventory, cfg.canary, cfg.base_url, cfg.served_model_name,
@@ -267,6 +351,20 @@ def _sweep_run(args: argparse.Namespace) -> int:
             fh.write(f"done failed: {type(exc).__name__}: {first}\n")
         raise
     return _print_result(result, as_json=args.json)
+
+
+def _fits_the_canary(cfg: SweepConfig) -> None:
+    """The plan's context lengths against the canary's server as it runs now, before
+    anything restarts (a length it cannot take would fail the first run, after a
+    restart); a server that does not answer is not checked here (the first run is)."""
+    plan = cfg.bench_plan()
+    limit, _ = served_max_model_len(plan)
+    if limit is None:
+        return
+    try:
+        fit_context_lengths(plan.context_lengths, plan.output_len, limit, plan.context_over_limit)
+    except ValidationError as exc:
+        raise ValidationError(f"plan.{exc.field}", exc.problem) from None
 
 
 def _print_result(result: SweepResult, *, as_json: bool) -> int:
@@ -298,6 +396,50 @@ def _register_sweep_report(ssub: Any) -> None:
     rep.set_defaults(func=_sweep_report)
 
 
+def _register_sweep_predict(ssub: Any) -> None:
+    pred = ssub.add_parser(
+        "predict",
+        help="the depth model on a finished sweep: acceptance per position at one depth"
+        " and the step cost at two predict every candidate; printed beside the measured"
+        " runs with the restarts a model-guided search would have saved",
+    )
+    pred.add_argument("config", type=Path, help="the config the sweep ran")
+    pred.add_argument("--out", type=Path, required=True, help="the sweep's results dir")
+    pred.add_argument("--json", action="store_true", help="one JSON line")
+    pred.set_defaults(func=_sweep_predict)
+
+
+def _sweep_predict(args: argparse.Namespace) -> int:
+    cfg = load_config_file(input_file(args.config, "config"))
+    out = input_dir(args.out, "--out")
+    if not (out / "sweep.jsonl").is_file():
+        raise ValidationError(
+            "--out", f"{out} holds no sweep.jsonl: give the directory `sweep run --out` wrote"
+        )
+    outcome, ledger = replay_sweep(cfg, out)
+    views = gather(outcome, ledger, out, cfg.objective, cfg.scoring)
+    context = model_context(cfg, outcome, views)
+    if args.json:
+        replay = context["replay"]
+        json.dump(
+            {
+                "applies": replay is not None,
+                "reason": context["model_reason"],
+                "rows": context["model_rows"],
+                "steps": replay.steps if replay else [],
+                "measured": replay.restarts if replay else None,
+                "saved": replay.saved if replay else None,
+                "best_model": replay.best_model if replay else None,
+                "best_grid": replay.best_measured if replay else None,
+            },
+            sys.stdout,
+        )
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render("sweep/predict.md.j2", **context))
+    return 0 if context["replay"] is not None else 1
+
+
 def _sweep_report(args: argparse.Namespace) -> int:
     cfg = load_config_file(input_file(args.config, "config"))
     if not (args.out / "sweep.jsonl").is_file():
@@ -313,16 +455,18 @@ def _sweep_plan(args: argparse.Namespace) -> int:
         {"mode": args.mode, "base_url": args.base_url, "inventory": args.inventory},
     )
     _check(cfg)
-    json.dump(
-        {
-            "mode": cfg.mode,
-            "candidates": cfg.candidates_bound(),
-            "space": cfg.space.size(),
-            "max_progress_lines": cfg.progress_bound(),
-        },
-        sys.stdout,
-    )
-    sys.stdout.write("\n")
+    if args.max_model_len is not None and args.max_model_len < 1:
+        raise ValidationError(
+            "--max-model-len", f"must be an integer >= 1 (got {args.max_model_len})"
+        )
+    history = load_results(input_file(args.history, "--history")) if args.history else None
+    out = input_dir(args.out, "--out") if args.out else None
+    priced = sweep_price(cfg, max_model_len=args.max_model_len, history=history, out=out)
+    if args.json:
+        json.dump(priced.to_dict(), sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    sys.stdout.write(render("sweep/plan.txt.j2", cfg=cfg, price=priced))
     return 0
 
 

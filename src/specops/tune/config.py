@@ -9,20 +9,20 @@ apart from the driver so that the reports need not import the driver that calls 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from specops.bench.plan import Plan, plan_from_mapping
 from specops.errors import ValidationError, bool_field, load_yaml_file
 from specops.speculative import ENGINE_NAMES, Engine
-from specops.tune.objective import CorrectnessGate
+from specops.tune.objective import OBJECTIVE_KEYS, CorrectnessGate, Objective
 from specops.tune.output_gate import GateConfig, gate_config
 from specops.tune.plain import DEFAULT_MAX_AGE_DAYS
 from specops.tune.score import Scoring
 from specops.tune.space import SearchSpace
 
-__all__ = ["PlainSource", "SweepConfig", "load_config", "load_config_file"]
+__all__ = ["MODES", "PlainSource", "SweepConfig", "load_config", "load_config_file"]
 
 _KEYS = {
     "canary", "inventory", "base_url", "served_model_name", "engine", "base_profile",
@@ -33,6 +33,8 @@ _KEYS = {
     "plain",
 }  # fmt: skip
 _PLAIN_KEYS = ("results", "max_age_days")
+# The searches (specops.tune.search): coordinate ascent, the full grid, the depth model.
+MODES = ("ascent", "grid", "model")
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,9 @@ class SweepConfig:
     output_gate: GateConfig | None = field(default_factory=GateConfig)
     max_candidates: int | None = None  # ascent: most candidates measured (each a restart)
     plain: PlainSource = field(default_factory=PlainSource)  # no speculation's runs
+    # What the sweep optimises (the objective section's kind and its cells), resolved
+    # against the plan; the default, mean, is what every sweep optimised before kinds.
+    objective: Objective = field(default_factory=Objective)
 
     def candidates_bound(self) -> int:
         """Candidates the search measures at most (the N of "candidate k of N")."""
@@ -124,7 +129,11 @@ class SweepConfig:
         return plan_from_mapping(data)
 
     def fingerprint(self) -> dict[str, Any]:
+        # The objective only when it is not the default: a ledger written before
+        # objectives had kinds (kind mean) still belongs to the same sweep.
+        objective = {} if self.objective.is_default else {"objective": self.objective.fingerprint()}
         return {
+            **objective,
             "space": self.space.fingerprint(),
             "plan": self.plan,
             "correctness": self.correctness.__dict__,
@@ -160,10 +169,12 @@ def load_config(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = N
         raise ValidationError("engine.capabilities", f"must be a list of names (got {caps!r})")
     engine = Engine.parse(str(eng["name"]), str(eng["version"]), eng.get("capabilities"))
     space = SearchSpace.from_mapping(data["base_profile"], data["space"], engine)
-    scoring = _scoring(_mapping(data, "objective"))
+    section = _mapping(data, "objective")
+    scoring = _scoring({k: v for k, v in section.items() if k not in OBJECTIVE_KEYS})
+    objective = Objective.from_mapping({k: v for k, v in section.items() if k in OBJECTIVE_KEYS})
     mode = data.get("mode", "ascent")
-    if mode not in ("ascent", "grid"):
-        raise ValidationError("mode", f"must be ascent or grid (got {mode!r})")
+    if mode not in MODES:
+        raise ValidationError("mode", f"must be one of {', '.join(MODES)} (got {mode!r})")
     apply_timeout = data.get("apply_timeout_s", 1800)
     if isinstance(apply_timeout, bool) or not isinstance(apply_timeout, (int, float)):
         raise ValidationError("apply_timeout_s", f"must be seconds > 0 (got {apply_timeout!r})")
@@ -189,8 +200,9 @@ def load_config(data: Mapping[str, Any], overrides: Mapping[str, Any] | None = N
         max_candidates=_max_candidates(data.get("max_candidates")),
         plain=PlainSource.from_mapping(data.get("plain")),
     )
-    cfg.bench_plan()  # a bad plan fails here, before anything restarts
-    return cfg
+    # a bad plan fails here, before anything restarts; the objective's cells are in it
+    resolved = objective.resolve(cfg.bench_plan())
+    return replace(cfg, objective=resolved)
 
 
 def _strings(data: Mapping[str, Any]) -> None:
@@ -205,7 +217,7 @@ def _strings(data: Mapping[str, Any]) -> None:
 def _scoring(section: Mapping[str, Any]) -> Scoring:
     """The ``objective`` section: known keys, numbers of the right kind."""
     objective = dict(section)
-    valid_obj = set(Scoring.__dataclass_fields__)
+    valid_obj = set(Scoring.__dataclass_fields__) | OBJECTIVE_KEYS
     if "k" in objective:
         raise ValidationError(
             "objective.k",

@@ -3,7 +3,9 @@
 Line 1 is a header with the sweep's fingerprint (base profile, space, engine, plan,
 scoring, mode); every later line is one event: ``invalid`` (a candidate the engine
 rejects, never started), ``run`` (one benchmark of a candidate, with its objective,
-verdict, the bench results file it was read from and the restart that preceded it),
+verdict, its acceptance per draft position when it drafted (``per_position``, absent in
+older ledgers: read as none), the bench results file it was read from and the restart
+that preceded it),
 ``final`` (the pick and where the canary was left). An interrupted sweep is re-run
 with the same file: recorded runs are read back instead of measured again, so the
 deterministic search walks the same path and only what is missing is measured.
@@ -83,6 +85,7 @@ class Ledger:
                 float(event["tiebreak"]),
                 bool(event["ok"]),
                 str(event.get("reason", "")),
+                tuple(float(x) for x in event.get("per_position") or ()),
             )
             self.runs[(event["key"], int(event["repeat"]))] = RunRecord(
                 event["key"], int(event["repeat"]), m, event.get("results"), event.get("restart")

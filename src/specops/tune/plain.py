@@ -89,7 +89,11 @@ def _refusals(
         yield f"{name} has no cells"
     if recorded.failed_cells:
         yield f"{name} has {len(recorded.failed_cells)} cell(s) with failures"
-    completed, _ = complete(plan, recorded.server.model, recorded.server.max_model_len)
+    try:
+        completed, _ = complete(plan, recorded.server.model, recorded.server.max_model_len)
+    except ValidationError as exc:
+        yield f"{name}'s server cannot take the plan: {exc}"
+        return
     changed = [f for f in changed_fields(recorded.plan, completed) if f not in _REPORT_ONLY]
     if changed:
         yield f"{name} measured another plan (changed: {', '.join(changed)})"

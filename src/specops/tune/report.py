@@ -2,7 +2,11 @@
 
 Read from the outcome, the ledger and the runs' results; nothing here measures. The
 text is ``templates/sweep/leaderboard.md.j2`` and ``templates/sweep/chosen-profile.yml.j2``;
-this module hands them keyed rows (:data:`COLUMNS`) and numbers.
+this module hands them keyed rows (:data:`COLUMNS`, :data:`specops.tune.board.CELL_COLUMNS`)
+and numbers. The leaderboard decides: per candidate its score and interval, the
+first-vs-second-run ratio (warm-up), restarts, HumanEval, KV capacity and where it stops
+paying over no speculation; per cell the figures with their intervals
+(:mod:`specops.tune.board`); per load the profile to roll out.
 """
 
 from __future__ import annotations
@@ -10,31 +14,56 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import statistics
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from specops.bench.intervals import Estimate
 from specops.bench.report import roofline_context
 from specops.bench.results import Column, load_results
 from specops.errors import ValidationError
 from specops.plots import pyplot
 from specops.templating import render
+from specops.tune.board import (
+    CELL_COLUMNS,
+    CandidateRuns,
+    by_load,
+    cell_rows,
+    gather,
+    model_replay,
+)
 from specops.tune.config import SweepConfig
 from specops.tune.ledger import Ledger
 from specops.tune.search import Outcome, Standing, standings
 
-__all__ = ["COLUMNS", "leaderboard_csv", "leaderboard_md", "rows", "snippet", "write_outputs"]
+__all__ = [
+    "COLUMNS",
+    "cells_csv",
+    "leaderboard_csv",
+    "leaderboard_md",
+    "model_context",
+    "rows",
+    "snippet",
+    "write_outputs",
+]
 
 COLUMNS: tuple[Column, ...] = (
     Column("rank", "rank", 0),
     Column("candidate", "candidate"),
-    Column("median", "median tok/s", 1, "median objective over the runs"),
+    Column("median", "median", 1, "median objective over the runs (its unit: the objective's)"),
     Column("low", "interval low", 1, "median - z standard errors"),
     Column("high", "interval high", 1, "median + z standard errors"),
     Column("runs", "runs", 0),
     Column("single_stream", "single-stream tok/s", 1),
     Column("vs_plain", "x plain", 2, "median over no speculation's median (none: 1.00)"),
+    Column("first_second", "run 1 / run 2", 2, "first run after the restart over the next"),
+    Column("warmup", "warm-up", 0, "whether run 1 and run 2 differ beyond noise"),
+    Column("restarts", "restarts", 0),
+    Column("humaneval", "HumanEval", 0, "passed / problems of its latest run with one"),
+    Column("capacity", "KV capacity", 0, "what the server reported it can hold"),
+    Column("stops_paying", "stops paying", 0, "where it no longer beats none beyond noise"),
     Column("status", "status"),
     Column("profile", "profile"),
 )
@@ -48,8 +77,10 @@ def _summary(outcome: Outcome, st: Standing | None) -> dict[str, Any] | None:
             "runs": len(st.runs), "profile": st.candidate.profile}  # fmt: skip
 
 
-def rows(outcome: Outcome) -> list[dict[str, Any]]:
-    """One keyed row per candidate (:data:`COLUMNS`), best median first."""
+def rows(outcome: Outcome, views: dict[str, CandidateRuns] | None = None) -> list[dict[str, Any]]:
+    """One keyed row per candidate (:data:`COLUMNS`), best median first; ``views``
+    (:func:`specops.tune.board.gather`) fill the columns beyond the scores."""
+    views = views or {}
     out = []
     rank = 0
     plain = outcome.plain.median if outcome.plain is not None and outcome.plain.usable else None
@@ -68,8 +99,16 @@ def rows(outcome: Outcome) -> list[dict[str, Any]]:
         if st.candidate.plain and status == "ok":
             status = "no speculation"
         summary = _summary(outcome, st) if st.runs else None
+        view = views.get(st.candidate.key)
+        check = view.warmup if view is not None else None
         out.append(
             {
+                "first_second": check.ratio if check is not None else None,
+                "warmup": check.text if check is not None else None,
+                "restarts": view.restarts if view is not None else None,
+                "humaneval": view.humaneval if view is not None else None,
+                "capacity": view.capacity if view is not None else None,
+                "stops_paying": view.stops_paying if view is not None else None,
                 "rank": rank if st.usable else None,
                 "candidate": st.candidate.key,
                 "median": st.median,
@@ -85,13 +124,61 @@ def rows(outcome: Outcome) -> list[dict[str, Any]]:
     return out
 
 
-def leaderboard_csv(outcome: Outcome) -> str:
+def leaderboard_csv(outcome: Outcome, views: dict[str, CandidateRuns] | None = None) -> str:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=[c.key for c in COLUMNS], lineterminator="\n")
     writer.writeheader()
-    for row in rows(outcome):
+    for row in rows(outcome, views):
         writer.writerow({k: "" if v is None else v for k, v in row.items()})
     return out.getvalue()
+
+
+def cells_csv(views: dict[str, CandidateRuns], plain_key: str | None) -> str:
+    """The per-cell table (:data:`~specops.tune.board.CELL_COLUMNS`): an estimate is four
+    columns, ``<key>``, ``<key>_low``, ``<key>_high`` and ``<key>_short`` (why it is
+    not shown: too few requests for the percentile); rates by position ``;``-joined."""
+    fields: list[str] = []
+    for c in CELL_COLUMNS:
+        fields.append(c.key)
+        if c.key in _ESTIMATE_KEYS:
+            fields += [f"{c.key}_low", f"{c.key}_high", f"{c.key}_short"]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for row in cell_rows(views, plain_key):
+        flat: dict[str, Any] = {}
+        for key, value in row.items():
+            if isinstance(value, Estimate):
+                flat[key], flat[f"{key}_low"] = value.value, value.low
+                flat[f"{key}_high"], flat[f"{key}_short"] = value.high, value.short
+            elif key == "per_position":
+                flat[key] = ";".join(f"{v:.4f}" for v in value)
+            else:
+                flat[key] = value
+        writer.writerow({k: "" if v is None else v for k, v in flat.items()})
+    return out.getvalue()
+
+
+_ESTIMATE_KEYS = frozenset(
+    {"output_tok_s", "speedup", "tpot_ms_p50", "tpot_ms_p90", "ttft_ms_p50", "ttft_ms_p90"}
+)
+
+
+def _warm_ranking(outcome: Outcome, views: dict[str, CandidateRuns]) -> list[dict[str, Any]]:
+    """When warm-up flagged a candidate: every usable candidate ranked by the median of
+    its runs after the first (the server warm), else its only runs."""
+    if not any(v.warmup is not None and v.warmup.flagged for v in views.values()):
+        return []
+    ranked = []
+    for st in outcome.standings.values():
+        if not st.usable:
+            continue
+        view = views.get(st.candidate.key)
+        later = [r.measurement.objective for r in (view.records if view else []) if r.repeat > 0]
+        values = later or st.values
+        ranked.append({"key": st.candidate.key, "median": statistics.median(values),
+                       "runs": len(values), "later": bool(later)})  # fmt: skip
+    return sorted(ranked, key=lambda r: -float(r["median"]))
 
 
 def _restarts(ledger: Ledger) -> int:
@@ -118,10 +205,29 @@ def _pick_roofline(outcome: Outcome, ledger: Ledger, out: Path) -> dict[str, Any
     return {"roofline_of": str(good[-1].results), **roofline_context(results)}
 
 
-def leaderboard_md(cfg: SweepConfig, outcome: Outcome, ledger: Ledger, out: Path) -> str:
+def leaderboard_md(
+    cfg: SweepConfig,
+    outcome: Outcome,
+    ledger: Ledger,
+    out: Path,
+    views: dict[str, CandidateRuns] | None = None,
+) -> str:
+    if views is None:
+        views = gather(outcome, ledger, out, cfg.objective, cfg.scoring)
+    plain_key = outcome.plain.candidate.key if outcome.plain is not None else None
+    pick_view = views.get(outcome.pick.candidate.key) if outcome.pick is not None else None
     return render(
         "sweep/leaderboard.md.j2",
         cfg=cfg,
+        **model_context(cfg, outcome, views),
+        objective=cfg.objective,
+        cell_columns=CELL_COLUMNS,
+        cells=cell_rows(views, plain_key),
+        by_load=by_load(views, cfg.space, plain_key),
+        warm_ranking=_warm_ranking(outcome, views),
+        flagged=[v.key for v in views.values() if v.warmup is not None and v.warmup.flagged],
+        missing={v.key: v.missing for v in views.values() if v.missing},
+        pick_stops_paying=pick_view.stops_paying if pick_view is not None else None,
         z=cfg.scoring.z,
         spread=outcome.spread,
         visited=sum(1 for st in outcome.standings.values() if not st.candidate.plain),
@@ -131,14 +237,34 @@ def leaderboard_md(cfg: SweepConfig, outcome: Outcome, ledger: Ledger, out: Path
         plain=_summary(outcome, outcome.plain) if outcome.plain is not None else None,
         plain_verdict=outcome.plain_verdict,
         columns=COLUMNS,
-        rows=rows(outcome),
+        rows=rows(outcome, views),
         steps=outcome.steps,
         **_pick_roofline(outcome, ledger, out),
     )
 
 
-def snippet(cfg: SweepConfig, outcome: Outcome) -> str:
+def model_context(
+    cfg: SweepConfig, outcome: Outcome, views: dict[str, CandidateRuns]
+) -> dict[str, Any]:
+    """What ``templates/sweep/predict.md.j2`` shows: the depth model replayed on the
+    sweep's runs (:func:`specops.tune.board.model_replay`), or why it does not apply."""
+    replay = model_replay(views, cfg.objective, cfg.scoring, outcome.spread)
+    if isinstance(replay, str):
+        return {
+            "model_reason": replay,
+            "replay": None,
+            "model_rows": [],
+            "unit": cfg.objective.unit,
+        }
+    return {"model_reason": None, "replay": replay, "model_rows": replay.ranking(),
+            "unit": cfg.objective.unit}  # fmt: skip
+
+
+def snippet(
+    cfg: SweepConfig, outcome: Outcome, views: dict[str, CandidateRuns] | None = None
+) -> str:
     pick = _summary(outcome, outcome.pick)
+    pick_view = (views or {}).get(outcome.pick.candidate.key) if outcome.pick else None
     body = (
         yaml.safe_dump({"inference_service_speculative": pick["profile"]}, sort_keys=False)
         if pick
@@ -152,6 +278,8 @@ def snippet(cfg: SweepConfig, outcome: Outcome) -> str:
         runner_up=_summary(outcome, outcome.runner_up),
         plain_verdict=outcome.plain_verdict,
         profile_yaml=body.rstrip(),
+        objective=cfg.objective,
+        stops_paying=pick_view.stops_paying if pick_view is not None else None,
     )
 
 
@@ -188,8 +316,14 @@ def write_outputs(cfg: SweepConfig, outcome: Outcome, ledger: Ledger, out: Path)
         "plot": out / "objective.png",
         "snippet": out / "chosen-profile.yml",
     }
-    files["leaderboard_md"].write_text(leaderboard_md(cfg, outcome, ledger, out), encoding="utf-8")
-    files["leaderboard_csv"].write_text(leaderboard_csv(outcome), encoding="utf-8")
-    files["snippet"].write_text(snippet(cfg, outcome), encoding="utf-8")
+    views = gather(outcome, ledger, out, cfg.objective, cfg.scoring)
+    plain_key = outcome.plain.candidate.key if outcome.plain is not None else None
+    files["cells_csv"] = out / "leaderboard-cells.csv"
+    files["leaderboard_md"].write_text(
+        leaderboard_md(cfg, outcome, ledger, out, views), encoding="utf-8"
+    )
+    files["leaderboard_csv"].write_text(leaderboard_csv(outcome, views), encoding="utf-8")
+    files["cells_csv"].write_text(cells_csv(views, plain_key), encoding="utf-8")
+    files["snippet"].write_text(snippet(cfg, outcome, views), encoding="utf-8")
     _plot(outcome, files["plot"])
     return files

@@ -13,6 +13,15 @@ worse is dropped at once. Rounds repeat over all parameters until no parameter m
 or until ``max_candidates`` candidates were measured (each one a restart). ``grid``
 measures every candidate ``min_repeats`` times.
 
+The depth model (``modelled``, :mod:`specops.tune.predict`) for a space of one chain
+depth (``num_steps``, ``num_draft_tokens``): measure the deepest candidate (its runs give
+the acceptance per position for every depth up to it) and the shallowest (the step cost
+from two depths), predict every candidate, measure the predicted best and its
+neighbours, refit on every depth measured, and stop when the measured best lies inside
+the predicted best's band (or nothing new is left to measure, or ``max_candidates``).
+A space the model cannot read (several parameters, a tree, a run that drafted nothing)
+is measured as a grid, and the steps say so.
+
 Noise is the run-to-run spread pooled over every candidate measured so far
 (:func:`~specops.tune.score.pooled_spread`). Both end with :func:`choose`: rejected
 candidates (failed requests, failed correctness gate) are out; the best median leads;
@@ -36,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from specops.tune.predict import DepthModel, Point, depth_of
 from specops.tune.score import Decision, Scoring, compare, interval, margin, pooled_spread
 from specops.tune.space import Assignment, Candidate, SearchSpace, plain_candidate
 
@@ -49,6 +59,7 @@ __all__ = [
     "choose",
     "grid",
     "measure_plain",
+    "modelled",
     "standings",
 ]
 
@@ -66,6 +77,9 @@ class Measurement:
     tiebreak: float
     ok: bool = True
     reason: str = ""
+    # The run's acceptance per draft position (drafts-weighted over its cells): what the
+    # depth model reads (mode ``model``); () when the run drafted nothing or is older.
+    per_position: tuple[float, ...] = ()
 
 
 class Evaluator(Protocol):
@@ -327,6 +341,82 @@ def grid(
     book = _Book(space, evaluator, scoring, plain, _running(plain))
     for assignment in space.grid():
         book.ensure(assignment)
+    return book.outcome()
+
+
+def _rates(st: Standing) -> list[float]:
+    """The candidate's acceptance per position, averaged over its good runs."""
+    runs = [r.per_position for r in st.runs if r.ok and r.per_position]
+    if not runs:
+        return []
+    width = max(len(r) for r in runs)
+    return [sum(r[i] if i < len(r) else 0.0 for r in runs) / len(runs) for i in range(width)]
+
+
+def modelled(
+    space: SearchSpace,
+    evaluator: Evaluator,
+    scoring: Scoring,
+    plain: Standing | None = None,
+    max_candidates: int | None = None,
+) -> Outcome:
+    """The depth model's search (see the module docstring); a grid where it cannot read
+    the space."""
+    valid = [a for a in space.grid() if not space.candidate(a).invalid]
+    depths = {a: depth_of(space.candidate(a).profile) for a in valid}
+    known = {a: d for a, d in depths.items() if d is not None}
+    if len(space.parameters) != 1 or len(known) != len(depths) or len(set(known.values())) < 2:
+        out = grid(space, evaluator, scoring, plain)
+        out.steps.insert(0, "model: the space is not one chain depth; measured as a grid")
+        return out
+    book = _Book(space, evaluator, scoring, plain, _running(plain))
+    order = sorted(known, key=lambda a: known[a])
+    ref = book.ensure(order[-1])
+    rates = _rates(ref)
+    if ref.rejected or not rates:
+        book.steps.append(
+            f"model: {ref.candidate.key} gave no acceptance per position"
+            f" ({ref.rejected or 'it drafted nothing'}); measuring the rest as a grid"
+        )
+        for a in order:
+            book.ensure(a)
+        return book.outcome()
+    book.ensure(order[0])
+    book.steps.append(
+        f"model: rates per position read at {ref.candidate.key} (depth {known[order[-1]]}),"
+        f" the step cost from it and {book.get(order[0]).candidate.key}"
+    )
+    while True:
+        measured = [book.get(a) for a in order if book.get(a).usable]
+        points = [Point(st.candidate.key, known[st.candidate.assignment], st.median or 0.0)
+                  for st in measured]  # fmt: skip
+        if len({p.depth for p in points}) < 2:
+            book.steps.append("model: fewer than two depths usable; stopped")
+            break
+        spread = book.spread() or scoring.min_gain
+        model = DepthModel.fit(rates, known[order[-1]], points, spread, scoring.z)
+        preds = {a: model.predict(space.candidate(a).key, known[a]) for a in order}
+        best_a = max(order, key=lambda a: preds[a].objective)
+        i = order.index(best_a)
+        new = [a for a in order[max(i - 1, 0) : i + 2] if not book.get(a).runs]
+        best = preds[best_a]
+        if not new:
+            book.steps.append(f"model: predicted best {best.key} and its neighbours measured")
+            break
+        if max_candidates is not None and book.measured + len(new) > max_candidates:
+            book.steps.append(f"stopped: {max_candidates} candidates measured (max_candidates)")
+            break
+        for a in new:
+            book.ensure(a)
+        top = max((book.get(a) for a in order if book.get(a).usable), key=_rank)
+        held = best.holds(top.median or 0.0)
+        book.steps.append(
+            f"model: predicted best {best.key} {best.objective:.1f} ({best.low:.1f} to"
+            f" {best.high:.1f}); measured best {top.candidate.key} {top.median or 0.0:.1f}:"
+            f" {'inside, stop' if held else 'outside, refit'}"
+        )
+        if held:
+            break
     return book.outcome()
 
 

@@ -42,10 +42,18 @@ from specops.tune.objective import measurement_from_results
 from specops.tune.output_gate import OutputCheck, api_key_of
 from specops.tune.plain import PLAIN_KEY, standing_plain
 from specops.tune.report import write_outputs
-from specops.tune.search import Measurement, Outcome, Standing, ascend, grid, measure_plain
+from specops.tune.search import (
+    Measurement,
+    Outcome,
+    Standing,
+    ascend,
+    grid,
+    measure_plain,
+    modelled,
+)
 from specops.tune.space import Candidate
 
-__all__ = ["SweepEvaluator", "SweepResult", "report_sweep", "run_sweep"]
+__all__ = ["SweepEvaluator", "SweepResult", "replay_sweep", "report_sweep", "run_sweep"]
 
 BenchFn = Callable[[Plan], Results]
 
@@ -150,7 +158,7 @@ class SweepEvaluator:
 
     def _recorded(self, candidate: Candidate, repeat: int) -> Measurement:
         path, results = self.recorded_plain[repeat]
-        m = measurement_from_results(results, self.cfg.correctness)
+        m = measurement_from_results(results, self.cfg.correctness, self.cfg.objective)
         self._record(candidate, repeat, m, str(path), None, recorded=True)
         self.log(f"none run {repeat}: {m.objective:.1f} tok/s, recorded in {path} (no restart)")
         return m
@@ -189,7 +197,7 @@ class SweepEvaluator:
                 return m
         results = self.bench(self.cfg.bench_plan(self.applier.base_url, self.roofline))
         path = results.save(self.out / "runs" / candidate.key.replace(",", "_") / f"r{repeat}.json")
-        m = measurement_from_results(results, self.cfg.correctness)
+        m = measurement_from_results(results, self.cfg.correctness, self.cfg.objective)
         self._record(candidate, repeat, m, str(path.relative_to(self.out)), restart)
         self.log(
             f"{candidate.key} run {repeat}: {m.objective:.1f} tok/s"
@@ -205,6 +213,7 @@ class SweepEvaluator:
             {
                 "kind": "run", "key": c.key, "repeat": repeat, "profile": c.profile,
                 "objective": m.objective, "tiebreak": m.tiebreak, "ok": m.ok, "reason": m.reason,
+                **({"per_position": list(m.per_position)} if m.per_position else {}),
                 "results": results, "restart": restart,
                 **({"recorded": True} if recorded else {}),
             }
@@ -273,6 +282,8 @@ def run_sweep(
     plain = measure_plain(ev, len(stand) or cfg.scoring.min_repeats)
     if cfg.mode == "grid":
         outcome = grid(cfg.space, ev, cfg.scoring, plain)
+    elif cfg.mode == "model":
+        outcome = modelled(cfg.space, ev, cfg.scoring, plain, cfg.max_candidates)
     else:
         outcome = ascend(
             cfg.space, ev, cfg.scoring, cfg.max_rounds, cfg.max_candidates, plain=plain
@@ -330,6 +341,16 @@ def report_sweep(cfg: SweepConfig, out: Path) -> SweepResult:
     from the ledger, no server touched): for a sweep measured where the reports could
     not be written, or whose outputs were lost. The search walks the recorded runs as
     :func:`run_sweep` walked them, so the pick is the one the sweep made."""
+    outcome, ledger = replay_sweep(cfg, out)
+    final = [e for e in ledger.events if e.get("kind") == "final"]
+    result = SweepResult(outcome, 0, ledger.restarts, final[-1].get("left_on") if final else None)
+    result.files = write_outputs(cfg, outcome, ledger, out)
+    return result
+
+
+def replay_sweep(cfg: SweepConfig, out: Path) -> tuple[Outcome, Ledger]:
+    """The outcome of a sweep whose runs are all in ``out/sweep.jsonl``, walked again
+    from its ledger (nothing measured, nothing written)."""
     path = out / "sweep.jsonl"
     if not path.is_file():
         raise ValidationError("out", f"{path}: no sweep results file (run `specops sweep run`)")
@@ -339,11 +360,10 @@ def report_sweep(cfg: SweepConfig, out: Path) -> SweepResult:
     plain = measure_plain(replay, runs or cfg.scoring.min_repeats)
     if cfg.mode == "grid":
         outcome = grid(cfg.space, replay, cfg.scoring, plain)
+    elif cfg.mode == "model":
+        outcome = modelled(cfg.space, replay, cfg.scoring, plain, cfg.max_candidates)
     else:
         outcome = ascend(
             cfg.space, replay, cfg.scoring, cfg.max_rounds, cfg.max_candidates, plain=plain
         )
-    final = [e for e in ledger.events if e.get("kind") == "final"]
-    result = SweepResult(outcome, 0, ledger.restarts, final[-1].get("left_on") if final else None)
-    result.files = write_outputs(cfg, outcome, ledger, out)
-    return result
+    return outcome, ledger

@@ -20,6 +20,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 name: private_jsonfile
+version_added: "0.1.0"
 short_description: JSON files per host, owner-only, without the gathered environment
 description:
   - Ansible's C(ansible.builtin.jsonfile) fact cache, but the folder is mode 0700 and

@@ -15,7 +15,7 @@ description:
     C(node_lock_lease) seconds (a run from the same controller takes them over at once,
     seeing the run gone). Enable it in C(ansible.cfg) - C(callbacks_enabled =
     specops.infra.node_lock), as this repository's does.
-version_added: "0.1.0"
+version_added: "0.2.0"
 author: specops maintainers (!UNKNOWN)
 requirements:
   - enabled in callbacks_enabled

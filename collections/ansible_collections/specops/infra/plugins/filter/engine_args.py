@@ -18,6 +18,7 @@ from typing import Any
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.specops.infra.plugins.module_utils.errors import SpecopsError
+from ansible_collections.specops.infra.plugins.module_utils.service_launch import checked_args
 from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import Engine
 
 __all__ = ["FilterModule", "engine_args_check"]
@@ -33,24 +34,13 @@ def engine_args_check(
     flags: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """``args`` as strings, after checking each flag and value against the engine."""
-    if isinstance(args, str):
-        raise AnsibleFilterError(
-            f"{name}: must be a list of strings, e.g. ['--max-model-len', '4096']"
-        )
-    words = [str(a) for a in args]
-    for index, word in enumerate(words):
-        if word.startswith("--speculative") or word.startswith("--spec-"):
-            raise AnsibleFilterError(
-                f"{name}[{index}]: {word} is rendered from the speculative profile; set it there"
-            )
     try:
         built = Engine.parse(
             str(engine), str(version), [str(c) for c in capabilities or ()], flags or None
         )
-        built.flags.check_args(words, name)
+        return checked_args(args, built, name)
     except SpecopsError as exc:
         raise AnsibleFilterError(str(exc)) from exc
-    return words
 
 
 class FilterModule:

@@ -46,9 +46,12 @@ from ansible_collections.specops.infra.plugins.module_utils.dflash_drafter impor
 
 __all__ = [
     "DRAFTER_METHODS",
+    "HUB_ID",
     "KNOWN_DRAFTERS",
     "DrafterReport",
     "check",
+    "default_hub_cache",
+    "fetch_hint",
     "hub_id_of",
     "resolve",
 ]
@@ -80,12 +83,21 @@ KNOWN_DRAFTERS: Mapping[str, Mapping[str, Any]] = {
             "layer_types": ["sliding_attention"] * 4 + ["full_attention"],
             "use_sliding_window": True,
             "sliding_window": 2048,
+            # The published config.json's DFlash keys (block_size at its top level):
+            # read from public code that embeds that file (issue 49; docs/speculative.md
+            # "Known drafters"). DFlash's default spacing for 64 target and 5 drafter
+            # layers is the same [1, 16, 31, 46, 61]; ids shifted by one (the layer_id + 1
+            # offset vLLM PR #40727 fixed) or another mask id fail here, not warn.
+            "dflash_config.mask_token_id": 248070,
+            "dflash_config.target_layer_ids": [1, 16, 31, 46, 61],
+            "dflash_config.block_size": 16,
         },
         "source": _SEED_DRAFTER_SOURCE,
     },
 }
+# What a DFlash drafter's entry must pin (else a warning names what it leaves unchecked).
 _CHECKABLE = ("layer_types", "sliding_window", "dflash_config.mask_token_id",
-              "dflash_config.target_layer_ids")  # fmt: skip
+              "dflash_config.target_layer_ids", "dflash_config.block_size")  # fmt: skip
 _HUB_PATH = re.compile(r"/models--([^/]+?)--([^/]+)/snapshots/[^/]+/?$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
@@ -116,6 +128,33 @@ def hub_id_of(path: str) -> str | None:
     """``ORG/NAME`` of a hub-cache snapshot directory, else None."""
     match = _HUB_PATH.search(path.rstrip("/") + "/")
     return f"{match.group(1)}/{match.group(2)}" if match else None
+
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def default_hub_cache(environ: Mapping[str, str] | None = None) -> str:
+    """Where this machine's Hugging Face hub cache is (as huggingface_hub finds it):
+    ``HF_HUB_CACHE``, else ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``."""
+    env = os.environ if environ is None else environ
+    if env.get("HF_HUB_CACHE"):
+        return env["HF_HUB_CACHE"]
+    home = env.get("HF_HOME") or os.path.join(
+        env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+    )
+    return os.path.join(home, "hub")
+
+
+def fetch_hint(model: str, revision: str | None, hub_cache: str) -> str:
+    """What to run so that ``model``'s config.json is in ``hub_cache`` (nothing else is
+    read: the weights are not needed to check a config)."""
+    rev = revision or "main"
+    return (
+        f"fetch its config.json into that cache: huggingface-cli download {model}"
+        f" config.json --revision {rev} --cache-dir {hub_cache} (or name the snapshot"
+        " directory a node holds: <cache_dir>/hub/models--"
+        f"{model.replace('/', '--')}/snapshots/<commit>)"
+    )
 
 
 def resolve(model: str, revision: str | None, hub_cache: str | None) -> tuple[str | None, str]:
@@ -258,10 +297,16 @@ def check(
         report.known = name
         source = str(entry.get("source", "the inventory"))
         expect = entry.get("expect") or {}
-        seen = {f.field for f in report.findings}
+        # A key the consistency checks already named (``drafter.dflash_config.
+        # target_layer_ids[4]``, or a top-level DFlash key) is not named twice.
+        seen = {
+            f.field.split("[")[0].rsplit(".", 1)[-1]
+            for f in report.findings
+            if f.field.startswith("drafter.")
+        }
         for key, want in expect.items():
             have = _get(drafter, key)
-            if have != want and f"drafter.{key}" not in seen:
+            if have != want and key.rsplit(".", 1)[-1] not in seen:
                 report.findings.append(DrafterFinding(
                     f"drafter.{key}", have, f"{want!r} (known drafter {name}: {source})"
                 ))  # fmt: skip

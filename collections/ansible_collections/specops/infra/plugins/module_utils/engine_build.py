@@ -50,10 +50,13 @@ __all__ = [
     "PACKAGES",
     "STAMP",
     "BuildPlan",
+    "EnginePin",
     "engine_facts",
+    "model_pin",
     "plan",
     "record_running",
     "running_build",
+    "version_key",
 ]
 
 STAMP = ".specops-engine.json"
@@ -72,6 +75,74 @@ _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*([a-z0-9.+-]*)$")
 
 
+def version_key(version: str) -> tuple[int, ...]:
+    """A release's order: its numbers, a pre-release suffix (``0.5.11rc1``) below the
+    release itself. Enough for the pins' ``min`` (exact releases)."""
+    match = re.match(r"^([0-9]+(?:\.[0-9]+)*)(.*)$", version.strip())
+    if match is None:
+        return (-1,)
+    numbers = tuple(int(n) for n in match.group(1).split("."))
+    suffix = match.group(2).lstrip(".")
+    pre = suffix[:1].isalpha() and not suffix.startswith("post")
+    return (*numbers, -1 if pre else 0)
+
+
+@dataclass(frozen=True)
+class EnginePin:
+    """The version a build takes and whether the model's pin allows it.
+
+    ``version``: ``inference_engine_version``, else the model's ``pin`` for the engine
+    (``inference_engine_model_pins``), else the engine's default pin (its descriptor). A
+    git build's version is the release it is based on (its flag list, vLLM's precompiled
+    kernels). ``problem`` is empty when the build may go ahead, else the one line (about
+    ``inference_engine_version``) that says why not: the role's preflight and the
+    controller's preflight print it."""
+
+    engine: str
+    version: str
+    pin: str = ""
+    min: str = ""
+    why: str = ""
+    problem: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "engine": self.engine, "version": self.version, "pin": self.pin,
+            "min": self.min, "why": self.why, "problem": self.problem,
+        }  # fmt: skip
+
+
+def model_pin(
+    engine: str,
+    version: str,
+    model: str,
+    pins: Mapping[str, Any] | None,
+    *,
+    git_ref: str = "",
+) -> EnginePin:
+    """The version ``engine`` installs for ``model`` and whether the pin allows it: one
+    rule for the role (filter ``specops.infra.engine_pin``) and the controller preflight.
+    A version that is no exact release, or older than the model's ``min``, is a problem
+    (a git build's ``min`` is not enforced: its ref decides what it can do)."""
+    facts = engine_facts(engine)
+    found = pins.get(model) if isinstance(pins, Mapping) else None
+    entry: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+    wanted = entry.get(engine)
+    per_engine: Mapping[str, Any] = wanted if isinstance(wanted, Mapping) else {}
+    pin = str(per_engine.get("pin", "") or "")
+    floor = str(per_engine.get("min", "") or "")
+    why = " ".join(str(entry.get("why", "") or "").split())
+    chosen = str(version or "").strip() or pin or facts.default_version
+    problem = ""
+    if not git_ref and not _VERSION.match(chosen):
+        problem = (
+            f"must be an exact release such as 0.5.11 (got {chosen!r}); ranges are not installed"
+        )
+    elif not git_ref and floor and version_key(chosen) < version_key(floor):
+        problem = f"{model} needs {engine} >= {floor} (got {chosen})" + (f": {why}" if why else "")
+    return EnginePin(engine, chosen, pin, floor, why, problem)
+
+
 @dataclass(frozen=True)
 class BuildPlan:
     """One engine build: what goes into the venv and the directory it goes to."""
@@ -88,6 +159,12 @@ class BuildPlan:
     recipe: int
     app_dir: str
     build_env: Mapping[str, str] = field(default_factory=dict)
+    # A git build's pull requests (or commits) applied on the base, in order, each
+    # {"ref", "commit"}, and how (merge or cherry-pick): built from a source tree
+    # (``engine_source``) in ``source_dir``.
+    git_patches: tuple[Mapping[str, str], ...] = ()
+    patch_method: str = "merge"
+    source_dir: str = ""
 
     @property
     def key(self) -> dict[str, Any]:
@@ -99,6 +176,14 @@ class BuildPlan:
             "git_repo": self.git_repo if self.source == "git" else "",
             "git_ref": self.git_ref,
             "git_commit": self.git_commit if self.source == "git" else "",
+            **(
+                {
+                    "git_patches": [f"{p['ref']}@{p['commit']}" for p in self.git_patches],
+                    "patch_method": self.patch_method,
+                }
+                if self.git_patches
+                else {}
+            ),
             "python": self.python,
             "requirements_sha256": hashlib.sha256(
                 "\n".join([*self.requirements, "uninstall:", *self.removed]).encode()
@@ -118,6 +203,7 @@ class BuildPlan:
             f"{self.engine}-{self.version}"
             if self.source == "wheel"
             else f"{self.engine}-git-{self.git_commit[:12]}"
+            + (f"+{len(self.git_patches)}" if self.git_patches else "")
         )
         return f"{self.app_dir.rstrip('/')}/{base}-{self.digest}"
 
@@ -130,6 +216,9 @@ class BuildPlan:
             "removed": list(self.removed),
             "build_env": dict(self.build_env),
             "source": self.source,
+            "git_patches": [dict(p) for p in self.git_patches],
+            "patch_method": self.patch_method,
+            "source_dir": self.source_dir,
         }
 
 
@@ -149,11 +238,16 @@ def plan(
     removed: Sequence[str] = (),
     recipe: int = 1,
     app_dir: str,
+    git_patches: Sequence[Mapping[str, str]] = (),
+    patch_method: str = "merge",
 ) -> BuildPlan:
     """The build for these inputs (ValueError naming the ``inference_engine_*`` input).
 
     ``git_commit`` is the commit the ref resolved to (or was pinned to); a git build
     needs it. ``python`` is the interpreter's path and version ("/usr/bin/python3 3.11.2").
+    ``git_patches``: pull requests or commits applied on that base in order, each
+    ``{ref, commit}`` resolved; the build then installs the source tree
+    ``engine_source`` makes (``source_dir``) instead of ``git+REPO@COMMIT``.
     """
     if engine not in PACKAGES:
         raise _problem("inference_engine_engine", f"must be one of {', '.join(PACKAGES)}")
@@ -175,7 +269,26 @@ def plan(
         sub = f"#subdirectory={facts.git_subdirectory}" if facts.git_subdirectory else ""
         reqs = [f"{facts.package} @ git+{repo}@{git_commit}{sub}"]
         env = dict(facts.git_build_env)
+        patches = _patches(git_patches, patch_method)
+        source_dir = ""
+        if patches:
+            tree = json.dumps([repo, git_commit, patches, patch_method], sort_keys=True)
+            source_dir = (
+                f"{app_dir.rstrip('/')}/src/{engine}-{git_commit[:12]}"
+                f"-{hashlib.sha256(tree.encode()).hexdigest()[:12]}"
+            )
+            path = (
+                f"{source_dir}/{facts.git_subdirectory}" if facts.git_subdirectory else source_dir
+            )
+            reqs = [f"{facts.package} @ file://{path}"]
     else:
+        if git_patches:
+            raise _problem(
+                "inference_engine_git_patches",
+                "apply to a git build: set inference_engine_git_ref (the base: a tag, a"
+                " branch or a pull request)",
+            )
+        patches, source_dir = [], ""
         if git_commit:
             raise _problem(
                 "inference_engine_git_commit", "needs inference_engine_git_ref (the ref it is of)"
@@ -190,8 +303,28 @@ def plan(
         engine=engine, source=source, version=version, git_repo=repo, git_ref=git_ref,
         git_commit=git_commit if source == "git" else "", python=python,
         requirements=(*reqs, *extra_packages), removed=tuple(removed), recipe=recipe,
-        app_dir=app_dir, build_env=env,
+        app_dir=app_dir, build_env=env, git_patches=tuple(patches),
+        patch_method=patch_method, source_dir=source_dir,
     )  # fmt: skip
+
+
+def _patches(given: Sequence[Mapping[str, str]], method: str) -> list[dict[str, str]]:
+    """The resolved patches ({ref, commit} each, the commit a full 40-hex one)."""
+    if method not in ("merge", "cherry-pick"):
+        raise _problem(
+            "inference_engine_git_patch_method", f"must be merge or cherry-pick (got {method!r})"
+        )
+    out = []
+    for index, item in enumerate(given):
+        ref = str(item.get("ref", "")) if isinstance(item, Mapping) else ""
+        commit = str(item.get("commit", "")) if isinstance(item, Mapping) else ""
+        if not ref or not _COMMIT.match(commit):
+            raise _problem(
+                f"inference_engine_git_patches[{index}]",
+                f"must be resolved to a full 40-hex commit (got {item!r})",
+            )
+        out.append({"ref": ref, "commit": commit})
+    return out
 
 
 def _cmdline(pid: int, proc: str) -> list[str]:

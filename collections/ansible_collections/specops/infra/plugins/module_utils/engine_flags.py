@@ -11,7 +11,9 @@ sglang.launch_server``) with ``--help``, and when that parser is about to print 
 it takes the parser's actions instead (option strings, arity, type, choices) and stops.
 For vLLM it also reads ``SpeculativeMethod``, ``MTPModelTypes`` and the
 ``SpeculativeConfig`` fields (``vllm/config/speculative.py``), which
-``--speculative-config`` JSON takes. The result is stored with the build
+``--speculative-config`` JSON takes; for SGLang, from its ``server_args.py``, the
+architectures whose MTP head NEXTN serves without a draft path
+(:func:`sglang_self_draft_architectures`). The result is stored with the build
 (``<venv>/.specops-engine-flags.json``) and in the audit record.
 
 What a pull-request build adds is read from that set, never declared by hand
@@ -26,6 +28,7 @@ Stdlib only: it runs on the managed host and on the controller
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -39,6 +42,7 @@ __all__ = [
     "FLAGS_FILE",
     "INTROSPECT",
     "LAUNCH_MODULES",
+    "SELF_DRAFT_KEY",
     "WINDOW_FLAGS",
     "FlagSetError",
     "capabilities",
@@ -46,6 +50,7 @@ __all__ = [
     "load_flag_set",
     "read_flag_set",
     "save_flag_set",
+    "sglang_self_draft_architectures",
 ]
 
 FLAGS_FILE = ".specops-engine-flags.json"
@@ -54,6 +59,9 @@ LAUNCH_MODULES: Mapping[str, str] = {f: d.launch_module for f, d in families().i
 # SGLang's draft KV window flag: 0.5.11 spells it the first way, later releases the
 # second (keeping the first as an alias).
 WINDOW_FLAGS = ("--speculative-dflash-draft-window-size", "--speculative-draft-window-size")
+# The flag set's ``speculative`` key listing the architectures SGLang's NEXTN serves
+# without a draft path (:func:`sglang_self_draft_architectures`).
+SELF_DRAFT_KEY = "nextn_self_draft_architectures"
 
 # Runs with the ENGINE's interpreter: argv = launch module, family. Prints one JSON line.
 INTROSPECT = r"""
@@ -112,6 +120,9 @@ speculative = {}
 if family == "sglang":
     algo = flags.get("--speculative-algorithm") or {}
     speculative["algorithms"] = algo.get("choices") or []
+    server_args = sys.modules.get("sglang.srt.server_args")
+    if server_args is not None and getattr(server_args, "__file__", None):
+        speculative["server_args_file"] = server_args.__file__
 else:
     def flat(tp):
         out = []
@@ -185,7 +196,67 @@ def read_flag_set(
         data = json.loads(lines[-1])
     except ValueError as exc:
         raise FlagSetError(f"{python}: the flag set is not JSON ({exc})") from None
+    speculative = data.get("speculative")
+    if isinstance(speculative, dict) and speculative.get("server_args_file"):
+        try:
+            with open(speculative["server_args_file"], encoding="utf-8") as fh:
+                source = fh.read()
+        except OSError:
+            source = ""
+        archs = sglang_self_draft_architectures(source) if source else None
+        if archs is not None:
+            speculative[SELF_DRAFT_KEY] = archs
     return check_flag_set(data, python)
+
+
+def sglang_self_draft_architectures(source: str) -> list[str] | None:
+    """The target architectures whose MTP head SGLang serves with NEXTN/EAGLE and no
+    ``--speculative-draft-model-path`` (it defaults the draft path to the model's own).
+
+    Read from SGLang's ``server_args.py`` source with ``ast``: the list in
+    ``ServerArgs._handle_speculative_decoding`` that a ``model_arch in [...]`` test checks
+    before ``self.speculative_draft_model_path = self.model_path`` (0.5.11: DeepSeek V3/V3.2,
+    GLM-4 MoE (+Lite, +DSA), Bailing MoE (V2, V2.5), Mistral Large 3, Pixtral, HY-V3;
+    not MiMo, not Qwen3-Next, not Qwen3.5). None when the source has no such test.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.FunctionDef) and node.name == "_handle_speculative_decoding"):
+            continue
+        for test in ast.walk(node):
+            if not (
+                isinstance(test, ast.If)
+                and isinstance(test.test, ast.Compare)
+                and isinstance(test.test.left, ast.Name)
+                and test.test.left.id == "model_arch"
+                and len(test.test.ops) == 1
+                and isinstance(test.test.ops[0], ast.In)
+                and isinstance(test.test.comparators[0], (ast.List, ast.Tuple))
+            ):
+                continue
+            if any(_sets_draft_path_to_model(stmt) for stmt in ast.walk(test)):
+                values = test.test.comparators[0].elts
+                return [
+                    v.value
+                    for v in values
+                    if isinstance(v, ast.Constant) and isinstance(v.value, str)
+                ]
+    return None
+
+
+def _sets_draft_path_to_model(node: ast.AST) -> bool:
+    """``self.speculative_draft_model_path = self.model_path``."""
+    return (
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Attribute)
+        and node.targets[0].attr == "speculative_draft_model_path"
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "model_path"
+    )
 
 
 def capabilities(flag_set: Mapping[str, Any]) -> list[str]:

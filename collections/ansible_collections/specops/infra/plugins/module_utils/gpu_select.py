@@ -27,6 +27,7 @@ Stdlib only: this runs on the PVE node (Python >= 3.7, like ``gpu``).
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -89,13 +90,27 @@ def matching_cards(
     if found:
         return found
     have = sorted({f"'{c.get('name')}' ({c.get('pci_id')})" for c in cards})
-    near = sorted({f"'{c.get('name')}'" for c in cards if _norm(model) in _norm(c.get("name", ""))})
-    hint = f"; did you mean {' or '.join(near)}?" if near else ""
+    near = _near(model, cards)
+    hint = f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
     raise GpuSelectError(
         where,
-        f"no card named {model!r} on {node} (have: {', '.join(have) or 'none'}): "
-        f"give {model_rule()}{hint}",
+        f"no card named {model!r} on {node}{hint} (have: {', '.join(have) or 'none'}): "
+        f"give {model_rule()}",
     )
+
+
+def _near(model: str, cards: Sequence[Card]) -> list[str]:
+    """The card names nearest to ``model``, nearest first (at most three): those that
+    contain it (``RTX A6000`` in ``NVIDIA RTX A6000``) or spell it closely."""
+    wanted = _norm(model)
+    names = sorted({str(c.get("name", "")) for c in cards if c.get("name")})
+    close = set(difflib.get_close_matches(wanted, [_norm(n) for n in names], n=3, cutoff=0.8))
+    found = [n for n in names if wanted in _norm(n) or _norm(n) in close]
+
+    def nearness(name: str) -> tuple[float, str]:
+        return (-difflib.SequenceMatcher(None, wanted, _norm(name)).ratio(), name)
+
+    return sorted(found, key=nearness)[:3]
 
 
 @dataclass(frozen=True)

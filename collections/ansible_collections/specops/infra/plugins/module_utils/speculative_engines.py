@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ansible_collections.specops.infra.plugins.module_utils import engine_flags as _installed
-from ansible_collections.specops.infra.plugins.module_utils.engines import ENGINES
+from ansible_collections.specops.infra.plugins.module_utils.engines import ENGINES, families
 from ansible_collections.specops.infra.plugins.module_utils.errors import ValidationError
 
 __all__ = [
@@ -125,40 +126,104 @@ class FlagList:
         return next((name for name in WINDOW_FLAGS if name in self.flags), None)
 
     def check_args(self, args: Sequence[str], field_name: str) -> None:
-        """Reject any token that the engine's parser would not accept.
+        """Reject any token that the engine's parser would not accept (the first problem).
 
         Flags must be spelled exactly as the engine defines them (no argparse
         abbreviations); values are checked for count, integer type and choices.
         """
+        problems, _values = self.scan(args, field_name)
+        if problems:
+            raise problems[0]
+
+    def scan(
+        self, args: Sequence[str], field_name: str, *, unknown_ok: bool = False
+    ) -> tuple[list[ValidationError], dict[str, list[str]]]:
+        """Every problem of ``args`` (all of them, in order) and what the known flags set:
+        ``dest`` -> its values (the last occurrence, as argparse keeps it; ``[]`` for a
+        switch). ``unknown_ok``: a flag this list lacks is no problem (a branch build's own
+        parser judges it on the node); its words are skipped."""
+        problems: list[ValidationError] = []
+        values_of: dict[str, list[str]] = {}
         index = 0
         while index < len(args):
-            token = args[index]
+            token = str(args[index])
             where = f"{field_name}[{index}]"
             if not token.startswith("--"):
-                raise ValidationError(where, f"expected a flag starting with '--' (got {token!r})")
+                problems.append(
+                    ValidationError(where, f"expected a flag starting with '--' (got {token!r})")
+                )
+                index += 1
+                continue
             name, eq, inline = token.partition("=")
             spec = self.flags.get(name)
+            index += 1
             if spec is None:
-                near = difflib.get_close_matches(name, list(self.flags), n=3, cutoff=0.8)
+                while index < len(args) and not str(args[index]).startswith("--"):
+                    index += 1  # its values, if any, go with it
+                if unknown_ok:
+                    continue
+                near = self.near(name)
                 hint = f"; did you mean {', '.join(near)}?" if near else ""
                 what = "the installed" if self.installed else "a"
-                raise ValidationError(
-                    where, f"{name} is not {what} {self.family} {self.version} flag{hint}"
+                problems.append(
+                    ValidationError(
+                        where, f"{name} is not {what} {self.family} {self.version} flag{hint}"
+                    )
                 )
-            values: list[str] = []
-            if eq:
-                values.append(inline)
-            index += 1
+                continue
+            values: list[str] = [inline] if eq else []
             while (
                 index < len(args)
-                and not args[index].startswith("--")
+                and not str(args[index]).startswith("--")
                 and (spec.nargs in ("*", "+") or len(values) < _max_values(spec.nargs))
             ):
-                values.append(args[index])
+                values.append(str(args[index]))
                 index += 1
-            _check_values(spec, name, values, where)
-            if spec.nargs == "0" and index < len(args) and not args[index].startswith("--"):
-                raise ValidationError(where, f"{name} takes no value (got {args[index]!r})")
+            after = str(args[index]) if index < len(args) else "--"
+            try:
+                _check_values(spec, name, values, where)
+                if spec.nargs == "0" and not after.startswith("--"):
+                    raise ValidationError(where, f"{name} takes no value (got {after!r})")
+            except ValidationError as exc:
+                problems.append(exc)
+                while index < len(args) and not str(args[index]).startswith("--"):
+                    index += 1
+                continue
+            values_of[spec.dest] = values
+        return problems, values_of
+
+    def near(self, name: str) -> list[str]:
+        """This list's flags nearest to ``name``, nearest first (at most three): those it
+        abbreviates (argparse would take ``--tp`` for ``--tp-size``; the check does not),
+        the engine's flag for the sizing concept the name says (``--tp``: vLLM's
+        ``--tensor-parallel-size``; ``--context-len``: its ``--max-model-len``), then the
+        closest spellings."""
+        flags = sorted(self.flags)
+        stem = name.removeprefix("--").lower()
+        found = sorted((f for f in flags if f.startswith(name) and f != name), key=len)
+        for concept, dest in _concepts(self.family):
+            if concept.search(stem):
+                found += sorted((f for f, s in self.flags.items() if s.dest == dest), key=len)
+        found += difflib.get_close_matches(name, flags, n=3, cutoff=0.8)
+        return list(dict.fromkeys(found))[:3]
+
+
+# Words an operator uses for a sizing flag, and the dest the engine's parser gives it
+# (the engine's own: its descriptor's context and memory dests; the parallel sizes are
+# the same dests in both parsers).
+@cache
+def _concepts(family: str) -> tuple[tuple[re.Pattern[str], str], ...]:
+    d = families().get(family)
+    out = [
+        (re.compile(r"^(tp|tensor)"), "tensor_parallel_size"),
+        (re.compile(r"^(pp|pipeline)"), "pipeline_parallel_size"),
+        (re.compile(r"^(dp|data-par)"), "data_parallel_size"),
+    ]
+    if d is not None and d.context_dest:
+        out.append((re.compile(r"context|model-len|max-len|ctx"), d.context_dest))
+    if d is not None and d.memory_fraction_dest:
+        out.append((re.compile(r"mem"), d.memory_fraction_dest))
+    return tuple(out)
 
 
 def _max_values(nargs: str) -> int:

@@ -9,14 +9,32 @@ profile field and the valid values, before anything is deployed.
 
 ``from_argv`` reads such an argv back (the property tests render, re-read and
 re-render).
+
+What an engine needs can depend on the target model's architecture: ``target``
+(:class:`TargetModel`: the model argument the unit passes and its config.json's
+``architectures``) lets the translator render it. SGLang's NEXTN serves a model's own MTP
+head; for most architectures it needs ``--speculative-draft-model-path`` set to the
+model itself. SGLang 0.5.11 defaults the draft path to the model only for the
+architectures in ``ServerArgs._handle_speculative_decoding``'s list (DeepSeek V3/V3.2,
+GLM-4 MoE, Bailing MoE, Mistral Large 3, Pixtral, HY-V3), read from its
+``server_args.py`` into the flag list (``nextn_self_draft_architectures``; an installed
+build's own file is read after every build); a MiMo target (``MiMoForCausalLM``, served
+by SGLang's ``MiMoMTP``) without it does not start. So method ``mtp`` on SGLang renders
+the model's own path unless the target's architecture is on that list, or the list is
+unknown and the architecture too (then the path is rendered: it is valid for every MTP
+architecture). vLLM's ``mtp`` takes the target as its own draft for every MTP model
+(``SpeculativeConfig.__post_init__``: ``self.model = self.target_model_config.model``)
+and needs nothing more. Without ``target`` the line is rendered as before.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
+from ansible_collections.specops.infra.plugins.module_utils.engine_flags import SELF_DRAFT_KEY
 from ansible_collections.specops.infra.plugins.module_utils.errors import ValidationError
 from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import Engine
 from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
@@ -26,16 +44,18 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative_profile 
 
 __all__ = [
     "SGLANG_ALGORITHM",
+    "TargetModel",
     "from_argv",
     "launch",
+    "sglang_mtp_draft_path",
     "to_argv",
     "to_env",
     "vllm_speculative_config",
 ]
 
 # profile method -> SGLang --speculative-algorithm (server_args.py, 0.5.11).
-# mtp is NEXTN with no draft path: SGLang rewrites NEXTN to EAGLE and serves the
-# model's own MTP head.
+# mtp is NEXTN: SGLang rewrites NEXTN to EAGLE and serves the model's own MTP head (with
+# the model's own folder as draft path where the architecture needs it: TargetModel).
 SGLANG_ALGORITHM: Final[Mapping[str, str]] = {
     "mtp": "NEXTN",
     "eagle": "EAGLE",
@@ -70,23 +90,68 @@ _VLLM_OWNED: Final = {
 DDTREE_TOPK_ENV: Final = "SGLANG_DDTREE_MAX_TOPK"
 
 
-def launch(profile: SpeculativeProfile, engine: Engine) -> tuple[list[str], dict[str, str]]:
+@dataclass(frozen=True)
+class TargetModel:
+    """The model a profile serves: ``path`` as the unit passes it (a directory or hub id)
+    and ``architectures`` from its config.json (empty: not known)."""
+
+    path: str
+    architectures: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str) or not self.path.strip():
+            raise ValidationError("target.path", f"must be a non-empty string (got {self.path!r})")
+        archs = self.architectures
+        if isinstance(archs, str) or not all(isinstance(a, str) and a for a in archs):
+            raise ValidationError(
+                "target.architectures",
+                f"must be a list of architecture names from config.json (got {archs!r})",
+            )
+        object.__setattr__(self, "architectures", tuple(archs))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> TargetModel:
+        """``{path, architectures}`` or ``{path, config}`` (a parsed config.json)."""
+        if not isinstance(data, Mapping) or "path" not in data:
+            raise ValidationError("target", "must be a mapping with path (and architectures)")
+        unknown = sorted(set(data) - {"path", "architectures", "config"})
+        if unknown:
+            raise ValidationError(
+                f"target.{unknown[0]}", "unknown key; valid keys: path, architectures, config"
+            )
+        archs = data.get("architectures")
+        config = data.get("config")
+        if archs is None and isinstance(config, Mapping):
+            archs = config.get("architectures")
+        if archs is None:
+            archs = ()
+        if isinstance(archs, str) or not isinstance(archs, Sequence):
+            raise ValidationError("target.architectures", f"must be a list (got {archs!r})")
+        return cls(str(data["path"]), tuple(archs))
+
+
+def launch(
+    profile: SpeculativeProfile, engine: Engine, *, target: TargetModel | None = None
+) -> tuple[list[str], dict[str, str]]:
     """The engine flags and the environment for ``profile``: one pass, both together.
 
     Every refusal is a :class:`ValidationError` naming the profile field; the
-    ``specops.infra.speculative_launch`` filter and the sweep call this.
+    ``specops.infra.speculative_launch`` filter and the sweep call this. ``target``:
+    the served model, for what its architecture needs (module docstring).
     """
-    argv = to_argv(profile, engine)
+    argv = to_argv(profile, engine, target=target)
     env: dict[str, str] = {}
     if profile.method == "ddtree" and profile.topk is not None:
         env[DDTREE_TOPK_ENV] = str(profile.topk)
     return argv, env
 
 
-def to_argv(profile: SpeculativeProfile, engine: Engine) -> list[str]:
+def to_argv(
+    profile: SpeculativeProfile, engine: Engine, *, target: TargetModel | None = None
+) -> list[str]:
     """The engine flags for ``profile`` (empty for method ``none`` without extra_args)."""
     if engine.family == "sglang":
-        argv = _sglang(profile, engine)
+        argv = _sglang(profile, engine, target)
         owned = _SGLANG_OWNED
     else:
         argv = _vllm(profile, engine)
@@ -97,9 +162,26 @@ def to_argv(profile: SpeculativeProfile, engine: Engine) -> list[str]:
     return rendered
 
 
-def to_env(profile: SpeculativeProfile, engine: Engine) -> dict[str, str]:
+def to_env(
+    profile: SpeculativeProfile, engine: Engine, *, target: TargetModel | None = None
+) -> dict[str, str]:
     """Environment variables the profile needs on this engine (after ``to_argv``'s checks)."""
-    return launch(profile, engine)[1]
+    return launch(profile, engine, target=target)[1]
+
+
+def sglang_mtp_draft_path(engine: Engine, target: TargetModel | None) -> str | None:
+    """The ``--speculative-draft-model-path`` SGLang's NEXTN needs for ``target``, or None.
+
+    None without a target (nothing known), or when the target's architecture is one
+    whose draft path SGLang defaults to the model (the flag list's
+    ``nextn_self_draft_architectures``); else the target's own path.
+    """
+    if target is None:
+        return None
+    defaults = engine.flags.values(SELF_DRAFT_KEY)
+    if target.architectures and target.architectures[0] in defaults:
+        return None
+    return target.path
 
 
 def _check_extra(profile: SpeculativeProfile, engine: Engine, owned: Mapping[str, str]) -> None:
@@ -117,7 +199,7 @@ def _unsupported(engine: Engine, name: str, value: object, why: str) -> Validati
     return ValidationError(f"speculative.{name}", f"{engine.label} {why} (got {value!r})")
 
 
-def _sglang(p: SpeculativeProfile, engine: Engine) -> list[str]:
+def _sglang(p: SpeculativeProfile, engine: Engine, target: TargetModel | None) -> list[str]:
     if p.method == "none":
         return []
     algorithm = SGLANG_ALGORITHM[p.method]
@@ -147,8 +229,9 @@ def _sglang(p: SpeculativeProfile, engine: Engine) -> list[str]:
             engine, "model_mtp_method", p.model_mtp_method, "takes no *_mtp name (vLLM only)"
         )
     argv = ["--speculative-algorithm", algorithm]
-    if p.draft_model is not None:
-        argv += ["--speculative-draft-model-path", p.draft_model]
+    own = sglang_mtp_draft_path(engine, target) if p.method == "mtp" else None
+    if p.draft_model is not None or own is not None:
+        argv += ["--speculative-draft-model-path", p.draft_model or str(own)]
     if p.draft_model_revision is not None:
         argv += ["--speculative-draft-model-revision", p.draft_model_revision]
     if p.method in CHAIN_METHODS:
@@ -258,14 +341,18 @@ def _vllm(p: SpeculativeProfile, engine: Engine) -> list[str]:
     return ["--speculative-config", json.dumps(config, separators=(",", ":"))]
 
 
-def from_argv(argv: Sequence[str], engine: Engine) -> SpeculativeProfile:
+def from_argv(
+    argv: Sequence[str], engine: Engine, *, target: TargetModel | None = None
+) -> SpeculativeProfile:
     """Read the speculative flags that :func:`to_argv` renders back into a profile.
 
-    Flags the translator does not own become ``extra_args``, in order.
+    Flags the translator does not own become ``extra_args``, in order. An SGLang NEXTN
+    line's draft path that is ``target``'s own path was rendered from the target, not
+    from the profile, and is not read back into it.
     """
     engine.flags.check_args(argv, "argv")
     if engine.family == "sglang":
-        return _from_sglang(list(argv))
+        return _from_sglang(list(argv), target)
     return _from_vllm(list(argv))
 
 
@@ -279,7 +366,7 @@ _SGLANG_INT: Final = {
 }
 
 
-def _from_sglang(argv: list[str]) -> SpeculativeProfile:
+def _from_sglang(argv: list[str], target: TargetModel | None = None) -> SpeculativeProfile:
     values: dict[str, Any] = {}
     extra: list[str] = []
     index = 0
@@ -302,6 +389,12 @@ def _from_sglang(argv: list[str]) -> SpeculativeProfile:
                 index += 1
             continue
         index += 2
+    if (
+        values.get("method") == "mtp"
+        and target is not None
+        and values.get("draft_model") == target.path
+    ):
+        del values["draft_model"]
     values["extra_args"] = extra
     return SpeculativeProfile.from_mapping(values)
 

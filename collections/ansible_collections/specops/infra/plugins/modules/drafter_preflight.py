@@ -28,6 +28,17 @@ description:
   - The same code backs C(specops profile check-drafter) on the controller.
 version_added: "0.1.0"
 author: specops maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - specops.infra.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - It changes nothing; check mode is the same run.
+  diff_mode:
+    support: N/A
+    details:
+      - It changes nothing.
 options:
   method:
     description: The profile's method.

@@ -15,8 +15,17 @@ description:
   - Writes them to C(<venv>/.specops-engine-flags.json) (the flag set the speculative
     translator checks profiles and engine arguments against) unless a valid file is there.
   - Returns the capabilities the build's flags show (C(ddtree), C(draft_window)).
-version_added: "0.3.0"
+version_added: "0.1.0"
 author: specops maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - specops.infra.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode it reads an existing flags file and writes none.
+  diff_mode:
+    support: none
 options:
   venv:
     description: The engine venv (its C(bin/python) runs the parser).

@@ -15,6 +15,17 @@ description:
   - Runs on the controller (delegated to localhost); check mode is the same run.
 version_added: "0.1.0"
 author: specops maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - specops.infra.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - It changes nothing; check mode is the same run.
+  diff_mode:
+    support: N/A
+    details:
+      - It changes nothing.
 options:
   records:
     description:

@@ -21,6 +21,17 @@ description:
   - Writes nothing; check mode is the same run.
 version_added: "0.1.0"
 author: specops maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - specops.infra.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - It changes nothing; check mode is the same run.
+  diff_mode:
+    support: N/A
+    details:
+      - It changes nothing.
 options:
   paths:
     description: Device paths to look at (the node evidence's C(paths)).
@@ -72,7 +83,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 evidence:
-  description: devices, nvidia_smi, userspace, cuda, server (see module_utils/gpu_doctor_evidence.py).
+  description: devices, nvidia_smi, userspace, cuda, server, build (the engine build its unit runs; see module_utils/gpu_doctor_evidence.py).
   returned: always
   type: dict
 """

@@ -19,6 +19,17 @@ description:
   - Read-only (C(pct status) is the only command); check mode is the same run.
 version_added: "0.1.0"
 author: specops maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - specops.infra.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - It changes nothing; check mode is the same run.
+  diff_mode:
+    support: N/A
+    details:
+      - It changes nothing.
 options:
   vmids:
     description: Containers of this node to read.

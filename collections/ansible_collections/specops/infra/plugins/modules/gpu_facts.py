@@ -14,6 +14,17 @@ description:
   - Each root can be pointed at a simulated or recorded host tree for tests.
 version_added: "0.1.0"
 author: specops maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - specops.infra.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - It changes nothing; check mode is the same run.
+  diff_mode:
+    support: N/A
+    details:
+      - It changes nothing.
 options:
   root:
     description: File system root; every other root defaults to a path under it.

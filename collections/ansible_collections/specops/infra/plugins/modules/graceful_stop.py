@@ -17,6 +17,15 @@ description:
   - An inactive or unknown unit is left as it is (C(changed=false)).
 version_added: "0.1.0"
 author: specops maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - specops.infra.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode it reports whether it would stop the unit.
+  diff_mode:
+    support: none
 options:
   unit:
     description: The systemd unit to stop.

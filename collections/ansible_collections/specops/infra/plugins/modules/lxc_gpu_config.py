@@ -22,6 +22,15 @@ description:
     module reports a change and the container runs.
 version_added: "0.1.0"
 author: specops maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - specops.infra.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode nothing is written.
+  diff_mode:
+    support: full
 options:
   vmid:
     description: The container's VMID; its conf must exist on this node.

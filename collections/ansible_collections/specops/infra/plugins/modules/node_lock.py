@@ -17,8 +17,17 @@ description:
     release (C(held false)) and names who held the lock last.
   - Never reports C(changed); the lock is bookkeeping, not the node's wanted state (a
     converged node stays C(changed=0) on every run).
-version_added: "0.1.0"
+version_added: "0.2.0"
 author: specops maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - specops.infra.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode it takes, renews and releases nothing: it reports the holder it finds and whether the run would take or release the lock.
+  diff_mode:
+    support: none
 options:
   root:
     description: The node's root (C(/); the lab's node tree).

@@ -18,8 +18,17 @@ description:
     the refresh. With I(state=query) it only reads the marker. The return value I(owed) says
     whether the refresh is owed after the step, so a task notifies its handler with
     C(changed_when) on it, and a run that finds a marker an earlier run left does the refresh.
-version_added: "0.1.0"
+version_added: "0.2.0"
 author: specops maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - specops.infra.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode it reports what it would write or remove.
+  diff_mode:
+    support: none
 options:
   path:
     description: The marker file (its folder is made when missing).

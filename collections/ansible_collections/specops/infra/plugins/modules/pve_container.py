@@ -22,6 +22,15 @@ description:
     the creation as the planned change.
 version_added: "0.1.0"
 author: specops maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - specops.infra.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode nothing is written through the API.
+  diff_mode:
+    support: full
 options:
   api_host:
     description: PVE API host (a node of the cluster).
@@ -70,9 +79,11 @@ options:
     description: Seconds to wait for each PVE task.
     type: int
     default: 300
+requirements:
+  - proxmoxer >= 2.0 and requests, on the host it runs on (the controller; the collection's
+    meta/ee-requirements.txt puts them in an execution environment)
 notes:
   - Supports check mode and diff mode; in check mode nothing is written.
-  - Needs proxmoxer on the host it runs on (the controller).
 """
 
 EXAMPLES = r"""

@@ -19,6 +19,17 @@ description:
     controller-side sweep and rollout import too.
 version_added: "0.1.0"
 author: specops maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - specops.infra.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - It changes nothing; check mode is the same run.
+  diff_mode:
+    support: N/A
+    details:
+      - It changes nothing.
 options:
   url:
     description: Base URL of the server, as seen from the managed host.

@@ -18,8 +18,17 @@ description:
   - V(maint) - out of the backend at once, health checks stopped (nothing waited for).
   - The state is runtime state. The router role keeps it across a reload
     (C(server-state-file)); a restart of HAProxy puts every server back to ready.
-version_added: "0.1.0"
+version_added: "0.2.0"
 author: specops maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - specops.infra.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode it changes nothing in HAProxy: it reports the server's state now and whether its admin state would change.
+  diff_mode:
+    support: none
 options:
   socket:
     description: HAProxy's admin runtime socket.

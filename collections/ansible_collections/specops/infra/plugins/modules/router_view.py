@@ -14,8 +14,17 @@ description:
   - With I(save_state), also writes C(show servers state) to that file (what
     C(load-server-state-from-file) reads at a reload, so that a drained server stays
     drained across it); the router role does it before each reload.
-version_added: "0.1.0"
+version_added: "0.2.0"
 author: specops maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - specops.infra.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Read only; in check mode it does not write I(save_state).
+  diff_mode:
+    support: none
 options:
   socket:
     description: HAProxy's admin runtime socket.

@@ -38,8 +38,17 @@ description:
     output as the reference before it stops it, when none fits.
   - One round trip from the controller for the whole change; the returned identities
     (before and after) are what a rollout or sweep records.
-version_added: "0.2.0"
+version_added: "0.1.0"
 author: specops maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - specops.infra.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode nothing is written or restarted; the running server is probed once.
+  diff_mode:
+    support: full
 options:
   name:
     description: The systemd unit (e.g. C(specops-qwen3.6-27b.service)).

@@ -30,6 +30,15 @@ description:
   - Check mode reports the plan and writes nothing.
 version_added: "0.1.0"
 author: specops maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - specops.infra.attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode no card is moved; the result lists the functions it would move.
+  diff_mode:
+    support: none
 options:
   addresses:
     description: Cards to release, by PCI address (C(0000:01:00.0), C(0000:01:00) or C(01:00)).

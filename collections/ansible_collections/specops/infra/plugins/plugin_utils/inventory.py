@@ -16,12 +16,15 @@ name (did-you-mean when near one) or any PCI ``vendor:device`` id; a count an in
 VM, an address that is on the node) is checked by :func:`node_card_problems` on the node's
 GPU facts, read before the first change (``playbooks/preflight-nodes.yml``).
 
+Each serving container's engine is checked as a whole (``module_utils/serving_check.py``,
+stated once by its ``inference_engine_*`` variables): the model's pin (the rule the
+``inference_engine`` role applies, ``engine_build.model_pin``), the recorded flag list of
+that version, the speculative profile, every engine argument, TP x PP against its cards,
+``CUDA_VISIBLE_DEVICES``, the context length and the memory fraction.
+
 The roles' own rules run here too, on the controller, when the preflight names the
-roles directory (``roles``): the engine/model pin and the engine agreement are the
-roles' own ``assert`` tasks (``inference_engine``'s "not older than the model needs",
-``inference_service``'s "matches what inference_engine installed"), evaluated with
-Ansible's templar over the role's defaults, the host's variables and the role's vars, so
-the message is the role's; each variable the inventory sets is validated against the
+roles directory (``roles``): their defaults (the model pins) under the host's
+variables; each variable the inventory sets is validated against the
 ``meta/argument_specs.yml`` option that declares it, with Ansible's own
 ``ArgumentSpecValidator``; and a secret (an option the specs mark ``no_log``, or an
 ``inference_service_environment`` key the unit refuses) written in plain text is named
@@ -34,21 +37,17 @@ serving containers ask for.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ansible.errors import AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.parsing.dataloader import DataLoader
 from ansible.parsing.vault import VaultHelper, is_encrypted_file
-from ansible.template import Templar
 from ansible_collections.specops.infra.plugins.module_utils.errors import (
-    SpecopsError,
     ValidationError,
 )
 from ansible_collections.specops.infra.plugins.module_utils.gpu import PciAddress
@@ -60,15 +59,10 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_select import (
     select_free,
 )
 from ansible_collections.specops.infra.plugins.module_utils.service_unit import SECRET_KEY
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import (
-    ENGINE_NAMES,
-    Engine,
-    known_versions,
+from ansible_collections.specops.infra.plugins.module_utils.serving_check import (
+    Serving,
+    serving_problems,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
-    SpeculativeProfile,
-)
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import to_argv
 from ansible_collections.specops.infra.plugins.module_utils.vfio import (
     VfioReleaseError,
     parse_request,
@@ -78,12 +72,13 @@ __all__ = [
     "CONTAINER_GPU_VARS",
     "MAX_GPUS",
     "NODE_GPU_VARS",
+    "REMOVED_VARS",
     "REQUIRED_GROUPS",
     "NodeRelease",
     "gpu_request_problems",
     "inventory_problems",
     "node_card_problems",
-    "role_problems",
+    "role_defaults",
     "secret_problems",
     "spec_options",
     "type_problems",
@@ -99,6 +94,16 @@ CONTAINER_GPU_VARS = (
 )  # fmt: skip
 NODE_GPU_VARS = ("vfio_release_addresses", "vfio_release_model", "vfio_release_count")
 _PCI_ID = re.compile(r"^\s*[0-9a-fA-F]{4}:[0-9a-fA-F]{4}\s*$")
+# Variables an older inventory may still set, and what states the fact now (one truth:
+# an inventory that still sets them would believe it chose something it did not).
+_ONCE = "the engine is stated once, by inference_engine ({}); remove this variable"
+REMOVED_VARS = {
+    "inference_service_engine": _ONCE.format("inference_engine_engine"),
+    "inference_service_engine_version": _ONCE.format(
+        "inference_engine_version; empty takes the model's pin"
+    ),
+    "inference_service_engine_capabilities": _ONCE.format("inference_engine_capabilities"),
+}
 
 
 def _model_problem(model: str) -> str | None:
@@ -110,12 +115,8 @@ def _model_problem(model: str) -> str | None:
     products = [{"name": p.name, "pci_id": p.pci_id} for p in CATALOGUE]
     try:
         matching_cards(products, model, node="the GPU catalogue")
-    except GpuSelectError as exc:
-        problem = exc.problem
-        if "did you mean" not in problem:
-            near = difflib.get_close_matches(model, [p.name for p in CATALOGUE], n=1, cutoff=0.7)
-            problem += f"; did you mean {near[0]!r}?" if near else ""
-        return problem + "; a card the catalogue lacks is asked for by its PCI id"
+    except GpuSelectError as exc:  # the nearest names first, then the catalogue
+        return exc.problem + "; a card the catalogue lacks is asked for by its PCI id"
     return None
 
 
@@ -168,7 +169,13 @@ def gpu_request_problems(host: str, hv: Mapping[str, Any], names: Sequence[str])
 
 
 def _serving_problems(
-    host: str, hv: Mapping[str, Any], nodes: Sequence[str], vmids: dict[int, str]
+    host: str,
+    hv: Mapping[str, Any],
+    nodes: Sequence[str],
+    vmids: dict[int, str],
+    defaults: Mapping[str, Any] | None = None,
+    *,
+    cards_known: bool = True,
 ) -> list[str]:
     problems: list[str] = []
     node = hv.get("pve_container_node")
@@ -188,47 +195,16 @@ def _serving_problems(
         problems.append(f"{host}: pve_container_vmid: {vmid} is also used by {vmids[vmid]}")
     else:
         vmids[vmid] = host
-    engine = hv.get("inference_service_engine")
-    version = hv.get("inference_service_engine_version")
-    if "inference_service_speculative" in hv and engine and version:
-        try:
-            caps = [str(c) for c in hv.get("inference_service_engine_capabilities") or ()]
-            profile = SpeculativeProfile.from_mapping(
-                hv["inference_service_speculative"], prefix="inference_service_speculative"
-            )
-            # A version with no recorded flag list (vLLM 0.20.1, a PR build) is checked
-            # on the node against the installed build's own flags; here, its shape only.
-            if str(engine) not in ENGINE_NAMES or _recorded(str(engine), str(version)):
-                to_argv(profile, Engine.parse(str(engine), str(version), caps))
-        except ValidationError as exc:
-            # The translator names profile fields ``speculative.*``: say the variable.
-            field = exc.field
-            if field.startswith("speculative"):
-                field = "inference_service_speculative" + field.removeprefix("speculative")
-            problems.append(f"{host}: {field}: {exc.problem}")
-        except SpecopsError as exc:
-            problems.append(f"{host}: {exc}")
+    if hv.get("inference_engine_engine"):
+        serving = Serving.from_vars(hv, defaults or {})
+        if not cards_known:  # a card request that is refused: no count to divide
+            serving = replace(serving, cards=None)
+        problems.extend(f"{host}: {name}: {text}" for name, text in serving_problems(serving))
     return problems
-
-
-def _recorded(engine: str, version: str) -> bool:
-    """Whether ``engine`` ``version`` has a recorded flag list (else the node checks it)."""
-    known = known_versions(engine)
-    return version in known or sum(v.startswith(version + ".") for v in known) == 1
 
 
 # ---------------------------------------------------------------------------------------
 # The roles' own rules, on the controller (``roles``: the repository's roles directory).
-
-# (role, the name of its assert task in tasks/preflight.yml, the variable a failure names,
-# the roles that run before it on the host: their defaults and vars count, and their
-# published facts as the role's later tasks read them).
-ROLE_ASSERTS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
-    ("inference_engine", "Ensure the engine version is not older than the model needs.",
-     "inference_engine_version", ()),
-    ("inference_service", "Ensure the engine build matches what inference_engine installed.",
-     "inference_service_engine", ("inference_engine",)),
-)  # fmt: skip
 
 _LOADER = DataLoader()
 
@@ -240,47 +216,13 @@ def _role_file(roles: Path, role: str, name: str) -> Any:
     return _LOADER.load_from_file(str(path), trusted_as_template=True) if path.exists() else None
 
 
-def _published_facts(roles: Path, role: str) -> dict[str, Any]:
-    """What ``role`` publishes as ``<role>_facts`` in its tasks/facts.yml (the templates,
-    rendered lazily against the host's variables where a later role reads them)."""
-    for task in _role_file(roles, role, "tasks/facts.yml") or ():
-        facts = (task.get("ansible.builtin.set_fact") or {}).get(f"{role}_facts")
-        if isinstance(facts, Mapping):
-            return {f"{role}_facts": dict(facts)}
-    return {}
-
-
-def role_problems(host: str, raw: Mapping[str, Any], roles: Path) -> list[str]:
-    """The roles' own asserts (:data:`ROLE_ASSERTS`) for one serving host, evaluated by
-    Ansible's templar with Ansible's precedence (role defaults < the host's variables <
-    role vars); each failure is the role's own message under the host and variable. A
-    role's assert whose variables do not render on the controller (a template that needs
-    the node) is left to the role."""
-    problems: list[str] = []
-    for role, name, variable, before in ROLE_ASSERTS:
-        tasks = _role_file(roles, role, "tasks/preflight.yml") or ()
-        task = next((t for t in tasks if t.get("name") == name), None)
-        if task is None:
-            raise ValidationError(f"roles/{role}/tasks/preflight.yml", f"has no task {name!r}")
-        check = task["ansible.builtin.assert"]
-        variables: dict[str, Any] = {}
-        for r in (*before, role):
-            variables.update(_role_file(roles, r, "defaults/main.yml") or {})
-        variables.update(raw)
-        for r in (*before, role):
-            variables.update(_role_file(roles, r, "vars/main.yml") or {})
-            if r != role:
-                variables.update(_published_facts(roles, r))
-        templar = Templar(loader=_LOADER, variables=variables)
-        try:
-            that = check["that"] if isinstance(check["that"], list) else [check["that"]]
-            if all(templar.evaluate_conditional(c) for c in that):
-                continue
-            message = " ".join(str(templar.template(check["fail_msg"])).split())
-        except AnsibleError:
-            continue
-        problems.append(f"{host}: {variable}: {message}")
-    return problems
+def role_defaults(roles: Path) -> dict[str, Any]:
+    """The serving roles' defaults (``inference_engine``'s model pins among them): what a
+    host's engine check reads under the host's own variables."""
+    merged: dict[str, Any] = {}
+    for role in ("inference_engine", "inference_service"):
+        merged.update(_role_file(roles, role, "defaults/main.yml") or {})
+    return merged
 
 
 @cache
@@ -484,8 +426,9 @@ def inventory_problems(
     ``hostvars``: each host's variables as the roles will see them (rendered). ``raw``:
     the same unrendered, as the inventory wrote them (to tell a template that reads a
     vaulted variable from a secret written out; default ``hostvars``). ``roles``: the
-    roles directory; given, the roles' own rules run too (:func:`role_problems`,
-    :func:`type_problems`, :func:`secret_problems`)."""
+    roles directory; given, the roles' own rules run too (their defaults under each
+    serving host's engine check, :func:`type_problems`, :func:`secret_problems`). A
+    host's problems are listed together (the nodes' first, then each container's)."""
     problems = [
         f"inventory: group {g} is missing (see inventory/example/hosts.yml)"
         for g in REQUIRED_GROUPS
@@ -493,10 +436,15 @@ def inventory_problems(
     ]
     if problems:
         return problems
+    by_host: dict[str, list[str]] = {}
+    defaults: dict[str, Any] = {}
     if roles is not None:
         if not (Path(roles) / "inference_engine" / "tasks" / "preflight.yml").is_file():
             return [f"preflight: roles={roles}: not the specops roles directory"]
-        problems.extend(_role_rule_problems(groups, hostvars, raw or hostvars, Path(roles)))
+        by_host = _role_rule_problems(groups, hostvars, raw or hostvars, Path(roles))
+        defaults = role_defaults(Path(roles))
+        for host in groups["pve_nodes"]:
+            problems.extend(by_host.pop(host, []))
     nodes = list(groups["pve_nodes"])
     vmids: dict[int, str] = {}
     bad_gpus: set[str] = set()  # nodes with a container whose request is wrong
@@ -508,17 +456,32 @@ def inventory_problems(
             )
             continue
         hv = hostvars[host]
-        problems.extend(_serving_problems(host, hv, nodes, vmids))
+        problems.extend(by_host.pop(host, []))
+        gpu: list[str] = []
         if str(hv.get("lxc_gpu_passthrough_state", "present")) != "absent":
             gpu = gpu_request_problems(host, hv, CONTAINER_GPU_VARS)
-            problems.extend(gpu)
-            if gpu:
-                bad_gpus.add(str(hv.get("pve_container_node")))
-    for node in nodes:
+        problems.extend(_serving_problems(host, hv, nodes, vmids, defaults, cards_known=not gpu))
+        problems.extend(gpu)
+        if gpu:
+            bad_gpus.add(str(hv.get("pve_container_node")))
+    problems.extend(p for p in _node_problems(groups, hostvars, bad_gpus) if p not in problems)
+    return problems
+
+
+def _node_problems(
+    groups: Mapping[str, Sequence[str]],
+    hostvars: Mapping[str, Mapping[str, Any]],
+    bad_gpus: set[str],
+) -> list[str]:
+    """Each PVE node's batching settings and the cards it releases (its own request, or
+    what its containers ask for together); ``bad_gpus``: nodes whose containers' requests
+    were already refused."""
+    problems: list[str] = []
+    for node in groups["pve_nodes"]:
         if node in groups["serving"]:
-            continue  # named above
+            continue  # named by the caller
         hv = hostvars.get(node, {})
-        problems.extend(p for p in batching_problems(node, hv) if p not in problems)
+        problems.extend(batching_problems(node, hv))
         if any(k in hv for k in NODE_GPU_VARS):  # the node's own request stands
             problems.extend(gpu_request_problems(node, hv, NODE_GPU_VARS))
         elif node not in bad_gpus:
@@ -534,19 +497,23 @@ def _role_rule_problems(
     hostvars: Mapping[str, Mapping[str, Any]],
     raw: Mapping[str, Mapping[str, Any]],
     roles: Path,
-) -> list[str]:
-    """The roles' rules for every host of pve_nodes and serving: types from the argument
-    specs, plain-text secrets, and (serving hosts) the roles' cross-variable asserts."""
+) -> dict[str, list[str]]:
+    """The roles' rules for every host of pve_nodes and serving, per host: types from the
+    argument specs and plain-text secrets."""
     options = spec_options(roles)
-    problems: list[str] = []
+    problems: dict[str, list[str]] = {}
     both = set(groups["pve_nodes"]) & set(groups["serving"])
     for host in dict.fromkeys([*groups["pve_nodes"], *groups["serving"]]):
         if host in both:
             continue  # named by the caller
-        problems.extend(type_problems(host, hostvars.get(host, {}), options))
-        problems.extend(secret_problems(host, raw.get(host, {}), options))
-        if host in groups["serving"]:
-            problems.extend(role_problems(host, raw.get(host, {}), roles))
+        lines = [
+            f"{host}: {old}: no longer read: {new}"
+            for old, new in REMOVED_VARS.items()
+            if old in raw.get(host, {})
+        ]
+        lines += type_problems(host, hostvars.get(host, {}), options)
+        lines += secret_problems(host, raw.get(host, {}), options)
+        problems[host] = lines
     return problems
 
 

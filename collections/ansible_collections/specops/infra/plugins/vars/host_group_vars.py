@@ -13,7 +13,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: host_group_vars
-version_added: 0.1.0
+version_added: "0.1.0"
 short_description: Load group_vars and host_vars as Ansible does, naming the file of a syntax error
 description:
   - Ansible's C(ansible.builtin.host_group_vars) (its functions; same files, order and options).
