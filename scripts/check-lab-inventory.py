@@ -11,7 +11,9 @@ inventory/example/group_vars/<group>, reused whole) and at most one overlay file
 
 and fails on any difference that inventory/lab/differences.yml does not list with a
 reason, on a listed key that no longer differs (the list stays true), on a group
-directory that is not shaped as above, and on a file that does not parse (named with
+directory that is not shaped as above, on an inventory/lab-router (the lab with a
+router in front of two serving containers) that is not inventory/lab's variables
+(links) and hosts plus its own, and on a file that does not parse (named with
 its line). Values are compared as written (templates
 unrendered). Exit 0 when every difference is explained.
 
@@ -28,14 +30,15 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 OVERLAY = "lab.yml"
-LAB = EXAMPLE = ALLOWLIST = ROOT
+LAB = EXAMPLE = ALLOWLIST = LAB_ROUTER = ROOT
 
 
 def _use(root: Path) -> None:
-    global LAB, EXAMPLE, ALLOWLIST  # noqa: PLW0603  (a script's paths, set once from argv)
+    global LAB, EXAMPLE, ALLOWLIST, LAB_ROUTER  # noqa: PLW0603  (a script's paths, set once from argv)
     LAB = root / "inventory" / "lab"
     EXAMPLE = root / "inventory" / "example"
     ALLOWLIST = LAB / "differences.yml"
+    LAB_ROUTER = root / "inventory" / "lab-router"
 
 
 class Unreadable(Exception):
@@ -89,6 +92,28 @@ def _shape_problems() -> list[str]:
     for want in sorted((EXAMPLE / "group_vars").iterdir()):
         if not (LAB / "group_vars" / want.name / "example").exists():
             problems.append(f"group_vars/{want.name}: the lab does not reuse the example's")
+    return problems + _lab_router_problems()
+
+
+def _lab_router_problems() -> list[str]:
+    """inventory/lab-router: inventory/lab's group_vars and host_vars (links), every host
+    of inventory/lab in the same groups, and hosts of its own (their host_vars are the
+    lab's, checked with them)."""
+    if not LAB_ROUTER.exists():
+        return []
+    problems = []
+    for group_dir in sorted((LAB / "group_vars").iterdir()):
+        link = LAB_ROUTER / "group_vars" / group_dir.name
+        if not link.is_symlink() or link.resolve() != group_dir.resolve():
+            problems.append(f"lab-router/group_vars/{group_dir.name}: must link to {group_dir}")
+    link = LAB_ROUTER / "host_vars"
+    if not link.is_symlink() or link.resolve() != (LAB / "host_vars").resolve():
+        problems.append(f"lab-router/host_vars: must link to {LAB / 'host_vars'}")
+    router_groups = _groups_of(LAB_ROUTER / "hosts.yml")
+    for group, hosts in sorted(_groups_of(LAB / "hosts.yml").items()):
+        missing = sorted(set(hosts) - set(router_groups.get(group, [])))
+        if missing:
+            problems.append(f"lab-router/hosts.yml: {group} lacks {', '.join(missing)} (the lab's)")
     return problems
 
 
@@ -106,6 +131,9 @@ def differences() -> dict[str, dict[str, str]]:
             elif example[key] != value:
                 out.setdefault(group_dir.name, {})[key] = f"{example[key]!r} -> {value!r}"
     lab_groups, example_groups = _groups_of(LAB / "hosts.yml"), _groups_of(EXAMPLE / "hosts.yml")
+    if (LAB_ROUTER / "hosts.yml").is_file():  # its own hosts' host_vars are the lab's
+        for group, hosts in _groups_of(LAB_ROUTER / "hosts.yml").items():
+            lab_groups[group] = sorted(set(lab_groups.get(group, [])) | set(hosts))
     for group, hosts in sorted(lab_groups.items()):
         known: set[str] = set()
         for host in example_groups.get(group, []):

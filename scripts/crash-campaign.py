@@ -34,6 +34,10 @@ node runs before its driver install, which a chain cannot. Faults that are no
 controller kill: ``engine`` (the engine SIGKILLed by its unit during a benchmark cell and
 during the readiness gate) and ``reboot-fail`` (a lab node's emulated reboot does not
 come back): each must fail clearly, change nothing by half, and a re-run converge.
+``lock`` kills speculative-apply.yml while it holds pve-b's node lock (issue 51): the
+re-run takes the lock over, saying from whom. After every kill of every scenario on the
+lab's nodes the killed run's node locks stay held, and the run after it must take each
+over with a message; after a run that completes, no node lock is held.
 ``--chain`` kills one run
 at every point in turn (counted in each run) and lets the last re-run finish: the cost
 of one run plus the repeated prefixes (the CI test does this).
@@ -90,6 +94,8 @@ CT_HOST = "lab-ct801"
 PORT = 8000
 # Where the roles record a refresh owed for changed files until it ran (pending_refresh).
 PENDING = "var/lib/specops/pending"
+# The node lock's record on a node (module_utils/node_lock.LOCK_PATH).
+NODE_LOCK = "var/lib/specops/lock/node.json"
 _TASK = re.compile(r"^TASK \[")
 # An ansible-playbook recap line (tests/deploy/test_deploy_lab.py reads runs with it too).
 RECAP = re.compile(
@@ -452,7 +458,11 @@ def lab_state() -> LabState:
 # units' process and invocation ids, the node tools' call logs. Everything else in a
 # node tree (its /etc, module and driver state, sysfs bindings, device nodes, PVE
 # configs) a converged re-run must leave byte for byte as a clean run does.
-_VOLATILE = re.compile(r"^(proc/sys/kernel/random/boot_id|var/log/.*|.*\.pid)$")
+# The node lock's record (roles/node_lock) names the run that held it last and when:
+# checked by node_lock_problems instead.
+_VOLATILE = re.compile(
+    r"^(proc/sys/kernel/random/boot_id|var/log/.*|.*\.pid|var/lib/specops/lock/.*)$"
+)
 _UNIT_STATE = ("ActiveState", "SubState", "Result")
 
 
@@ -534,6 +544,42 @@ def _held_locks() -> list[str]:
                 except BlockingIOError:
                     held.append(f"{name}: {lock.name} still held")
     return held
+
+
+def node_locks() -> dict[str, dict[str, Any]]:
+    """Each lab node's node-lock record (roles/node_lock) that says it is held."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, root in _nodes().items():
+        path = root / NODE_LOCK
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("held"):
+            out[name] = record
+    return out
+
+
+def node_lock_problems() -> list[str]:
+    """After a run that completed: no node lock is held (its end released them)."""
+    return [
+        f"{name}: node lock still held by {rec.get('holder', {}).get('id')} after the run"
+        for name, rec in sorted(node_locks().items())
+    ]
+
+
+def takeover_problems(held: dict[str, dict[str, Any]], output: str) -> list[str]:
+    """The run after a kill took over each node lock the killed run held, saying so."""
+    said = " ".join(output.split())
+    problems = []
+    for name, rec in sorted(held.items()):
+        pid = rec.get("holder", {}).get("pid")
+        if f"node lock: {name}: took the lock over from" not in said or f"pid {pid})" not in said:
+            problems.append(
+                f"{name}: the killed run's node lock (pid {pid}) was not taken over with a"
+                " message by the next run"
+            )
+    return problems
 
 
 def settle(timeout: float = 600) -> list[str]:
@@ -696,6 +742,7 @@ def check_after(
         problems.append(f"re-run rc {final.rc}: {final.output[-1500:]}")
         return problems
     problems += conf_problems(before, reference)
+    problems += node_lock_problems()
     problems += boot_problems()
     problems += serving_problems()
     problems += record_problems(_results_dir())
@@ -761,9 +808,11 @@ def deploy_campaign(
         expire_facts_for(point)
         seg = run_segment(DEPLOY, point, env=_env(), log=logs / f"k{k:03d}-killed.log")
         problems = [f"after the kill: {p}" for p in settle() or conf_problems(before)]
+        held = node_locks()  # the killed run's locks: the re-run takes them over
         if not seg.killed:
             problems.append(f"the run ended (rc {seg.rc}) before its task {k}")
         final = run_segment(DEPLOY, None, env=_env(), log=logs / f"k{k:03d}-rerun.log")
+        problems += takeover_problems(held, final.output)
         idem = idempotent_every > 0 and i % idempotent_every == 0
         problems += check_after(final, before, reference, idempotent=idem)
         outcomes.append(Outcome("deploy", str(k), not problems, problems, time.monotonic() - start))
@@ -805,6 +854,7 @@ def host_campaign(
         expire_facts_for(point)
         seg = run_segment(HOST, point, env=_env(), log=logs / f"k{k:03d}-killed.log")
         problems = [f"after the kill: {p}" for p in settle() or conf_problems(before)]
+        held = node_locks()
         hit = task_positions(seg.output)
         if not seg.killed:
             problems.append(f"the run ended (rc {seg.rc}) before its task {k}")
@@ -814,7 +864,8 @@ def host_campaign(
         if final.rc != 0:
             problems.append(f"re-run rc {final.rc}: {final.output[-1500:]}")
         else:
-            problems += conf_problems(before) + boot_problems()
+            problems += conf_problems(before) + boot_problems() + node_lock_problems()
+            problems += takeover_problems(held, final.output)
             left = state_differences(reference, node_state())
             problems += [f"not as a clean run: {d}" for d in left]
             if idempotent_every > 0 and i % idempotent_every == 0:
@@ -1155,6 +1206,36 @@ ROLLOUT_POINTS = (
 )
 
 
+# speculative-apply.yml killed in the service step (the unit written, the server
+# restarting, its readiness gate under way) while the run holds pve-b's node lock.
+LOCK_POINT = KillAt("inference_service : Ensure the server runs this unit", after_s=5)
+APPLY = (*DEPLOY[:3], "playbooks/speculative-apply.yml", "-l", CT_HOST)
+
+
+def lock_campaign(*, logs: Path) -> list[Outcome]:
+    """A run killed while it holds a node lock (issue 51): on a deployed lab,
+    speculative-apply.yml with another profile is killed in its service step; the lock
+    stays held by the dead run; the re-run (the inventory's profile) takes it over at
+    once, saying from whom, converges and releases it."""
+    before = _fresh_lab()
+    deployed = run_segment(DEPLOY, None, env=_env(), log=logs / "deploy.log")
+    if deployed.rc != 0:
+        raise SystemExit(f"the deploy failed (rc {deployed.rc}); see {logs / 'deploy.log'}")
+    start = time.monotonic()
+    other = json.dumps({"inference_service_speculative": {"method": "none"}})
+    seg = run_segment((*APPLY, "-e", other), LOCK_POINT, env=_env(), log=logs / "killed.log")
+    problems = [] if seg.killed else [f"the run ended (rc {seg.rc}) before {LOCK_POINT}"]
+    held = node_locks()
+    if "pve-b" not in held:
+        problems.append("the killed run held no node lock on pve-b")
+    final = run_segment(APPLY, None, env=_env(), log=logs / "rerun.log")
+    problems += takeover_problems(held, final.output)
+    problems += check_after(final, before, None, idempotent=True)
+    outcome = Outcome("lock", str(LOCK_POINT), not problems, problems, time.monotonic() - start)
+    print(_row(outcome), flush=True)
+    return [outcome]
+
+
 def parse_points(points: str, total: int) -> list[int]:
     """``all`` (1..total), ``N`` (N spread points) or a list ``k1,k2,a-b,...`` (``a-b``:
     every task from a to b)."""
@@ -1225,7 +1306,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--scenario", action="append",
-        choices=("deploy", "host", "migrate", "rollout", "engine", "reboot-fail"),
+        choices=("deploy", "host", "migrate", "rollout", "engine", "reboot-fail", "lock"),
     )  # fmt: skip
     parser.add_argument("--points", default="4", help="all | N (spread) | k1,k2,...")
     parser.add_argument(
@@ -1267,6 +1348,8 @@ def main(argv: list[str] | None = None) -> int:
                 outcomes += rollout_campaign(ROLLOUT_POINTS, logs=logs / scenario)
             elif scenario == "engine":
                 outcomes += engine_campaign(logs=logs / scenario)
+            elif scenario == "lock":
+                outcomes += lock_campaign(logs=logs / scenario)
             else:
                 outcomes += reboot_fail_campaign(logs=logs / scenario)
     print(table(outcomes))

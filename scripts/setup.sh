@@ -22,7 +22,9 @@ else
 fi
 # lxc-templates ships /usr/share/lxc/config/<ostype>.common.conf, which a PVE node has from
 # lxc-pve and the PVE stand-in includes at every container start (as PVE does).
-DEBIAN_PACKAGES=(docker.io debootstrap lxc lxc-templates python3-venv iproute2 uidmap openssl kmod)
+# haproxy: the router role's load balancer, run by the tests against real backends on
+# 127.0.0.1 (tests/serving/test_router_haproxy.py); no service of it starts here.
+DEBIAN_PACKAGES=(docker.io debootstrap lxc lxc-templates python3-venv iproute2 uidmap openssl kmod haproxy)
 # Packages inside the base image: systemd as PID 1, python3 for Ansible, sudo/acl for
 # become_user, what the roles' verifiers read, and ifupdown: PVE's guest setup writes a
 # Debian container's /etc/network/interfaces from its netN entries and the container's

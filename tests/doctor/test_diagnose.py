@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (
     Expectation,
     build_text,
@@ -15,6 +16,7 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (
 from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence import (
     build_evidence,
 )
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_router import router_views
 from ansible_collections.specops.infra.plugins.modules.gpu_doctor import diagnose_records
 from doctor.conftest import ct_ev, generated, node_ev
 
@@ -224,6 +226,41 @@ def test_module_records_and_table(pve_b: dict[str, Any]) -> None:
     assert table[2].startswith("| ct901 | pve-b | 901 | 4/4 open | 580.126.09 | ok |")
     assert table[-1] == "2 container(s): 1 healthy, 0 warning, 1 unhealthy"
     assert render_table(out["results"]) == table
+
+
+# -- the router in front of a container (issue 51) ---------------------------------------
+
+
+def _view(**stat: object) -> dict[str, object]:
+    row = {"server": "ct1", "status": "UP", "up": True, "admin": "ready",
+           "check_status": "L7OK", "check_code": "200", "last_check": ""}  # fmt: skip
+    row.update(stat)
+    return {"item": {"router": "lb-1", "backend": "specops_m", "server": "ct1"},
+            "servers": [row], "changed": False}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("result", "code", "column"),
+    [
+        (_view(), None, "lb-1 UP"),
+        (_view(status="DOWN", up=False, check_status="L4CON", check_code=""), "router_down",
+         "lb-1 DOWN"),
+        (_view(status="DRAIN", up=False, admin="drain"), "router_drained", "lb-1 DRAIN"),
+        ({**_view(), "servers": []}, "router_missing", "lb-1 absent"),
+        ({**_view(), "failed": True, "msg": "cannot reach HAProxy's runtime API"},
+         "router_unreachable", "lb-1 ?"),
+    ],
+)  # fmt: skip
+def test_the_router_s_view_of_a_container_is_part_of_its_diagnosis(
+    result: dict[str, object], code: str | None, column: str
+) -> None:
+    views = router_views([result])
+    node = {"host": {"node": "pve-b"}, "vmid": 801, "conf": {}}
+    d = diagnose("ct1", node, {"server": {"ok": True}}, Expectation(gpu=False), routers=views)
+    assert [f.code for f in d.findings] == ([code] if code else [])
+    assert d.checks["router"] == column
+    if code == "router_drained":
+        assert d.status == "warning"
 
 
 def test_the_report_names_the_build_the_unit_runs(tmp_path: Path) -> None:

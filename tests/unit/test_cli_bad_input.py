@@ -460,6 +460,23 @@ ROWS: dict[str, Bad] = {
         "usage", "bench compare {t}/a-file {t}/a-file --max-pass-drop x", "--max-pass-drop",
         "integer >= 0",
     ),
+    # --- bench load (issue 51) ----------------------------------------------------------
+    "bench-load-rate": Bad(
+        "usage", f"bench load {BASE} --rate 100000 --duration 5", "--rate", "must be in (0, 500]",
+    ),
+    "bench-load-duration": Bad(
+        "usage", f"bench load {BASE} --concurrency 2 --duration 0", "--duration", "must be in",
+    ),
+    "bench-load-unreachable": Bad(
+        "server", f"bench load {BASE} --rate 1 --duration 1", "--model", "did not name one",
+    ),
+    "bench-load-command": Bad(
+        "usage", f"bench load {BASE} --rate 1 --duration 1 sleep 1", "CMD", "after --",
+    ),
+    "bench-load-out-file": Bad(
+        "path", f"bench load {BASE} --rate 1 --duration 1 --out {{t}}/a-file", "--out",
+        "give a directory",
+    ),
     # --- profile ------------------------------------------------------------------------
     "profile-missing": Bad(
         "path", "profile render --engine vllm --version 0.32.0 --profile {t}/nope.yml", "--profile",

@@ -139,7 +139,7 @@ def test_deploy_yml_moves_into_playbooks_with_its_imports(tmp_path: Path) -> Non
     coll = bc.stage(REPO, tmp_path)
     text = (coll / "playbooks/deploy.yml").read_text()
     imports = re.findall(r"import_playbook:\s*(\S+)", text)
-    assert imports == ["host.yml", "container.yml", "serve.yml", "benchmark.yml"]
+    assert imports == ["host.yml", "container.yml", "serve.yml", "router.yml", "benchmark.yml"]
     assert all((coll / "playbooks" / name).is_file() for name in imports)
     assert not (coll / "tests").exists()
 

@@ -90,7 +90,7 @@ def test_every_serving_host_has_its_own_host_vars(rendered: dict[str, Any]) -> N
 def test_every_serving_host_renders_what_its_host_vars_say(rendered: dict[str, Any]) -> None:
     hostvars = rendered["_meta"]["hostvars"]
     pins = role_defaults(REPO / "roles")["inference_engine_model_pins"]
-    seen_models = set()
+    seen_models: dict[str, set[str]] = {}
     for host in _serving(rendered):
         said = _headline(host).groupdict()
         hv = hostvars[host]
@@ -109,8 +109,18 @@ def test_every_serving_host_renders_what_its_host_vars_say(rendered: dict[str, A
         devices = hv["inference_service_cuda_visible_devices"].split(",")
         assert devices == [str(i) for i in range(count)], host
         assert hv["inference_service_served_model_name"] == said["served"], host
-        seen_models.add(said["model"])
-    assert len(seen_models) == len(_serving(rendered)), "each example container its own model"
+        seen_models.setdefault(said["model"], set()).add(host)
+    # Each example container its own model, but for replicas behind a router (issue 51):
+    # the containers of one model are one served name, a backend of every router.
+    routed = {
+        name for router in rendered.get("routers", {}).get("hosts", [])
+        for name in hostvars[router].get("router_models", {})
+    }  # fmt: skip
+    for model, hosts in seen_models.items():
+        if len(hosts) > 1:
+            served = {hostvars[h]["inference_service_served_model_name"] for h in hosts}
+            assert len(served) == 1, (model, sorted(hosts))
+            assert served <= routed, f"{model}: {sorted(hosts)} serve it with no router"
 
 
 def test_the_122b_container_has_its_own_model_and_four_card_tp(rendered: dict[str, Any]) -> None:

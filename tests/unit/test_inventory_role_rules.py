@@ -297,12 +297,13 @@ def test_the_preflight_playbook_refuses_each_family_before_any_change(tmp_path: 
     assert [line.split(": ", 2)[:2] for line in msg[1:]] == [
         [CT, "inference_service_engine"], [CT, "pve_container_memory"],
         [CT, "inference_engine_hf_token"], [CT, "inference_engine_version"],
+        ["ct130-qwen27b", "inference_engine_hf_token"],  # the router's second 27B (issue 51)
         [CT2, "inference_engine_hf_token"], [CT2, "inference_engine_version"],
     ], msg  # fmt: skip
     assert "secrets.yml:1)" in msg[3]
-    assert msg[6].startswith(
+    assert msg[7].startswith(
         f"{CT2}: inference_engine_version: Qwen/Qwen3.5-122B-A10B needs sglang >= 9.9 (got 0.5.11)"
-    ), msg[6]
+    ), msg[7]
     assert "hf_plain" not in json.dumps(msg)
     assert run["stats"]["localhost"]["changed"] == 0
     assert {p: p.read_bytes() for p in inventory.rglob("*") if p.is_file()} == before

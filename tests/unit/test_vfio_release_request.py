@@ -118,7 +118,8 @@ def test_filter_gives_the_roles_variables_from_templated_hostvars() -> None:
 
 def test_example_inventory_releases_what_its_containers_need() -> None:
     """The example fleet: gpu-node-01 gives ct129 two A6000, gpu-node-02 gives ct131
-    four RTX PRO 6000, gpu-node-03 (no container) releases nothing."""
+    four RTX PRO 6000, gpu-node-03 gives ct130 (the 27B's second container) two A6000;
+    the router beside it (ct128, group routers) asks for none."""
     groups = yaml.safe_load((REPO / "inventory/example/hosts.yml").read_text())
     serving = list(groups["all"]["children"]["serving"]["hosts"])
     hv = {
@@ -131,4 +132,5 @@ def test_example_inventory_releases_what_its_containers_need() -> None:
     }
     assert (got["gpu-node-01"].model, got["gpu-node-01"].count) == ("NVIDIA RTX A6000", 2)
     assert got["gpu-node-02"].count == 4
-    assert got["gpu-node-03"] == NodeRelease()
+    assert (got["gpu-node-03"].model, got["gpu-node-03"].count) == ("NVIDIA RTX A6000", 2)
+    assert got["gpu-node-03"].containers == ("ct130-qwen27b",)

@@ -157,6 +157,7 @@ def write_fleet(
             "children": {
                 "pve_nodes": {"hosts": dict.fromkeys(plan)},
                 "serving": {"hosts": dict.fromkeys(_serving_hosts())},
+                "routers": {"hosts": {}},
             }
         }
     }

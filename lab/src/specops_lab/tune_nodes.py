@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specops.errors import ValidationError
+from specops_lab.paths import lab_dir
 from specops_lab.vllm_install import lab_paths
 from specops_lab.vllm_model import model_dir
 
@@ -167,7 +168,8 @@ def write_inventory(
 
     The nodes stand for containers of one PVE node, ``PVE_NODE`` (this machine): the
     preflight every playbook runs wants each serving host placed on a node with a
-    fleet-unique vmid. The rollout and sweep plays never act on the PVE node itself.
+    fleet-unique vmid. The rollout and sweep plays act on the PVE node only for its
+    node lock, kept under the lab's directory.
     ``model``: a model folder under the lab's model cache (mounted in every node) to
     serve instead of the tiny model, e.g. the CI oracle's ``target``
     (:mod:`specops_lab.oracle.lab`), under the same served name.
@@ -196,6 +198,10 @@ def write_inventory(
                         PVE_NODE: {
                             "ansible_connection": "local",
                             "specops_host_roles_enabled": False,
+                            # The node's lock (roles/node_lock) is its only state here:
+                            # under the lab's directory, read by the controller's Python.
+                            "specops_host_root": str(lab_dir() / "tune-pve"),
+                            "ansible_python_interpreter": "{{ ansible_playbook_python }}",
                         }
                     }
                 },

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from specops.bench.compare import Thresholds, compare, count_arg, threshold_arg
 from specops.bench.intervals import Estimate
+from specops.bench.load_cli import add_load_parser
 from specops.bench.plan import Plan, load_plan, plan_from_mapping
 from specops.bench.price import price, served_max_model_len
 from specops.bench.report import write_report
@@ -135,6 +136,8 @@ def register(subparsers: Any) -> None:
     cmp_.add_argument("--max-pass-drop", type=count_arg, default=Thresholds.max_pass_drop)
     cmp_.add_argument("--json", action="store_true")
     cmp_.set_defaults(func=_cmd_compare)
+
+    add_load_parser(sub)  # specops.bench.load: a steady load, every failure reported
 
 
 def _plan_arguments(parser: Any) -> None:

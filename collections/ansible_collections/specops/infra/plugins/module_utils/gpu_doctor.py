@@ -28,7 +28,9 @@ Findings (``code``: what it means):
 - ``no_driver_answer``: a node opens with ENXIO/ENODEV (no driver behind it);
 - ``no_userspace`` / ``userspace_mismatch`` / ``userspace_leftover``;
 - ``nvml_failed`` / ``cuda_failed`` / ``cuda_runtime``: unexplained by the above;
-- ``server_down``: the server does not answer the readiness probe.
+- ``server_down``: the server does not answer the readiness probe;
+- ``router_down`` / ``router_missing`` / ``router_drained`` / ``router_unreachable``: what
+  the router in front of the container says of it (:mod:`gpu_doctor_router`).
 
 Stdlib only (it is imported by the ``gpu_doctor`` module and by ``specops doctor``).
 """
@@ -52,6 +54,10 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_checks im
     nvml_cuda_checks,
     server_checks,
     userspace_checks,
+)
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_router import (
+    router_checks,
+    router_column,
 )
 
 __all__ = [
@@ -100,12 +106,14 @@ def diagnose(
     expect: Expectation | None = None,
     *,
     simulated_hardware: bool = False,
+    routers: Sequence[Mapping[str, Any]] = (),
 ) -> Diagnosis:
     """Findings for container ``name`` from its node's and its own evidence.
 
     ``ct_ev`` None: nothing came from inside (stopped or unreachable).
     ``simulated_hardware``: the lab's hardware stand-in (no driver behind the device
-    nodes: an allowed node opens with ENXIO where a real one opens).
+    nodes: an allowed node opens with ENXIO where a real one opens). ``routers``: the
+    routers' views of the container (:func:`gpu_doctor_router.router_views`).
     """
     expect = expect or Expectation()
     host = node_ev.get("host") or {}
@@ -157,7 +165,8 @@ def diagnose(
     required = list(node_ev.get("paths") or [])
     if not expect.gpu:
         server_checks(c)
-        return _finish(c, [])
+        router_checks(c, routers)
+        return _finish(c, [], routers)
     driver = host_checks(c)
     card_checks(c, expect)
     if driver:
@@ -179,7 +188,8 @@ def diagnose(
     userspace_checks(c, expect)
     nvml_cuda_checks(c)
     server_checks(c)
-    return _finish(c, required)
+    router_checks(c, routers)
+    return _finish(c, required, routers)
 
 
 def build_text(build: Mapping[str, Any] | None) -> str:
@@ -195,7 +205,9 @@ def build_text(build: Mapping[str, Any] | None) -> str:
     return f"{build['engine']} git " + " + ".join(parts)
 
 
-def _finish(c: Ctx, required: Sequence[str]) -> Diagnosis:
+def _finish(
+    c: Ctx, required: Sequence[str], routers: Sequence[Mapping[str, Any]] = ()
+) -> Diagnosis:
     errors = [f for f in c.findings if f.severity == "error"]
     status = "unhealthy" if errors else ("warning" if c.findings else "healthy")
     return Diagnosis(
@@ -204,7 +216,7 @@ def _finish(c: Ctx, required: Sequence[str]) -> Diagnosis:
         vmid=c.vmid,
         status=status,
         findings=tuple(c.findings),
-        checks=checks_summary(c, required),
+        checks={**checks_summary(c, required), "router": router_column(routers)},
         build=build_text((c.ct or {}).get("build")),
     )
 
@@ -221,6 +233,7 @@ _COLUMNS = (
     ("cuda", "CUDA"),
     ("userspace", "userspace"),
     ("server", "server"),
+    ("router", "router"),
     ("result", "result"),
 )
 
@@ -250,6 +263,7 @@ def render_table(diagnoses: Sequence[Mapping[str, Any]]) -> list[str]:
                 "cuda": checks.get("cuda", "-"),
                 "userspace": checks.get("userspace", "-"),
                 "server": checks.get("server", "-"),
+                "router": checks.get("router", "-"),
                 "result": result,
             }
         )

@@ -77,6 +77,9 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (
     render_table,
     summary,
 )
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_router import (
+    router_views,
+)
 
 
 class RecordError(ValueError):
@@ -109,6 +112,7 @@ def diagnose_records(records: list[Mapping[str, Any]]) -> dict[str, Any]:
             ct_ev,
             Expectation.from_dict(record.get("expect")),
             simulated_hardware=bool(record.get("simulated_hardware")),
+            routers=router_views(record.get("router_views")),
         )
         results.append(diagnosis.to_dict())
     counts = summary(results)
