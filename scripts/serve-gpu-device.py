@@ -1940,6 +1940,8 @@ def orchestrate_oracle(ctx: Ctx, rec: Record, names: tuple[str, ...]) -> None:
     """The campaign (see the section's comment), in waves of servers on one card."""
     with rec.step("unpack") as e:
         e.update(unpack(ctx))
+    if importlib.util.find_spec("orjson") is None:  # the sweep's and rollout's imports
+        site.addsitedir(str(ctx.work / "site"))  # the payload's site of wheels
     with rec.step("oracle-build") as e:
         e.update(build_oracles(ctx, names))
     with rec.step("container") as e:
