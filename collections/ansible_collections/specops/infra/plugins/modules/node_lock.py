@@ -25,7 +25,7 @@ attributes:
   check_mode:
     support: full
     details:
-      - In check mode it takes, renews and releases nothing: it reports the holder it finds and whether the run would take or release the lock.
+      - In check mode it takes, renews and releases nothing; it reports the holder it finds and whether the run would take or release the lock.
   diff_mode:
     support: none
 options:

@@ -26,7 +26,7 @@ attributes:
   check_mode:
     support: full
     details:
-      - In check mode it changes nothing in HAProxy: it reports the server's state now and whether its admin state would change.
+      - In check mode it changes nothing in HAProxy; it reports the server's state now and whether its admin state would change.
   diff_mode:
     support: none
 options:
