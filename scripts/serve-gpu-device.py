@@ -1285,12 +1285,18 @@ class DeviceApplier:
             self.server = None
 
 
+def use_payload_site(ctx: Ctx) -> None:
+    """The controller's imports (specops.tune, specops.bench: orjson) from the payload's
+    site of wheels, unpacked by :func:`unpack`, where this Python lacks them."""
+    if importlib.util.find_spec("orjson") is None:
+        site.addsitedir(str(ctx.work / "site"))  # a site of wheels, as Python adds one
+
+
 def sweep_step(ctx: Ctx, rec: Record, host_model: str) -> None:
     """``specops sweep``'s own driver (grid over the rendered num_steps, no speculation
     beside it) on the device's server, the plain config's bench run standing for ``none``.
     The output gate is off here: the configs above record its verdict on each method."""
-    if importlib.util.find_spec("orjson") is None:  # the payload's site, unpacked above
-        site.addsitedir(str(ctx.work / "site"))  # a site of wheels, as Python adds one
+    use_payload_site(ctx)
     from specops.tune.apply import generates  # noqa: PLC0415 - after unpack (orjson)
     from specops.tune.config import load_config  # noqa: PLC0415 - after unpack (orjson)
     from specops.tune.sweep import run_sweep  # noqa: PLC0415 - after unpack (orjson)
@@ -1940,8 +1946,7 @@ def orchestrate_oracle(ctx: Ctx, rec: Record, names: tuple[str, ...]) -> None:
     """The campaign (see the section's comment), in waves of servers on one card."""
     with rec.step("unpack") as e:
         e.update(unpack(ctx))
-    if importlib.util.find_spec("orjson") is None:  # the sweep's and rollout's imports
-        site.addsitedir(str(ctx.work / "site"))  # the payload's site of wheels
+    use_payload_site(ctx)
     with rec.step("oracle-build") as e:
         e.update(build_oracles(ctx, names))
     with rec.step("container") as e:
