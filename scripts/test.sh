@@ -93,25 +93,28 @@ run_lint() {
   check "profile table (docs/speculative.md)" specops profile table --check docs/speculative.md
 }
 
-# The pytest shard that runs in the second lane, after molecule: the fleet tests (two
-# docker vLLM nodes), the lab fleet's failure case (three nodes in a temp dir, no
-# container, no network) and the tests of the local CPU vLLM servers (one session-scoped
-# pool, tests/plugins/vllm_server.py: its users move together, so each server starts
-# once) need nothing the first lane's lab holds. The first lane runs everything else
-# (`--ignore` of exactly these paths), so every test runs once, in one lane or the other.
-# Balance (the full run of 9b5c5a5, seconds): first lane 2849 with the fleet failure
-# case (153 s) in it; second lane lint 186 + molecule 1388-1675 + this shard 792 without
-# it (the eager lab servers, docs/testing.md "Server starts", took 394 s off the shard).
-# The EE's tests use this lane's ngram server (35 s with the EE saved in
-# /var/cache/specops/ee, ~135 s when it is built); the EE's lab test stays with the lab.
-# Full run of b575548 (before the EE, local, with other work beside it): first lane
-# 2185 s, second lane 202 + 1271 + 832 s.
+# The pytest shard that runs in the second lane, after molecule: every test that needs
+# nothing the first lane's lab holds (no `specops lab up`, no lab node, no LXC container
+# of the lab's bridge): the fleet tests (two docker vLLM nodes), the lab fleet's failure
+# case (three nodes in a temp dir, no container, no network), the tests of the local CPU
+# vLLM servers (one session-scoped pool, tests/plugins/vllm_server.py: its users move
+# together, so each server starts once; the CI oracle's servers are in it), the EE's tests
+# (this lane's ngram server; the EE's lab test stays with the lab) and the folders of
+# unit, benchmark, serving, speculative and tune tests, none of which starts the lab. The
+# first lane runs everything else (`--ignore` of exactly these paths), so every test runs
+# once, in one lane or the other.
+# Balance: the CI run of 5ff4569 took 4238 s in the first lane (the two lab deployments of
+# tests/deploy 2563 s of it) against 149 + 1394 + 942 s in the second; the folders moved
+# here took ~700 s of the first lane's time.
 PYTEST_SECOND_LANE=(
-  tests/tune/test_real_rollout.py
+  tests/tune
+  tests/bench
+  tests/serving
+  tests/speculative
+  tests/unit
   tests/lab/test_fleet_failures.py
   tests/lab/test_vllm_server.py
-  tests/serving/test_output_gate_vllm.py
-  tests/bench/test_e2e_vllm.py
+  tests/lab/test_oracle_serving.py
   tests/ee/test_ee.py
 )
 
