@@ -276,6 +276,15 @@ def _node_stats(root: str, paths: list[str]) -> list[NodeStat]:
     return stats
 
 
+def _nccl_limits(params: dict[str, Any], conf: PveConf, cards: int, result: Any) -> list[str]:
+    """The shm mount and memlock lines merged into ``conf`` when wanted (else none)."""
+    if not ipc_wanted(params["ipc_limits"], cards):
+        return []
+    lines = ipc_lines(params["shm_size"], params["memlock"])
+    merge_ipc(conf, lines, result)
+    return [f"{k}: {v}" for k, v in lines]
+
+
 def configure(params: dict[str, Any], *, check_mode: bool) -> dict[str, Any]:
     """The module's work as a plain function (pytest calls it directly)."""
     root: str = params["root"]
@@ -356,11 +365,7 @@ def configure(params: dict[str, Any], *, check_mode: bool) -> dict[str, Any]:
             dev_gid=params.get("dev_gid"),
         )
         cards = [d.address for d in devices if d.kind == "card"]
-        ipc: list[str] = []
-        if present and ipc_wanted(params["ipc_limits"], len(cards)):
-            lines = ipc_lines(params["shm_size"], params["memlock"])
-            merge_ipc(conf, lines, result)
-            ipc = [f"{k}: {v}" for k, v in lines]
+        ipc = _nccl_limits(params, conf, len(cards), result) if present else []
         if result.changed and not check_mode:
             write_conf_atomic(path, result.after)
     return {
