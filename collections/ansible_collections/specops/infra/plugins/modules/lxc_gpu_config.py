@@ -19,9 +19,9 @@ description:
     byte-identical. The file is parsed and written through module_utils C(pve_conf),
     under PVE's per-guest config lock, atomically (temporary file + rename).
   - With 2+ cards (I(ipc_limits=auto)) also the container's C(/dev/shm) size and
-    C(memlock) limit that NCCL needs between the ranks of one engine: an
-    C(lxc.mount.entry) of a tmpfs on C(dev/shm) of I(shm_size) and C(lxc.prlimit.memlock)
-    (NCCL's troubleshooting guide asks containers for C(--shm-size=1g --ulimit memlock=-1)).
+    C(memlock) limit that NCCL needs between the ranks of one engine (an
+    C(lxc.mount.entry) of a tmpfs on C(dev/shm) of I(shm_size) and C(lxc.prlimit.memlock);
+    NCCL's troubleshooting guide asks containers for C(--shm-size=1g --ulimit memlock=-1)).
   - Does not restart the container; the role C(lxc_gpu_passthrough) does when this
     module reports a change and the container runs.
 version_added: "0.1.0"
@@ -96,7 +96,7 @@ options:
   ipc_limits:
     description:
       - When to write the C(/dev/shm) tmpfs and C(lxc.prlimit.memlock) lines. C(auto) with
-        2 or more cards (tensor or pipeline parallel: the ranks talk through NCCL's shared
+        2 or more cards (tensor or pipeline parallel, whose ranks talk through NCCL's shared
         memory), C(always), or C(never). When not written, lines of that kind already in
         the conf are left as they are.
     type: str
