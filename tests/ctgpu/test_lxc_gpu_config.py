@@ -15,6 +15,8 @@ from ansible_collections.specops.infra.plugins.module_utils.lxc_gpu import (
     NodeStat,
     choose_cgroup_key,
     choose_method,
+    ipc_lines,
+    ipc_wanted,
     merge,
     plan_devices,
     privilege_problems,
@@ -97,6 +99,11 @@ def _params(facts: dict[str, Any], root: Path, **over: Any) -> dict[str, Any]:
         "caps": [],
         "dev_mode": "0666",
         "dev_gid": None,
+        # The GPU-line tests below look at the GPU lines alone; the NCCL lines of a
+        # multi-card container have tests of their own (ipc_limits auto).
+        "ipc_limits": "never",
+        "shm_size": "50%",
+        "memlock": "unlimited",
         "state": "present",
         "root": str(root),
         "lock_timeout": 5,
@@ -386,3 +393,103 @@ def test_device_dataclass_dict() -> None:
     d = Device("/dev/nvidia0", 195, 0, "card", "0000:01:00.0")
     assert d.as_dict()["address"] == "0000:01:00.0"
     assert os.path.basename(d.path) == "nvidia0"
+
+
+# --------------------------------------------------------------------------- NCCL's IPC
+
+SHM_50 = "lxc.mount.entry: tmpfs dev/shm tmpfs rw,nosuid,nodev,create=dir,mode=1777,size=50% 0 0"
+
+
+@pytest.mark.parametrize(
+    ("mode", "cards", "wanted"),
+    [("auto", 1, False), ("auto", 2, True), ("auto", 4, True), ("always", 1, True),
+     ("never", 4, False)],
+)  # fmt: skip
+def test_ipc_lines_for_multi_card_by_default(mode: str, cards: int, wanted: bool) -> None:
+    assert ipc_wanted(mode, cards) is wanted
+
+
+@pytest.mark.parametrize(
+    ("shm", "memlock", "error"),
+    [
+        ("512m", "unlimited", r"^shm_size: '512m' is below the 1g NCCL asks for .* valid: 1g"),
+        ("1G ", "unlimited", None),
+        ("1048576k", "unlimited", None),
+        ("0%", "unlimited", r"^shm_size: '0%': valid: a percentage 1-100%"),
+        ("lots", "unlimited", r"^shm_size: 'lots' is not a tmpfs size: valid: .*1g.*50%"),
+        ("1g", "-1", r"^memlock: '-1': valid: unlimited .* or a limit in bytes"),
+        ("1g", "67108864", None),
+    ],
+)
+def test_ipc_lines_refuse_what_nccl_cannot_use(shm: str, memlock: str, error: str | None) -> None:
+    if error is None:
+        lines = ipc_lines(shm, memlock)
+        assert lines[0][1].startswith("tmpfs dev/shm tmpfs ")
+        assert lines[1] == ("lxc.prlimit.memlock", memlock)
+    else:
+        with pytest.raises(LxcGpuError, match=error):
+            ipc_lines(shm, memlock)
+    with pytest.raises(LxcGpuError, match=r"^ipc_limits: must be auto, always or never"):
+        ipc_wanted("yes", 2)
+
+
+@pytest.mark.parametrize("count", [2, 4])
+def test_configure_multi_card_gets_shm_and_memlock_once(
+    ct_root: Callable[[int, str], Path], pve_b_facts: dict[str, Any], count: int
+) -> None:
+    """2 and 4 cards of the lab's pve-b: a line per card, nccl's lines once, re-run same."""
+    text = "arch: amd64\nmemory: 65536\nrootfs: local:901/x.raw\n" + SNAPSHOT
+    root = ct_root(901, text)
+    conf = root / "etc/pve/lxc/901.conf"
+    params = _params(
+        pve_b_facts, root, gpus=[], gpu_model="10de:2bb1", gpu_count=count, ipc_limits="auto"
+    )
+    planned = configure(params, check_mode=True)
+    assert planned["changed"]
+    assert conf.read_text() == text
+    res = configure(params, check_mode=False)
+    assert len(res["gpus"]) == count
+    after = conf.read_text()
+    main, snap = after.split("[before-upgrade]")
+    for minor in range(count):
+        assert f"/dev/nvidia{minor}" in main
+    assert f"/dev/nvidia{count}" not in main
+    assert main.count("dev/shm") == 1
+    assert main.count("lxc.prlimit.memlock") == 1
+    assert f"{SHM_50}\n" in main
+    assert "lxc.prlimit.memlock: unlimited\n" in main
+    assert snap == SNAPSHOT.split("[before-upgrade]")[1]  # the snapshot stays as it was
+    assert res["ipc"] == [SHM_50, "lxc.prlimit.memlock: unlimited"]
+    assert planned["diff"]["after"] == after
+    again = configure(params, check_mode=False)
+    assert again["changed"] is False
+    assert conf.read_text() == after
+    # A new size replaces the old line rather than adding one.
+    bigger = configure(dict(params, shm_size="16g"), check_mode=False)
+    assert bigger["changed"]
+    assert bigger["removed"] == [SHM_50, "lxc.prlimit.memlock: unlimited"]
+    assert conf.read_text().count("dev/shm") == 1
+    assert ",size=16g " in conf.read_text()
+
+
+def test_configure_one_card_keeps_an_operators_shm_lines(
+    ct_root: Callable[[int, str], Path], pve_b_facts: dict[str, Any]
+) -> None:
+    """auto with one card writes no NCCL lines and leaves the operator's own alone."""
+    own = "lxc.prlimit.memlock: 1073741824\n"
+    root = ct_root(901, "arch: amd64\nrootfs: local:901/x.raw\n" + own)
+    params = _params(pve_b_facts, root, gpus=[CARDS[0]], ipc_limits="auto")
+    res = configure(params, check_mode=False)
+    assert res["ipc"] == []
+    text = (root / "etc/pve/lxc/901.conf").read_text()
+    assert own in text
+    assert "dev/shm" not in text
+
+
+def test_configure_refuses_small_shm_before_writing(
+    ct_root: Callable[[int, str], Path], pve_b_facts: dict[str, Any]
+) -> None:
+    root = ct_root(901, MIGRATED)
+    with pytest.raises(LxcGpuError, match=r"^shm_size: '64m' is below the 1g"):
+        configure(_params(pve_b_facts, root, ipc_limits="auto", shm_size="64m"), check_mode=False)
+    assert (root / "etc/pve/lxc/901.conf").read_text() == MIGRATED

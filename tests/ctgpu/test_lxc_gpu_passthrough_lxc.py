@@ -11,8 +11,10 @@ stand-in enforces the node's v2 lines through LXC's v1 key (lab/src/specops_lab/
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import resource
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -21,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from specops_lab import hosttree
 from specops_lab.pve import pct
 from specops_lab.pve.layout import Cluster, Node
 from specops_lab.pve.testing import (
@@ -114,6 +117,22 @@ def _mknod_in_ct(node: Node, vmid: int, path: str, major: int, minor: int) -> No
 
 def _run_role(node: Node, tmp: Path, *options: str, **role_vars: Any) -> dict[str, Any]:
     """ansible-playbook with the role on the lab node; returns the json callback's output."""
+    proc = _playbook(node, tmp, options, role_vars)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    out: dict[str, Any] = json.loads(proc.stdout)
+    return out
+
+
+def _run_role_failing(node: Node, tmp: Path, **role_vars: Any) -> str:
+    """The role run that must fail; returns its output (the json callback's text)."""
+    proc = _playbook(node, tmp, (), role_vars)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    return proc.stdout + proc.stderr
+
+
+def _playbook(
+    node: Node, tmp: Path, options: tuple[str, ...], role_vars: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
     inventory = {
         "all": {
             "hosts": {
@@ -142,7 +161,7 @@ def _run_role(node: Node, tmp: Path, *options: str, **role_vars: Any) -> dict[st
         SPECOPS_PYTHON=sys.executable,
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
     )
-    proc = subprocess.run(
+    return subprocess.run(
         [
             str(Path(sys.executable).parent / "ansible-playbook"),
             "-i",
@@ -159,9 +178,6 @@ def _run_role(node: Node, tmp: Path, *options: str, **role_vars: Any) -> dict[st
         timeout=300,
         check=False,
     )
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    out: dict[str, Any] = json.loads(proc.stdout)
-    return out
 
 
 def _task(out: dict[str, Any], name_start: str) -> dict[str, Any]:
@@ -235,6 +251,8 @@ def test_migrated_raw_conf_corrected_enxio_eperm(node: Node, tmp_path: Path) -> 
         "lxc_gpu_passthrough_vmid": vmid,
         "lxc_gpu_passthrough_gpus": ["0000:41:00.0", "0000:61:00.0"],
         "lxc_gpu_passthrough_method": "raw",
+        # Two cards get NCCL's memlock line; this machine cannot raise the limit.
+        "lxc_gpu_passthrough_memlock": str(_memlock_below_hard()),
     }
 
     # Check mode with diff: reports the change, writes nothing, restarts nothing.
@@ -324,3 +342,106 @@ def test_raw_v1_lines_on_a_cgroup_v1_host(node_v1: Node, tmp_path: Path) -> None
     assert seen == {"/dev/nvidia1": "ENXIO", "/dev/nvidia-uvm": "ENXIO"}
     _mknod_in_ct(node_v1, vmid, "/dev/nvidia2", 195, 2)
     assert open_devices_in_ct(node_v1, vmid, "/dev/nvidia2") == {"/dev/nvidia2": "EPERM"}
+
+
+# --------------------------------------------------------------------------- multi-card
+
+SHAPES = REPO / "inventory" / "lab" / "hardware"
+PRO = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
+
+
+def _converged(spec_path: Path, root: Path, node_name: str) -> Any:
+    """A lab shape after the host roles: every card no running VM holds released to the
+    nvidia driver (vfio_release's rule), the driver loaded (the installer stand-in)."""
+    spec = hosttree.load_spec(spec_path)
+    held = {addr for vm in spec.vms if vm.running for addr in _vm_addresses(vm.hostpci)}
+    free = [c.address for c in spec.cards if c.address not in held]
+    spec = hosttree.with_nvidia_loaded(hosttree.with_cards_released(spec, free))
+    spec = dataclasses.replace(spec, node=node_name)
+    hosttree.build_tree(spec, root)
+    return spec
+
+
+def _vm_addresses(hostpci: Any) -> list[str]:
+    out = []
+    for entry in hostpci:
+        first = str(entry).split(",")[0]  # host=ADDR or mapping=ID (the lab's VMs)
+        host = first.removeprefix("host=")
+        if host and "=" not in host:
+            out.append(host if "." in host else host + ".0")
+    return out
+
+
+def _memlock_below_hard() -> int:
+    """A memlock limit this machine can apply: processes here lack CAP_SYS_RESOURCE (see
+    docs/testing.md), so LXC can lower RLIMIT_MEMLOCK but not raise it to production's
+    ``unlimited``; half the hard limit proves the line reaches the container."""
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    return (64 << 20 if hard == resource.RLIM_INFINITY else hard) // 2
+
+
+@pytest.mark.parametrize(
+    ("shape", "count"), [("pve-b.yml", 2), ("shapes/pro8.yml", 4)], ids=["pve-b-2", "pro8-4"]
+)
+def test_multi_card_container_every_card_and_nccl_limits(
+    tmp_path: Path, rootfs_tarball: Path, shape: str, count: int
+) -> None:
+    """2 cards on the lab's pve-b (its 4th card held by running VM 301) and 4 on pro8:
+    every card's node opens (ENXIO: allowed, no driver), a card not given is denied, the
+    VM's card appears nowhere, and the container's /dev/shm and memlock are the role's."""
+    cluster = make_test_cluster(tmp_path, rootfs_tarball, names=(NODE,))
+    node = cluster.node(NODE)
+    spec = _converged(SHAPES / shape, node.root, NODE)
+    held = {a for vm in spec.vms if vm.running for a in _vm_addresses(vm.hostpci)}
+    try:
+        vmid = 960 + count
+        conf = _create(node, vmid)
+        pct.ct_start(node, vmid)
+        memlock = _memlock_below_hard()
+        role_vars = {
+            "lxc_gpu_passthrough_vmid": vmid,
+            "lxc_gpu_passthrough_gpu_model": PRO,
+            "lxc_gpu_passthrough_gpu_count": count,
+            "lxc_gpu_passthrough_shm_size": "2g",
+            "lxc_gpu_passthrough_memlock": str(memlock),
+        }
+        out = _run_role(node, tmp_path, **role_vars)
+        given = _task(out, "Ensure the container's GPU lines")
+        assert len(given["gpus"]) == count
+        assert not set(given["gpus"]) & held
+        minors = [d["minor"] for d in given["devices"] if d["kind"] == "card"]
+        text = conf.read_text()
+        for addr in held:  # the VM's card is on vfio-pci: no node, no line
+            assert addr not in text
+        assert "lxc.mount.entry: tmpfs dev/shm tmpfs rw,nosuid,nodev,create=dir,mode=1777," \
+               "size=2g 0 0\n" in text  # fmt: skip
+        assert f"lxc.prlimit.memlock: {memlock}\n" in text
+
+        cards = [f"/dev/nvidia{m}" for m in minors]
+        seen = open_devices_in_ct(node, vmid, *cards, "/dev/nvidiactl", "/dev/nvidia-uvm")
+        assert set(seen.values()) == {"ENXIO"}, seen
+        other = next(m for m in range(8) if m not in minors)
+        _mknod_in_ct(node, vmid, f"/dev/nvidia{other}", 195, other)
+        assert open_devices_in_ct(node, vmid, f"/dev/nvidia{other}") == {
+            f"/dev/nvidia{other}": "EPERM"
+        }
+        shm = pct.ct_exec(node, vmid, ["df", "-k", "--output=size", "/dev/shm"], timeout=30)
+        assert shm.stdout.decode().split()[-1] == str(2 << 20)  # 2 GiB in KiB
+        limit = pct.ct_exec(node, vmid, ["sh", "-c", "ulimit -l"], timeout=30)
+        assert limit.stdout.decode().strip() == str(memlock // 1024)
+        print(f"\n{count} cards {given['gpus']}: shm {shm.stdout.decode().split()[-1]} KiB, "
+              f"memlock {limit.stdout.decode().strip()} KiB, devices {seen}")  # fmt: skip
+
+        again = _run_role(node, tmp_path, **role_vars)
+        assert _changed(again) == 0
+        assert conf.read_text() == text
+
+        if held:  # four cards on pve-b: only three are free; refused before any change
+            more = dict(role_vars, lxc_gpu_passthrough_gpu_count=4)
+            failed = _run_role_failing(node, tmp_path, **more)
+            assert "4 free NVIDIA RTX PRO 6000" in failed
+            assert "3 available" in failed
+            assert all(f"{a} is on vfio-pci" in failed for a in held), failed
+            assert conf.read_text() == text
+    finally:
+        stop_lab_containers(cluster)

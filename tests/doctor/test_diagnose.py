@@ -86,8 +86,8 @@ def test_removed_allow_line(pve_b: dict[str, Any]) -> None:
     result = diagnose("ct901", node_ev(pve_b, text), ct, WANT)
     assert codes(result) == ["not_allowed"]
     assert result.findings[0].cause == (
-        "/dev/nvidia2 is not allowed by the device cgroup (no lxc.cgroup2.devices.allow line "
-        "for c 195:2 in /etc/pve/lxc/901.conf)"
+        "/dev/nvidia2 (card 0000:41:00.0) is not allowed by the device cgroup (no"
+        " lxc.cgroup2.devices.allow line for c 195:2 in /etc/pve/lxc/901.conf)"
     )
     assert result.findings[0].title == "node present but not allowed"
     # Every GPU allow line gone: every node, and no stale major claimed.
@@ -151,7 +151,7 @@ def test_minor_mismatch(pve_b: dict[str, Any]) -> None:
     found = [f for f in result.findings if f.code == "minor_mismatch"]
     assert len(found) == 2
     assert "no card on pve-b has Device Minor 7" in found[0].cause
-    assert "0000:41:00.0 has Device Minor 2" in found[1].cause
+    assert "card 0000:41:00.0 (Device Minor 2) is missing" in found[1].cause
 
 
 def test_allowed_but_missing_and_restart_pending(pve_b: dict[str, Any]) -> None:
@@ -284,3 +284,55 @@ def test_the_report_names_the_build_the_unit_runs(tmp_path: Path) -> None:
     lines = render_table([{"container": "ct1", "status": "healthy", "findings": [],
                            "build": "sglang 0.5.11"}])  # fmt: skip
     assert "- ct1 build: sglang 0.5.11" in lines
+
+
+# --------------------------------------------------------------------------- multi-card
+
+PRO = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
+FOUR = ["0000:01:00.0", "0000:21:00.0", "0000:41:00.0", "0000:61:00.0"]  # minors 0-3
+
+
+@pytest.mark.parametrize("count", [2, 4])
+def test_multi_card_container_second_card_removed_is_named(
+    pve_b: dict[str, Any], count: int
+) -> None:
+    """A container of 2 (4) cards: healthy with a row per card; the second card's allow
+    line removed (raw) or its devN entry removed (dev) names that card, by address."""
+    cards = FOUR[:count]
+    want = Expectation(gpu_model=PRO, gpu_count=count)
+    text = generated(pve_b, cards)
+    node = node_ev(pve_b, text)
+    result = diagnose("ct901", node, ct_ev(pve_b, node["paths"]), want)
+    assert codes(result) == []
+    assert [(r["address"], r["state"]) for r in result.cards] == [(a, "ok") for a in cards]
+    table = render_table([result.to_dict()])
+    assert f"- ct901 cards: {cards[0]} /dev/nvidia0 ok; {cards[1]} /dev/nvidia1 ok" in table[-2]
+
+    # Raw lines: the second card's cgroup line gone; its node is bound in but denied.
+    text = generated(pve_b, cards).replace("lxc.cgroup2.devices.allow: c 195:1 rwm\n", "")
+    node = node_ev(pve_b, text)
+    ct = ct_ev(pve_b, node["paths"], opens={"/dev/nvidia1": "EPERM"})
+    result = diagnose("ct901", node, ct, want)
+    assert codes(result) == ["not_allowed"]
+    assert result.findings[0].cause.startswith("/dev/nvidia1 (card 0000:21:00.0) is not allowed")
+    states = {r["address"]: r["state"] for r in result.cards}
+    assert states == {a: ("not_allowed" if a == cards[1] else "ok") for a in cards}
+
+    # devN entries: the second card's entry gone; the conf gives one card fewer.
+    text = generated(pve_b, cards, method="dev")
+    line = next(ln for ln in text.splitlines(keepends=True) if "/dev/nvidia1," in ln)
+    node = node_ev(pve_b, text.replace(line, ""))
+    result = diagnose("ct901", node, ct_ev(pve_b, node["paths"]), want)
+    assert codes(result) == ["card_not_given"]
+    cause = result.findings[0].cause
+    assert f"gives {count - 1} of the {count} cards" in cause
+    assert "missing: 1 card(s)" in cause
+    assert "0000:21:00.0 (/dev/nvidia1)" in cause.split("without a node in this conf:")[1]
+    # By address: the missing card is named as such, with its row.
+    want = Expectation(gpus=tuple(cards))
+    result = diagnose("ct901", node, ct_ev(pve_b, node["paths"]), want)
+    assert codes(result) == ["minor_mismatch"]
+    assert result.findings[0].cause.startswith("card 0000:21:00.0 (Device Minor 1) is missing")
+    assert {"address": "0000:21:00.0", "path": "/dev/nvidia1", "state": "not given"} in (
+        result.cards
+    )

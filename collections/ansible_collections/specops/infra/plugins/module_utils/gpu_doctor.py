@@ -5,7 +5,10 @@
 returns a :class:`Diagnosis` whose findings each say the cause in one line and the fix
 (the variable or playbook that corrects it). Symptoms that a cause explains (an
 ``EPERM``, NVML's "Unknown Error", a failed ``cuInit``) are listed as that finding's
-evidence, not as findings of their own. :func:`render_table` prints the summary table
+evidence, not as findings of their own. A finding about a card's node names the card
+(``/dev/nvidia3 (card 0000:61:00.0)``), and :attr:`Diagnosis.cards` has a row per card
+of the container (``ok`` or the codes of the findings that name it): a multi-card
+container's report says which of its cards is wrong. :func:`render_table` prints the summary table
 that ``playbooks/verify.yml`` ends with and ``specops doctor`` prints.
 
 Findings (``code``: what it means):
@@ -18,6 +21,8 @@ Findings (``code``: what it means):
   is bound to vfio-pci (or no driver), held by a running VM, or not on the node;
 - ``minor_mismatch``: the conf gives ``/dev/nvidiaN`` and no card has Device Minor N,
   or a wanted card's Device Minor is not given;
+- ``card_not_given``: the conf gives fewer cards than ``lxc_gpu_passthrough_gpu_count``
+  (the cards of the model on the node without a node in the conf are named);
 - ``stale_uvm_major``: the conf allows nvidia-uvm under another host's major;
 - ``not_allowed``: a node is (or would be) in the container but the device cgroup
   denies it;
@@ -46,6 +51,7 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_checks im
     Expectation,
     Finding,
     card_checks,
+    card_rows,
     checks_summary,
     device_checks,
     given_paths,
@@ -85,6 +91,9 @@ class Diagnosis:
     # The engine build the container's unit runs ("" when none is stamped): engine and
     # version, or git ref and commit with the pull requests applied on it, in order.
     build: str = ""
+    # One row per card (address, path, state: ok or the codes of the findings naming
+    # its node); empty for a CPU-only container or when the conf could not be read.
+    cards: tuple[dict[str, str], ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -167,6 +176,7 @@ def diagnose(
         server_checks(c)
         router_checks(c, routers)
         return _finish(c, [], routers)
+    c.expect = expect
     driver = host_checks(c)
     card_checks(c, expect)
     if driver:
@@ -218,6 +228,7 @@ def _finish(
         findings=tuple(c.findings),
         checks={**checks_summary(c, required), "router": router_column(routers)},
         build=build_text((c.ct or {}).get("build")),
+        cards=tuple(card_rows(c, c.expect, required)) if c.expect is not None else (),
     )
 
 
@@ -277,6 +288,12 @@ def render_table(diagnoses: Sequence[Mapping[str, Any]]) -> list[str]:
             head = f"- {d['container']} [{f['severity']}] {f['title']}"
             lines.append(f"{head}: {f['cause']} -> fix: {f['fix']}")
     lines += [f"- {d['container']} build: {d['build']}" for d in diagnoses if d.get("build")]
+    lines += [
+        f"- {d['container']} cards: "
+        + "; ".join(f"{r['address']} {r['path']} {r['state']}" for r in d["cards"])
+        for d in diagnoses
+        if len(d.get("cards") or ()) > 1
+    ]
     counts = summary(diagnoses)
     lines.append(
         f"{len(diagnoses)} container(s): {counts['healthy']} healthy, {counts['warning']} "

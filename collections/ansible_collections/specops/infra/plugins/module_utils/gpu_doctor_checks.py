@@ -16,6 +16,7 @@ __all__ = [
     "Expectation",
     "Finding",
     "card_checks",
+    "card_rows",
     "checks_summary",
     "device_checks",
     "given_paths",
@@ -117,6 +118,7 @@ class Ctx:
     simulated: bool
     findings: list[Finding] = field(default_factory=list)
     explained: set[str] = field(default_factory=set)  # symptoms a finding explains
+    expect: Expectation | None = None  # set once the GPU path is checked (card rows)
 
     @property
     def limit(self) -> str:
@@ -125,6 +127,28 @@ class Ctx:
     def add(self, finding: Finding, explains: Iterable[str] = ()) -> None:
         self.findings.append(finding)
         self.explained.update(explains)
+
+    def label(self, path: str) -> str:
+        """``/dev/nvidia3 (card 0000:61:00.0)`` for a card's node (the card whose Device
+        Minor it is on the node), the path alone for any other node."""
+        address = self.card_address(path)
+        return f"{path} (card {address})" if address else path
+
+    def labels(self, paths: Iterable[str]) -> str:
+        return _join(self.label(p) for p in paths)
+
+    def card_address(self, path: str) -> str | None:
+        minor = path[len("/dev/nvidia") :] if path.startswith("/dev/nvidia") else ""
+        if not minor.isdigit():
+            return None
+        return next(
+            (
+                str(card["address"])
+                for card in self.host.get("cards", [])
+                if card.get("minor") == int(minor)
+            ),
+            None,
+        )
 
     def ct_device(self, path: str) -> Mapping[str, Any] | None:
         if self.ct is None:
@@ -287,6 +311,31 @@ def minor_checks(c: Ctx, expect: Expectation, given: Mapping[str, str]) -> None:
             )
     if "minor" in c.explained:
         return
+    wanted = len(expect.gpus) or expect.gpu_count
+    cards_given = [p for m, p in sorted(given_minors.items()) if m in card_minors]
+    if not expect.gpus and wanted > len(cards_given):
+        mine = {card_minors[m] for m in given_minors if m in card_minors}
+        model = expect.gpu_model.lower()
+        free = [
+            f"{card['address']} (/dev/nvidia{card['minor']})"
+            for card in c.host.get("cards", [])
+            if card.get("driver") == "nvidia"
+            and isinstance(card.get("minor"), int)
+            and card["address"] not in mine
+            and model in (str(card.get("name", "")).lower(), str(card.get("pci_id", "")).lower())
+        ]
+        c.add(
+            Finding(
+                "card_not_given",
+                "fewer cards than wanted",
+                f"the conf gives {len(cards_given)} of the {wanted} cards"
+                f" lxc_gpu_passthrough_gpu_count wants ({c.labels(cards_given) or 'none'});"
+                f" missing: {wanted - len(cards_given)} card(s) of"
+                f" {expect.gpu_model or 'the model'}"
+                f" (on {c.node} without a node in this conf: {_join(free) or 'none'})",
+                c.fix_lines,
+            )
+        )
     for address in expect.gpus:
         card = next(
             (x for x in c.host.get("cards", []) if x["address"] == _normal_address(address)), None
@@ -298,8 +347,8 @@ def minor_checks(c: Ctx, expect: Expectation, given: Mapping[str, str]) -> None:
                 Finding(
                     "minor_mismatch",
                     "wanted card not given",
-                    f"{card['address']} has Device Minor {card['minor']} but the conf gives "
-                    f"{_join(sorted(given_minors.values())) or 'no card node'}",
+                    f"card {card['address']} (Device Minor {card['minor']}) is missing: the "
+                    f"conf gives {c.labels(sorted(given_minors.values())) or 'no card node'}",
                     c.fix_lines,
                     paths=(f"/dev/nvidia{card['minor']}",),
                 )
@@ -442,7 +491,7 @@ def device_checks(c: Ctx, given: Mapping[str, str], required: Sequence[str]) -> 
             Finding(
                 "not_allowed",
                 "node present but not allowed",
-                f"{_join(denied)} {'is' if len(denied) == 1 else 'are'} not allowed by the "
+                f"{c.labels(denied)} {'is' if len(denied) == 1 else 'are'} not allowed by the "
                 f"device cgroup (no {key} line for {_join(denied_rules)} in "
                 f"/etc/pve/lxc/{c.vmid}.conf)",
                 c.fix_lines,
@@ -456,7 +505,7 @@ def device_checks(c: Ctx, given: Mapping[str, str], required: Sequence[str]) -> 
             Finding(
                 "wrong_cgroup_key",
                 "allowed under the other cgroup key",
-                f"{_join(other_key)} {'is' if len(other_key) == 1 else 'are'} allowed only by "
+                f"{c.labels(other_key)} {'is' if len(other_key) == 1 else 'are'} allowed only by "
                 f"the other cgroup version's key; {c.node} runs cgroup "
                 f"v{c.host.get('cgroup_version')} and takes {key}",
                 f"{c.fix_lines}; lxc_gpu_passthrough_cgroup: auto",
@@ -483,8 +532,8 @@ def device_checks(c: Ctx, given: Mapping[str, str], required: Sequence[str]) -> 
             Finding(
                 "allowed_missing",
                 "allowed but missing",
-                f"{_join(missing)} {'is' if len(missing) == 1 else 'are'} allowed but not in the "
-                "container",
+                f"{c.labels(missing)} {'is' if len(missing) == 1 else 'are'} allowed but not in"
+                " the container",
                 c.fix_lines,
                 paths=tuple(missing),
                 evidence=tuple(evidence.get("missing", [])),
@@ -496,7 +545,7 @@ def device_checks(c: Ctx, given: Mapping[str, str], required: Sequence[str]) -> 
             Finding(
                 "restart_pending",
                 "conf changed, container not restarted",
-                f"the conf allows {_join(pending)} but the running container denies "
+                f"the conf allows {c.labels(pending)} but the running container denies "
                 f"{'it' if len(pending) == 1 else 'them'} (EPERM): it started before the conf "
                 "changed",
                 f"pct reboot {c.vmid} on {c.node} (or playbooks/container.yml {c.limit})"
@@ -716,3 +765,26 @@ def checks_summary(c: Ctx, required: Sequence[str]) -> dict[str, str]:
         else ("ready" if server.get("ok") else server.get("stage", "down"))
     )
     return out
+
+
+def card_rows(c: Ctx, expect: Expectation, required: Sequence[str]) -> list[dict[str, str]]:
+    """One row per card of the container (given by its conf, or wanted by address):
+    address, node path and ``ok`` or the codes of the findings that name its node."""
+    paths = {p for p in required if c.card_address(p)}
+    paths |= {p for p in given_paths(c.conf) if c.card_address(p)}
+    rows: dict[str, dict[str, str]] = {}
+    for path in sorted(paths, key=lambda p: int(p[len("/dev/nvidia") :])):
+        codes = sorted({f.code for f in c.findings if path in f.paths})
+        rows[path] = {
+            "address": c.card_address(path) or "",
+            "path": path,
+            "state": ", ".join(codes) if codes else "ok",
+        }
+    for address in expect.gpus:
+        normal = _normal_address(address)
+        if not any(r["address"] == normal for r in rows.values()):
+            card = next((x for x in c.host.get("cards", []) if x["address"] == normal), None)
+            minor = card.get("minor") if card else None
+            path = f"/dev/nvidia{minor}" if isinstance(minor, int) else "-"
+            rows[normal] = {"address": normal, "path": path, "state": "not given"}
+    return list(rows.values())

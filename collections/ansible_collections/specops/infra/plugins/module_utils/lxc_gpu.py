@@ -53,8 +53,11 @@ __all__ = [
     "choose_cgroup_key",
     "choose_method",
     "gpu_dev_indices",
+    "ipc_lines",
+    "ipc_wanted",
     "is_gpu_raw_line",
     "merge",
+    "merge_ipc",
     "normalize_address",
     "plan_devices",
     "privilege_problems",
@@ -76,6 +79,13 @@ _ADDR_RE = re.compile(
 _DEV_KEY = re.compile(r"^dev(\d+)$")
 _MAX_DEV = 256  # dev0..dev255 (pve-container)
 _DEVN_SINCE = (8, 1)  # devN arrived in pve-container 5.0.7 (PVE 8.1)
+_MEMLOCK_KEY = "lxc.prlimit.memlock"
+# NCCL's floor for /dev/shm in a container: its troubleshooting guide (Runtime and MPI
+# issues, "Shared memory": --shm-size=1g) and the NCCL WARN it shows when /dev/shm is
+# too small ("failed to extend /dev/shm/nccl-... to 4194660 bytes").
+SHM_FLOOR = 1 << 30
+_SIZE_RE = re.compile(r"^(\d+)([kmg]?)$|^(\d+)%$")
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 def _dynamic_major(major: int) -> bool:
@@ -650,3 +660,76 @@ def _replace_raw(
         return  # unexpected: keep them at the end rather than guess
     rest = [ln for i, ln in enumerate(lines) if i not in set(new_idx)]
     conf.main.lines = rest[:first] + block + rest[first:]
+
+
+# --------------------------------------------------------------------------- NCCL's IPC
+
+
+def ipc_wanted(mode: str, cards: int) -> bool:
+    """Whether the container gets the shm and memlock lines: ``auto`` with 2+ cards
+    (ranks of one engine talk through NCCL), ``always``, ``never``."""
+    if mode not in ("auto", "always", "never"):
+        raise LxcGpuError("ipc_limits", f"must be auto, always or never (got {mode!r})")
+    return mode == "always" or (mode == "auto" and cards >= 2)
+
+
+def ipc_lines(shm_size: str, memlock: str) -> list[tuple[str, str]]:
+    """The raw lines for a ``/dev/shm`` tmpfs of ``shm_size`` and the memlock limit.
+
+    ``shm_size``: tmpfs' ``size=`` (``1g``, ``16384m``, or ``50%`` of the node's RAM);
+    a size in bytes below NCCL's 1 GiB floor is refused. ``memlock``: ``unlimited`` or a
+    limit in bytes, as ``lxc.prlimit.memlock`` takes it (soft and hard the same).
+    """
+    text = str(shm_size).strip().lower()
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise LxcGpuError(
+            "shm_size",
+            f"{shm_size!r} is not a tmpfs size: valid: a number with k, m or g (such as 1g"
+            " or 16g), or a percentage of the node's RAM (such as 50%)",
+        )
+    if m.group(3) is not None:
+        if not 1 <= int(m.group(3)) <= 100:
+            raise LxcGpuError("shm_size", f"{shm_size!r}: valid: a percentage 1-100%")
+    elif int(m.group(1)) * _UNITS[m.group(2)] < SHM_FLOOR:
+        raise LxcGpuError(
+            "shm_size",
+            f"{shm_size!r} is below the 1g NCCL asks for in a container (its troubleshooting"
+            " guide: --shm-size=1g); valid: 1g or more, or a percentage such as 50%",
+        )
+    limit = str(memlock).strip().lower()
+    if limit != "unlimited" and not limit.isdigit():
+        raise LxcGpuError(
+            "memlock",
+            f"{memlock!r}: valid: unlimited (NCCL's --ulimit memlock=-1) or a limit in bytes",
+        )
+    return [
+        (_MOUNT_KEY, f"tmpfs dev/shm tmpfs rw,nosuid,nodev,create=dir,mode=1777,size={text} 0 0"),
+        (_MEMLOCK_KEY, limit),
+    ]
+
+
+def _is_ipc_line(key: str, value: str) -> bool:
+    if key == _MEMLOCK_KEY:
+        return True
+    parts = value.split()
+    return key == _MOUNT_KEY and len(parts) >= 3 and parts[1].strip("/") == "dev/shm"
+
+
+def merge_ipc(conf: PveConf, lines: Sequence[tuple[str, str]], result: MergeResult) -> None:
+    """Make the main section's shm mount and memlock lines exactly ``lines`` (added after
+    the other lines; an earlier ``/dev/shm`` mount entry or memlock line is replaced).
+
+    Called only when the lines are wanted: with one card (``auto``) or ``never`` a
+    container keeps whatever shm and memlock lines it has (an operator's own, or ours
+    from when it had more cards). Edits ``conf`` and ``result`` in place.
+    """
+    current = [(k, v) for k, v in conf.lxc() if _is_ipc_line(k, v)]
+    if current == list(lines):
+        return
+    removed = conf.remove_lxc(_is_ipc_line)
+    result.removed.extend(f"{k}: {v}" for k, v in removed)
+    for key, value in lines:
+        conf.add_lxc(key, value)
+        result.added.append(f"{key}: {value}")
+    result.after = conf.render()

@@ -18,6 +18,10 @@ description:
     other majors, other minors) and leaving every other line and every snapshot section
     byte-identical. The file is parsed and written through module_utils C(pve_conf),
     under PVE's per-guest config lock, atomically (temporary file + rename).
+  - With 2+ cards (I(ipc_limits=auto)) also the container's C(/dev/shm) size and
+    C(memlock) limit that NCCL needs between the ranks of one engine (an
+    C(lxc.mount.entry) of a tmpfs on C(dev/shm) of I(shm_size) and C(lxc.prlimit.memlock);
+    NCCL's troubleshooting guide asks containers for C(--shm-size=1g --ulimit memlock=-1)).
   - Does not restart the container; the role C(lxc_gpu_passthrough) does when this
     module reports a change and the container runs.
 version_added: "0.1.0"
@@ -89,6 +93,26 @@ options:
   dev_gid:
     description: C(gid=) of C(devN) entries (a group id inside the container).
     type: int
+  ipc_limits:
+    description:
+      - When to write the C(/dev/shm) tmpfs and C(lxc.prlimit.memlock) lines. C(auto) with
+        2 or more cards (tensor or pipeline parallel, whose ranks talk through NCCL's shared
+        memory), C(always), or C(never). When not written, lines of that kind already in
+        the conf are left as they are.
+    type: str
+    choices: [auto, always, never]
+    default: auto
+  shm_size:
+    description:
+      - Size of the container's C(/dev/shm) tmpfs (tmpfs C(size=)); a size in bytes below
+        NCCL's C(1g) is refused. C(50%) is half the node's RAM, what the host's own
+        C(/dev/shm) (and so the engines' C(--ipc=host) in Docker) gives.
+    type: str
+    default: 50%
+  memlock:
+    description: C(lxc.prlimit.memlock) of the container, C(unlimited) or bytes.
+    type: str
+    default: unlimited
   state:
     description: C(present) gives the cards; C(absent) removes every GPU line.
     type: str
@@ -158,6 +182,11 @@ removed:
   returned: always
   type: list
   elements: str
+ipc:
+  description: The shm mount and memlock lines the conf has from this run (empty when not written).
+  returned: always
+  type: list
+  elements: str
 unprivileged:
   description: The container is unprivileged.
   returned: always
@@ -181,7 +210,10 @@ from ansible_collections.specops.infra.plugins.module_utils.lxc_gpu import (
     assigned_minors,
     choose_cgroup_key,
     choose_method,
+    ipc_lines,
+    ipc_wanted,
     merge,
+    merge_ipc,
     plan_devices,
     privilege_problems,
     select_gpus,
@@ -242,6 +274,15 @@ def _node_stats(root: str, paths: list[str]) -> list[NodeStat]:
         st = os.stat(_host(root, path))
         stats.append(NodeStat(path, st.st_mode & 0o7777, st.st_uid, st.st_gid))
     return stats
+
+
+def _nccl_limits(params: dict[str, Any], conf: PveConf, cards: int, result: Any) -> list[str]:
+    """The shm mount and memlock lines merged into ``conf`` when wanted (else none)."""
+    if not ipc_wanted(params["ipc_limits"], cards):
+        return []
+    lines = ipc_lines(params["shm_size"], params["memlock"])
+    merge_ipc(conf, lines, result)
+    return [f"{k}: {v}" for k, v in lines]
 
 
 def configure(params: dict[str, Any], *, check_mode: bool) -> dict[str, Any]:
@@ -323,13 +364,16 @@ def configure(params: dict[str, Any], *, check_mode: bool) -> dict[str, Any]:
             dev_mode=params["dev_mode"] or None,
             dev_gid=params.get("dev_gid"),
         )
+        cards = [d.address for d in devices if d.kind == "card"]
+        ipc = _nccl_limits(params, conf, len(cards), result) if present else []
         if result.changed and not check_mode:
             write_conf_atomic(path, result.after)
     return {
         "changed": result.changed,
         "conf": path,
         "method": method,
-        "gpus": [d.address for d in devices if d.kind == "card"],
+        "gpus": cards,
+        "ipc": ipc,
         "devices": [d.as_dict() for d in devices],
         "added": result.added,
         "removed": result.removed,
@@ -359,6 +403,13 @@ def run_module() -> None:
             "allow_stopped_vm_cards": {"type": "bool", "default": False},
             "dev_mode": {"type": "str", "default": "0666"},
             "dev_gid": {"type": "int"},
+            "ipc_limits": {
+                "type": "str",
+                "choices": ["auto", "always", "never"],
+                "default": "auto",
+            },
+            "shm_size": {"type": "str", "default": "50%"},
+            "memlock": {"type": "str", "default": "unlimited"},
             "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
             "root": {"type": "path", "default": "/"},
             "lock_timeout": {"type": "int", "default": 10},
