@@ -429,7 +429,8 @@ def test_ipc_lines_refuse_what_nccl_cannot_use(shm: str, memlock: str, error: st
     else:
         with pytest.raises(LxcGpuError, match=error):
             ipc_lines(shm, memlock)
-    with pytest.raises(LxcGpuError, match=r"^ipc_limits: must be auto, always or never"):
+    valid = r"\(valid: auto, always, never\)$"
+    with pytest.raises(LxcGpuError, match=r"^ipc_limits: 'yes' is not a mode " + valid):
         ipc_wanted("yes", 2)
 
 

@@ -70,7 +70,7 @@ def test_no_match_names_what_would(tree: Callable[..., Path]) -> None:
     facts = _facts(tree("a6000-3090"))
     with pytest.raises(GpuSelectError) as err:
         matching_cards(facts["gpus"], "3090", node="pve-t1")
-    assert err.value.where == "gpu_model"
+    assert err.value.field == "gpu_model"
     assert "no card named '3090' on pve-t1" in err.value.problem
     assert "did you mean 'NVIDIA GeForce RTX 3090'?" in err.value.problem
     with pytest.raises(GpuSelectError, match=r"no card named '5090'.*\(10de:2204\)") as err:

@@ -184,7 +184,7 @@ def select_cards(
             taken=taken,
         )
     except GpuSelectError as exc:
-        return [], [f"{exc.where}: {exc.problem}"]
+        return [], [str(exc)]
     if len(selection.chosen) < count:
         hint = ""
         if selection.stopped_only and not allow_stopped_vm_cards:

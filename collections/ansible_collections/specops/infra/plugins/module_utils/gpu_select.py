@@ -33,6 +33,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.specops.infra.plugins.module_utils.errors import ValidationError
+
 __all__ = [
     "CardState",
     "GpuSelectError",
@@ -49,13 +51,8 @@ _PCI_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{4}$")
 Card = Mapping[str, Any]
 
 
-class GpuSelectError(ValueError):
-    """A request no card can meet; ``where`` names the input, ``problem`` says why."""
-
-    def __init__(self, where: str, problem: str) -> None:
-        self.where = where
-        self.problem = problem
-        super().__init__(f"{where}: {problem}")
+class GpuSelectError(ValidationError, ValueError):
+    """A request no card can meet; ``field`` names the input, ``problem`` says why."""
 
 
 def model_rule() -> str:

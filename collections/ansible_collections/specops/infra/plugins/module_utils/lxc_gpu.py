@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.specops.infra.plugins.module_utils.errors import ValidationError
 from ansible_collections.specops.infra.plugins.module_utils.gpu_select import (
     GpuSelectError,
     card_state,
@@ -80,6 +81,7 @@ _DEV_KEY = re.compile(r"^dev(\d+)$")
 _MAX_DEV = 256  # dev0..dev255 (pve-container)
 _DEVN_SINCE = (8, 1)  # devN arrived in pve-container 5.0.7 (PVE 8.1)
 _MEMLOCK_KEY = "lxc.prlimit.memlock"
+_IPC_MODES = ("auto", "always", "never")
 # NCCL's floor for /dev/shm in a container: its troubleshooting guide (Runtime and MPI
 # issues, "Shared memory": --shm-size=1g) and the NCCL WARN it shows when /dev/shm is
 # too small ("failed to extend /dev/shm/nccl-... to 4194660 bytes").
@@ -93,13 +95,8 @@ def _dynamic_major(major: int) -> bool:
     return 234 <= major <= 254 or 384 <= major <= 511
 
 
-class LxcGpuError(ValueError):
+class LxcGpuError(ValidationError, ValueError):
     """Bad input or a host that cannot take the request; ``field: problem``."""
-
-    def __init__(self, where: str, problem: str) -> None:
-        self.where = where
-        self.problem = problem
-        super().__init__(f"{where}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -268,7 +265,7 @@ def select_gpus(
             eligible=eligible,
         )
     except GpuSelectError as exc:
-        raise LxcGpuError(exc.where, exc.problem) from None
+        raise LxcGpuError(exc.field, exc.problem, exc.valid) from None
     if not chosen.ok:
         raise LxcGpuError(
             "gpu_count",
@@ -668,8 +665,8 @@ def _replace_raw(
 def ipc_wanted(mode: str, cards: int) -> bool:
     """Whether the container gets the shm and memlock lines: ``auto`` with 2+ cards
     (ranks of one engine talk through NCCL), ``always``, ``never``."""
-    if mode not in ("auto", "always", "never"):
-        raise LxcGpuError("ipc_limits", f"must be auto, always or never (got {mode!r})")
+    if mode not in _IPC_MODES:
+        raise LxcGpuError("ipc_limits", f"{mode!r} is not a mode", valid=_IPC_MODES)
     return mode == "always" or (mode == "auto" and cards >= 2)
 
 

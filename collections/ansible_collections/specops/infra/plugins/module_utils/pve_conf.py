@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ansible_collections.specops.infra.plugins.module_utils.atomic_file import write_atomic
+from ansible_collections.specops.infra.plugins.module_utils.errors import ValidationError
 from ansible_collections.specops.infra.plugins.module_utils.file_lock import flock_within
 
 __all__ = [
@@ -185,13 +186,8 @@ DEFAULT_ID_MAP: tuple[tuple[str, int, int, int], ...] = (
 )
 
 
-class PveConfError(ValueError):
+class PveConfError(ValidationError, ValueError):
     """A config text or an edit that PVE would not accept; names the line or key."""
-
-    def __init__(self, where: str, problem: str) -> None:
-        self.where = where
-        self.problem = problem
-        super().__init__(f"{where}: {problem}")
 
 
 @dataclass

@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ansible_collections.specops.infra.plugins.module_utils.errors import ValidationError
+
 __all__ = [
     "FEATURE_KEYS",
     "MOUNT_KEYS",
@@ -58,13 +60,8 @@ REBUILD = "rebuild"
 REFUSED = "refused"
 
 
-class SpecError(ValueError):
+class SpecError(ValidationError, ValueError):
     """Bad input: ``field`` is the inventory variable, ``problem`` says what is valid."""
-
-    def __init__(self, field_name: str, problem: str) -> None:
-        self.field = field_name
-        self.problem = problem
-        super().__init__(f"{field_name}: {problem}")
 
 
 @dataclass(frozen=True)
