@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import Engine
-from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import Engine
+from ansible_collections.specops.infra.plugins.module_utils.speculative.profile import (
     SpeculativeProfile,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import launch
+from ansible_collections.specops.infra.plugins.module_utils.speculative.translate import launch
 
 from specops.bench.plan import plan_from_mapping
 from specops.bench.runner import run_plan

@@ -74,16 +74,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 
 import httpx  # noqa: E402
-from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: E402
-    gpu_catalogue,
-    pve_conf,
-    service_stop,
-)
+from ansible_collections.specops.infra.plugins.module_utils import gpu_catalogue, service_stop  # noqa: E402
 from ansible_collections.specops.infra.plugins.module_utils.gpu import (  # noqa: E402
     GpuFactsError,
     HostRoots,
     gather_facts,
 )
+from ansible_collections.specops.infra.plugins.module_utils.pve import conf as pve_conf  # noqa: E402
 
 from specops_lab import network  # noqa: E402
 from specops_lab.pve.layout import Cluster  # noqa: E402

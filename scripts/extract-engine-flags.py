@@ -6,7 +6,7 @@ every flag it renders, and every ``extra_args`` entry, against these lists, so t
 come from the engine's own source, never from memory.
 
 The lists live in the collection, beside the translator that reads them:
-    FLAG_LISTS=collections/ansible_collections/specops/infra/plugins/module_utils/engine_flag_lists
+    FLAG_LISTS=collections/ansible_collections/specops/infra/plugins/module_utils/engine/flag_lists
 
 SGLang (its parser cannot be imported without torch/CUDA/triton, see docs/speculative.md):
     python scripts/extract-engine-flags.py sglang --wheel /tmp/sgl/sglang-0.5.11-*.whl \
@@ -144,7 +144,7 @@ def extract_sglang(args: argparse.Namespace) -> dict[str, Any]:
     else:
         source = Path(args.server_args).read_text()
         origin = SERVER_ARGS
-    from ansible_collections.specops.infra.plugins.module_utils.engine_flags import (  # noqa: PLC0415
+    from ansible_collections.specops.infra.plugins.module_utils.engine.flags import (  # noqa: PLC0415
         SELF_DRAFT_KEY,
         sglang_self_draft_architectures,
     )
@@ -172,7 +172,7 @@ def extract_vllm(args: argparse.Namespace) -> dict[str, Any]:
     """vLLM's own parser, read the way the role reads an installed build (one home:
     ``engine_flags.INTROSPECT`` runs ``python -m vllm.entrypoints.openai.api_server --help``
     and takes the parser before it prints)."""
-    from ansible_collections.specops.infra.plugins.module_utils.engine_flags import (  # noqa: PLC0415
+    from ansible_collections.specops.infra.plugins.module_utils.engine.flags import (  # noqa: PLC0415
         FlagSetError,
         read_flag_set,
     )

@@ -64,13 +64,14 @@ if __name__ == "__main__":  # nothing installed (a copied tree): run on its pack
     run_on_the_tree(REPO)
 
 # The repository's own code (installed, or from the tree: tree_packages.py).
-from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: E402
-    gpu,
-    gpu_doctor,
-    gpu_doctor_evidence,
-    lxc_gpu,
-    pve_conf,
+from ansible_collections.specops.infra.plugins.module_utils import gpu, lxc_gpu  # noqa: E402
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (  # noqa: E402
+    diagnosis as gpu_doctor,
 )
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (  # noqa: E402
+    evidence as gpu_doctor_evidence,
+)
+from ansible_collections.specops.infra.plugins.module_utils.pve import conf as pve_conf  # noqa: E402
 
 from specops_lab.pve.conf import parse_pct_config  # noqa: E402
 from specops_lab.pve.layout import Node  # noqa: E402
@@ -111,7 +112,7 @@ entrypoint: /usr/bin/sleep infinity
 # Inside the container: the doctor's evidence (the repo's collection on PYTHONPATH).
 IN_CT = """
 import json, sys
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence import (
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor.evidence import (
     container_evidence,
 )
 args = json.loads(sys.argv[1])

@@ -88,11 +88,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-# The recorded flag lists the collection ships (module_utils/speculative_engines.py).
+# The recorded flag lists the collection ships (module_utils/speculative/engines.py).
 FLAG_LISTS = (
     REPO
     / "collections/ansible_collections/specops/infra/plugins/module_utils"
-    / "engine_flag_lists"
+    / "engine/flag_lists"
 )
 
 

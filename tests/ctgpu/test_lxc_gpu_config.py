@@ -22,7 +22,7 @@ from ansible_collections.specops.infra.plugins.module_utils.lxc_gpu import (
     privilege_problems,
     select_gpus,
 )
-from ansible_collections.specops.infra.plugins.module_utils.pve_conf import parse
+from ansible_collections.specops.infra.plugins.module_utils.pve.conf import parse
 from ansible_collections.specops.infra.plugins.modules.lxc_gpu_config import configure
 
 SNAPSHOT = """

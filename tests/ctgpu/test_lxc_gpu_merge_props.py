@@ -15,7 +15,7 @@ from ansible_collections.specops.infra.plugins.module_utils.lxc_gpu import (
     is_gpu_raw_line,
     merge,
 )
-from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (
+from ansible_collections.specops.infra.plugins.module_utils.pve.conf import (
     parse,
     parse_property_string,
 )

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils import gpu, lxc_gpu, pve_conf
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence import (
+from ansible_collections.specops.infra.plugins.module_utils import gpu, lxc_gpu
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor.evidence import (
     node_evidence,
 )
+from ansible_collections.specops.infra.plugins.module_utils.pve import conf as pve_conf
 
 from specops_lab import hosttree
 

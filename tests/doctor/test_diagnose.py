@@ -7,16 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor.diagnosis import (
     Expectation,
     build_text,
     diagnose,
     render_table,
 )
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence import (
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor.evidence import (
     build_evidence,
 )
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_router import router_views
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor.router import router_views
 from ansible_collections.specops.infra.plugins.modules.gpu_doctor import diagnose_records
 from doctor.conftest import ct_ev, generated, node_ev
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence import (
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor.evidence import (
     conf_evidence,
     container_evidence,
     cuda_evidence,
@@ -23,7 +23,7 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence 
     loader_paths,
     parse_allow,
 )
-from ansible_collections.specops.infra.plugins.module_utils.pve_conf import parse
+from ansible_collections.specops.infra.plugins.module_utils.pve.conf import parse
 from ansible_collections.specops.infra.plugins.modules.gpu_doctor_container import (
     gather as container_gather,
 )

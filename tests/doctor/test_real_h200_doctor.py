@@ -18,11 +18,11 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor.diagnosis import (
     Expectation,
     diagnose,
 )
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence import (
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor.evidence import (
     node_evidence,
 )
 from plugins.scripts import load_script

@@ -28,11 +28,11 @@ from typing import Any
 import httpx
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils import drafter_check
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import Engine
-from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import Engine
+from ansible_collections.specops.infra.plugins.module_utils.speculative.profile import (
     SpeculativeProfile,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.translate import (
     TargetModel,
     launch,
 )

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (
+from ansible_collections.specops.infra.plugins.module_utils.pve.conf import (
     PveConfError,
     format_property_string,
     parse,

@@ -1,6 +1,6 @@
 """Two independent readers of PVE confs, one grammar: where they agree, and why.
 
-The production parser (``module_utils/pve_conf.py``: a byte-lossless editor that runs on
+The production parser (``module_utils/pve/conf.py``: a byte-lossless editor that runs on
 the PVE hosts) and the lab stand-in's reader (``specops_lab.pve.conf``: derived from
 pve-container's ``parse_pct_config`` / ``write_pct_config`` and pve-common's
 ``parse_property_string``) share no code, so a writer bug in production cannot hide
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils import pve_conf as prod
+from ansible_collections.specops.infra.plugins.module_utils.pve import conf as prod
 
 from specops_lab.pve import conf as lab
 from specops_lab.pve_jsonschema import parse_boolean

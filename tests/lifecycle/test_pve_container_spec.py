@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils.pve_container import (
+from ansible_collections.specops.infra.plugins.module_utils.pve.container import (
     ClusterView,
     SpecError,
     check_cluster,

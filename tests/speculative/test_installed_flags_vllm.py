@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils.engine_flags import (
+from ansible_collections.specops.infra.plugins.module_utils.engine.flags import (
     capabilities,
     read_flag_set,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import FLAG_LISTS
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import FLAG_LISTS
 
 from specops.errors import ValidationError
 from specops.speculative import Engine, SpeculativeProfile, to_argv

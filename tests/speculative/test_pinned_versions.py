@@ -2,7 +2,7 @@
 
 The versions come from where the roles take them: ``inference_engine_model_pins``
 (per model and engine), the engines' default pins (the descriptor,
-``module_utils/engines.py``) and the example inventory's versions (set or shown
+``module_utils/engine/descriptor.py``) and the example inventory's versions (set or shown
 commented out, e.g. the vLLM 0.20.1 that the operator's DFlash builds start from).
 ``specops profile render`` must work offline for each, and render the same flags the
 data file holds.
@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.specops.infra.plugins.module_utils import speculative_engines as engines
-from ansible_collections.specops.infra.plugins.module_utils.engines import ENGINES
-from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+from ansible_collections.specops.infra.plugins.module_utils.engine.descriptor import ENGINES
+from ansible_collections.specops.infra.plugins.module_utils.speculative import engines
+from ansible_collections.specops.infra.plugins.module_utils.speculative.profile import (
     SpeculativeProfile,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import to_argv
+from ansible_collections.specops.infra.plugins.module_utils.speculative.translate import to_argv
 
 REPO = Path(__file__).resolve().parents[2]
 

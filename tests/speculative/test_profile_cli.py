@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.specops.infra.plugins.filter.speculative import FilterModule
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import FLAG_LISTS
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import FLAG_LISTS
 
 from specops import cli
 from specops.speculative import table

@@ -1,7 +1,7 @@
 """Every profile field is rendered or refused by every engine build: none is dropped.
 
 For each field of :class:`SpeculativeProfile`, each engine of the descriptor
-(``module_utils/engines.py``) and each recorded flag-list version (SGLang also as a
+(``module_utils/engine/descriptor.py``) and each recorded flag-list version (SGLang also as a
 PR #29907 DDTree build), the field is set to other valid values on valid base profiles
 (the docs table's examples and a few more) whose method takes it. At least one such
 change must either change what ``launch`` returns (argv or environment) or be refused
@@ -20,18 +20,18 @@ from collections.abc import Iterator, Mapping
 from typing import Any, get_type_hints
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils import speculative_profile as sp
-from ansible_collections.specops.infra.plugins.module_utils.engines import ENGINES
+from ansible_collections.specops.infra.plugins.module_utils.engine.descriptor import ENGINES
 from ansible_collections.specops.infra.plugins.module_utils.errors import ValidationError
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative import profile as sp
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import (
     Engine,
     known_versions,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.profile import (
     METHODS,
     SpeculativeProfile,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import launch
+from ansible_collections.specops.infra.plugins.module_utils.speculative.translate import launch
 
 from specops.speculative.table import EXAMPLES
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from ansible_collections.specops.infra.plugins.filter.speculative import speculative_launch
-from ansible_collections.specops.infra.plugins.module_utils.engine_flags import (
+from ansible_collections.specops.infra.plugins.module_utils.engine.flags import (
     SELF_DRAFT_KEY,
     sglang_self_draft_architectures,
 )

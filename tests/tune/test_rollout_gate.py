@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils.engine_idle import (
+from ansible_collections.specops.infra.plugins.module_utils.engine.idle import (
     running_requests,
     wait_idle,
 )

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from ansible_collections.specops.infra.plugins.module_utils.service_unit import Identity
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import Engine
-from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import Engine
+from ansible_collections.specops.infra.plugins.module_utils.speculative.profile import (
     SpeculativeProfile,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import launch
+from ansible_collections.specops.infra.plugins.module_utils.speculative.translate import launch
 from plugins.measurements import Record
 from plugins.vllm_server import VllmServerPool
 

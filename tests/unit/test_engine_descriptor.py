@@ -1,4 +1,4 @@
-"""One table of per-engine facts (``module_utils/engines.py``) and no second one.
+"""One table of per-engine facts (``module_utils/engine/descriptor.py``) and no second one.
 
 Every consumer supports exactly the descriptor's engines (the roles' argument specs, the
 build plan, the flag lists, the translator); the role variables hold no mapping keyed by
@@ -17,14 +17,15 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible_collections.specops.infra.plugins.module_utils import engine_build, engine_flags
-from ansible_collections.specops.infra.plugins.module_utils.engines import (
+from ansible_collections.specops.infra.plugins.module_utils.engine import build as engine_build
+from ansible_collections.specops.infra.plugins.module_utils.engine import flags as engine_flags
+from ansible_collections.specops.infra.plugins.module_utils.engine.descriptor import (
     ENGINES,
     EngineDescriptor,
     descriptor,
     shared,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import (
     CAPABILITIES,
     ENGINE_NAMES,
     known_versions,
@@ -32,7 +33,7 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative_engines 
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTION = REPO / "collections/ansible_collections/specops/infra/plugins"
-DESCRIPTOR = COLLECTION / "module_utils/engines.py"
+DESCRIPTOR = COLLECTION / "module_utils/engine/descriptor.py"
 NAMES = frozenset(ENGINES)
 
 
@@ -186,7 +187,7 @@ def scan(paths: Iterator[Path] | list[Path]) -> list[str]:
 
 
 def test_no_python_module_keeps_a_per_engine_table() -> None:
-    assert scan(_python_files()) == [], "read module_utils/engines.py ENGINES instead"
+    assert scan(_python_files()) == [], "read module_utils/engine/descriptor.py ENGINES instead"
 
 
 def test_the_scan_sees_a_planted_table(tmp_path: Path) -> None:

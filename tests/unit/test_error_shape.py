@@ -15,8 +15,8 @@ from ansible_collections.specops.infra.plugins.module_utils.lxc_gpu import (
     LxcGpuError,
     ipc_wanted,
 )
-from ansible_collections.specops.infra.plugins.module_utils.pve_conf import PveConfError
-from ansible_collections.specops.infra.plugins.module_utils.pve_container import SpecError
+from ansible_collections.specops.infra.plugins.module_utils.pve.conf import PveConfError
+from ansible_collections.specops.infra.plugins.module_utils.pve.container import SpecError
 
 MODULE_UTILS = (
     Path(__file__).resolve().parents[2]

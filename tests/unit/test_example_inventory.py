@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible_collections.specops.infra.plugins.module_utils.engine_build import model_pin
+from ansible_collections.specops.infra.plugins.module_utils.engine.build import model_pin
 from ansible_collections.specops.infra.plugins.plugin_utils.inventory import (
     inventory_problems,
     role_defaults,

@@ -26,7 +26,7 @@ LAB = Path("lab/src/specops_lab")
 
 def _tree(dest: Path) -> Path:
     only_py = shutil.ignore_patterns(
-        "__pycache__", "*.json", "*.md", "*.j2", "*.txt", "*.yml", "data", "engine_flag_lists"
+        "__pycache__", "*.json", "*.md", "*.j2", "*.txt", "*.yml", "data", "flag_lists"
     )
     shutil.copytree(REPO / "src/specops", dest / "src/specops", ignore=only_py)
     shutil.copytree(REPO / LAB, dest / LAB, ignore=only_py)
@@ -91,10 +91,10 @@ PLANTS = {
         "module_utils.readiness imports ansible (l.{line}): only the standard library",
     ),
     "module_utils-controller-package": (
-        MODULE_UTILS / "pve_conf.py",
+        MODULE_UTILS / "pve/conf.py",
         "from specops.errors import SpecopsError",
         [STDLIB, ONE_WAY],
-        "module_utils.pve_conf imports specops.errors (l.{line})",
+        "module_utils.pve.conf imports specops.errors (l.{line})",
     ),
     "filter-imports-controller-package": (
         PLUGINS / "filter/systemd.py",

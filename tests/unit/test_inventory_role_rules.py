@@ -267,7 +267,7 @@ def test_the_preflight_playbook_refuses_each_family_before_any_change(tmp_path: 
     """The real preflight on a bad copy of the example: the filter reads the raw values
     (a secret in group_vars is named with its file), every family is listed, nothing
     changed. CT2 has no version and no pin for its model, only a floor: the version
-    checked is the engine's default from the descriptor (module_utils/engines.py; the
+    checked is the engine's default from the descriptor (module_utils/engine/descriptor.py; the
     role and the preflight resolve it with one rule, engine_build.model_pin)."""
     inventory = tmp_path / "inventory"
     shutil.copytree(EXAMPLE, inventory)

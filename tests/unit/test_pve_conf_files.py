@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (
+from ansible_collections.specops.infra.plugins.module_utils.pve.conf import (
     PveConfError,
     config_lock,
     write_conf_atomic,

@@ -6,7 +6,7 @@ update_lxc_config``). The rules are listed in ../shared/pve-fixtures/README.md."
 from __future__ import annotations
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (
+from ansible_collections.specops.infra.plugins.module_utils.pve.conf import (
     DEFAULT_ID_MAP,
     PveConfError,
     parse,

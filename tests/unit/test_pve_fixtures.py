@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils import gpu, lxc_gpu, pve_conf
+from ansible_collections.specops.infra.plugins.module_utils import gpu, lxc_gpu
+from ansible_collections.specops.infra.plugins.module_utils.pve import conf as pve_conf
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = "SPECOPS_PVE_FIXTURES"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import FLAG_LISTS
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import FLAG_LISTS
 
 from specops.speculative import Engine, SpeculativeProfile, to_argv
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ansible_collections.specops.infra.plugins.module_utils.engines import (
+from ansible_collections.specops.infra.plugins.module_utils.engine.descriptor import (
     ENGINES,
     SpecMetaNames,
 )
@@ -56,7 +56,7 @@ def _sglang_meta() -> SpecMetaNames:
     """SGLang's per-request meta_info spellings (engines.ENGINES: its spec_meta)."""
     meta = ENGINES["sglang"].spec_meta
     if meta is None:
-        raise RuntimeError("module_utils/engines.py: the sglang row names no spec_meta")
+        raise RuntimeError("module_utils/engine/descriptor.py: the sglang row names no spec_meta")
     return meta
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from ansible_collections.specops.infra.plugins.module_utils.engines import ENGINES, shared
+from ansible_collections.specops.infra.plugins.module_utils.engine.descriptor import ENGINES, shared
 
 from specops.bench import humaneval
 from specops.bench.client import RequestRecord, make_client, send_request

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.specops.infra.plugins.module_utils.engines import (
+from ansible_collections.specops.infra.plugins.module_utils.engine.descriptor import (
     ENGINES,
     ServerMetricNames,
 )

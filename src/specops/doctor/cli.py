@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor.diagnosis import (
     DIAGNOSIS_SCHEMA,
     render_table,
     summary,

@@ -19,17 +19,17 @@ the table in docs/speculative.md all go through these functions; nothing else sp
 
 from __future__ import annotations
 
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import (
     ENGINE_NAMES,
     Engine,
     known_versions,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.profile import (
     INT_FIELDS,
     METHODS,
     SpeculativeProfile,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.translate import (
     TargetModel,
     from_argv,
     launch,

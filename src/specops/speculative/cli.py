@@ -16,14 +16,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import (
     ENGINE_NAMES,
     Engine,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.profile import (
     SpeculativeProfile,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.translate import (
     TargetModel,
     launch,
 )

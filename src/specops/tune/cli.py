@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.specops.infra.plugins.module_utils.engine_build import model_pin
+from ansible_collections.specops.infra.plugins.module_utils.engine.build import model_pin
 
 from specops.bench.compare import count_arg, threshold_arg
 from specops.bench.plan import fit_context_lengths, plan_from_mapping, read_api_key

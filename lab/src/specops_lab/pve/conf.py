@@ -1,6 +1,6 @@
 """The stand-in's own reader and writer of PVE guest configs, derived from PVE's grammar.
 
-Deliberately NOT the production parser (``module_utils/pve_conf.py``): the stand-in
+Deliberately NOT the production parser (``module_utils/pve/conf.py``): the stand-in
 reads what the project's modules write with code of its own, taken from PVE's source, so
 a writer bug in production cannot hide behind a shared reader
 (``tests/lab/test_pve_conf_grammar.py`` runs both over the same confs). Upstream

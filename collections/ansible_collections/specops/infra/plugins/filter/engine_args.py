@@ -19,7 +19,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 from ansible_collections.specops.infra.plugins.module_utils.errors import SpecopsError
 from ansible_collections.specops.infra.plugins.module_utils.service_launch import checked_args
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import Engine
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import Engine
 
 __all__ = ["FilterModule", "engine_args_check"]
 

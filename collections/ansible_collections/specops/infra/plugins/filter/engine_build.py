@@ -10,8 +10,8 @@ key, venv path) as filters.
 
     {{ inference_engine_engine | specops.infra.engine_pin(version=..., model=..., pins=...) }}
 
-The logic is ``plugins/module_utils/engines.py`` (the descriptor) and
-``plugins/module_utils/engine_build.py`` (stdlib, also used on the host: the build plan
+The logic is ``plugins/module_utils/engine/descriptor.py`` (the descriptor) and
+``plugins/module_utils/engine/build.py`` (stdlib, also used on the host: the build plan
 and the model pin, one rule with the controller preflight); this file only turns their
 ValueError (``<variable>: problem``) into a filter error.
 """
@@ -22,12 +22,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.specops.infra.plugins.module_utils.engine_build import model_pin, plan
-from ansible_collections.specops.infra.plugins.module_utils.engine_source import (
+from ansible_collections.specops.infra.plugins.module_utils.engine.build import model_pin, plan
+from ansible_collections.specops.infra.plugins.module_utils.engine.descriptor import descriptor
+from ansible_collections.specops.infra.plugins.module_utils.engine.source import (
     EngineSourceError,
     parse_patches,
 )
-from ansible_collections.specops.infra.plugins.module_utils.engines import descriptor
 
 __all__ = [
     "FilterModule",
@@ -75,7 +75,7 @@ def engine_descriptor(
     cache_dir: str = "",
     name: str = "inference_engine_engine",
 ) -> dict[str, Any]:
-    """The engine's descriptor (``module_utils/engines.py``) as a mapping; its
+    """The engine's descriptor (``module_utils/engine/descriptor.py``) as a mapping; its
     ``environment`` has ``venv`` and ``cache_dir`` filled in."""
     try:
         return descriptor(str(engine), str(name)).as_dict(venv=str(venv), cache_dir=str(cache_dir))

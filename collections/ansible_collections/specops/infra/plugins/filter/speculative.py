@@ -45,11 +45,11 @@ from ansible_collections.specops.infra.plugins.module_utils.errors import (
 from ansible_collections.specops.infra.plugins.module_utils.service_launch import (
     service_launch as _service_launch,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import Engine
-from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import Engine
+from ansible_collections.specops.infra.plugins.module_utils.speculative.profile import (
     SpeculativeProfile,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.translate import (
     TargetModel,
     launch,
 )

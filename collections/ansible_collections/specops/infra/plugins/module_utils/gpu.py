@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ansible_collections.specops.infra.plugins.module_utils import gpu_catalogue
-from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (
+from ansible_collections.specops.infra.plugins.module_utils.pve.conf import (
     Line,
     PveConfError,
     parse_property_string,
 )
-from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (
+from ansible_collections.specops.infra.plugins.module_utils.pve.conf import (
     parse as parse_pve_conf,
 )
 

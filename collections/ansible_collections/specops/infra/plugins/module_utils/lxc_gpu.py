@@ -36,7 +36,7 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_select import (
     card_state,
     select_free,
 )
-from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (
+from ansible_collections.specops.infra.plugins.module_utils.pve.conf import (
     Line,
     PveConf,
     PveConfError,

@@ -27,7 +27,7 @@ from typing import Any
 
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import open_url
-from ansible_collections.specops.infra.plugins.module_utils.engines import shared
+from ansible_collections.specops.infra.plugins.module_utils.engine.descriptor import shared
 
 # Every engine answers the same paths (engines.ENGINES; shared() refuses once they differ).
 _HEALTH: str = shared("health_path")

@@ -5,7 +5,7 @@
 check: the speculative profile parsed and translated (``speculative_translate.launch``:
 its flags and environment), the other engine arguments checked against the same flag
 set (the installed build's, else the release's recorded list), the engine's launch head
-and environment from its descriptor (``engines.py``), in the order the unit runs them:
+and environment from its descriptor (``engine/descriptor.py``), in the order the unit runs them:
 
     <venv>/bin/python -m <launch module> <model flag> MODEL --served-model-name NAME
         --host HOST --port PORT <engine args> <speculative flags> [<key config>]
@@ -20,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.specops.infra.plugins.module_utils.engines import descriptor
+from ansible_collections.specops.infra.plugins.module_utils.engine.descriptor import descriptor
 from ansible_collections.specops.infra.plugins.module_utils.errors import ValidationError
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import Engine
-from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import Engine
+from ansible_collections.specops.infra.plugins.module_utils.speculative.profile import (
     SpeculativeProfile,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.translate import (
     TargetModel,
     launch,
 )

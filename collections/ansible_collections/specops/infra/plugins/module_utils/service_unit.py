@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from ansible_collections.specops.infra.plugins.module_utils.atomic_file import write_atomic
-from ansible_collections.specops.infra.plugins.module_utils.engine_idle import wait_idle
+from ansible_collections.specops.infra.plugins.module_utils.engine.idle import wait_idle
 from ansible_collections.specops.infra.plugins.module_utils.output_gate import NodeGate
 from ansible_collections.specops.infra.plugins.module_utils.readiness import (
     ReadyResult,

@@ -4,7 +4,7 @@ The controller preflight (``plugin_utils/inventory.py``) runs :func:`serving_pro
 for every host of group ``serving``, from the inventory alone: the engine the
 container's ``inference_engine_*`` variables state (stated once: ``inference_service``
 reads the same), its version as the model's pin resolves it, and against that version's
-RECORDED flag list (``engine_flag_lists/``; on the node the installed build's own parser
+RECORDED flag list (``engine/flag_lists/``; on the node the installed build's own parser
 checks the same arguments again before the unit changes):
 
 - the model's pin (an exact release, not older than its ``min``, with its reason);
@@ -45,24 +45,24 @@ from ansible_collections.specops.infra.plugins.module_utils.drafter_check import
 from ansible_collections.specops.infra.plugins.module_utils.drafter_check import (
     check as drafter_check,
 )
-from ansible_collections.specops.infra.plugins.module_utils.engine_build import model_pin
-from ansible_collections.specops.infra.plugins.module_utils.engine_source import (
+from ansible_collections.specops.infra.plugins.module_utils.engine.build import model_pin
+from ansible_collections.specops.infra.plugins.module_utils.engine.descriptor import descriptor
+from ansible_collections.specops.infra.plugins.module_utils.engine.source import (
     EngineSourceError,
     parse_patches,
 )
-from ansible_collections.specops.infra.plugins.module_utils.engines import descriptor
 from ansible_collections.specops.infra.plugins.module_utils.errors import (
     SpecopsError,
     ValidationError,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import (
     Engine,
     known_versions,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.profile import (
     SpeculativeProfile,
 )
-from ansible_collections.specops.infra.plugins.module_utils.speculative_translate import to_argv
+from ansible_collections.specops.infra.plugins.module_utils.speculative.translate import to_argv
 
 __all__ = ["ARGS", "CUDA", "VERSION", "Serving", "human_int", "serving_problems"]
 

@@ -85,7 +85,8 @@ import tempfile
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specops.infra.plugins.module_utils.engine_flags import (
+from ansible_collections.specops.infra.plugins.module_utils.engine.descriptor import ENGINES
+from ansible_collections.specops.infra.plugins.module_utils.engine.flags import (
     FLAGS_FILE,
     FlagSetError,
     capabilities,
@@ -93,7 +94,6 @@ from ansible_collections.specops.infra.plugins.module_utils.engine_flags import 
     read_flag_set,
     save_flag_set,
 )
-from ansible_collections.specops.infra.plugins.module_utils.engines import ENGINES
 
 
 def run_module() -> None:

@@ -86,7 +86,7 @@ patches:
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specops.infra.plugins.module_utils.engine_source import (
+from ansible_collections.specops.infra.plugins.module_utils.engine.source import (
     METHODS,
     EngineSourceError,
     Patch,

@@ -71,13 +71,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor.diagnosis import (
     Expectation,
     diagnose,
     render_table,
     summary,
 )
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_router import (
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor.router import (
     router_views,
 )
 

@@ -83,7 +83,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 evidence:
-  description: devices, nvidia_smi, userspace, cuda, server, build (the engine build its unit runs; see module_utils/gpu_doctor_evidence.py).
+  description: devices, nvidia_smi, userspace, cuda, server, build (the engine build its unit runs; see module_utils/gpu_doctor/evidence.py).
   returned: always
   type: dict
 """
@@ -93,7 +93,7 @@ import sys
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence import (
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor.evidence import (
     container_evidence,
 )
 

@@ -77,7 +77,7 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu import (
     gather_facts,
     parse_proc_devices,
 )
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_evidence import (
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor.evidence import (
     node_evidence,
 )
 

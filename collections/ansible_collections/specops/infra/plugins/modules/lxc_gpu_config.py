@@ -218,7 +218,7 @@ from ansible_collections.specops.infra.plugins.module_utils.lxc_gpu import (
     privilege_problems,
     select_gpus,
 )
-from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (
+from ansible_collections.specops.infra.plugins.module_utils.pve.conf import (
     PveConf,
     PveConfError,
     config_lock,

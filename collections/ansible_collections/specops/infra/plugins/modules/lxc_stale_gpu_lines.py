@@ -90,7 +90,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (
+from ansible_collections.specops.infra.plugins.module_utils.pve.conf import (
     PveConf,
     PveConfError,
     config_lock,

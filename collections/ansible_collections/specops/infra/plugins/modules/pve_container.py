@@ -146,7 +146,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.specops.infra.plugins.module_utils.pve_container import (
+from ansible_collections.specops.infra.plugins.module_utils.pve.container import (
     ONLINE,
     REBUILD,
     REFUSED,

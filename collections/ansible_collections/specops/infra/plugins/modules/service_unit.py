@@ -276,7 +276,7 @@ output_gate:
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.specops.infra.plugins.module_utils.engine_build import record_running
+from ansible_collections.specops.infra.plugins.module_utils.engine.build import record_running
 from ansible_collections.specops.infra.plugins.module_utils.output_gate import (
     GateConfig,
     NodeGate,

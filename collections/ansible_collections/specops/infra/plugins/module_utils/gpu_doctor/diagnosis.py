@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_checks import (
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor.checks import (
     Ctx,
     Expectation,
     Finding,
@@ -61,7 +61,7 @@ from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_checks im
     server_checks,
     userspace_checks,
 )
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_router import (
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor.router import (
     router_checks,
     router_column,
 )

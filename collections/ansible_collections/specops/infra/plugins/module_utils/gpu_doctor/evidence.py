@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ansible_collections.specops.infra.plugins.module_utils import nvidia_userspace
-from ansible_collections.specops.infra.plugins.module_utils.pve_conf import (
+from ansible_collections.specops.infra.plugins.module_utils.pve.conf import (
     PveConf,
     PveConfError,
     parse,

@@ -7,7 +7,7 @@ Everything that differs between engines is read from here:
   what is removed after the install, the recorded distributions) and the default
   version the ``inference_engine`` role pins (through ``specops.infra.engine_descriptor``);
 - the flag lists and capabilities (``speculative_engines``: ``flag_family`` picks
-  ``engine_flag_lists/<family>-<version>-flags.json``);
+  ``engine/flag_lists/<family>-<version>-flags.json``);
 - the server's command line and environment (``inference_service`` through the
   ``specops.infra.engine_descriptor`` filter): the launch head after the venv's
   interpreter, how the API key reaches the server, the engine's environment;
@@ -166,7 +166,7 @@ class EngineDescriptor:
     # The vLLM platform the build must pick (checked after the install), "" for none.
     platform: str = ""
     # --- flags (speculative_engines)
-    flag_family: str = ""  # engine_flag_lists/<family>-<version>-flags.json
+    flag_family: str = ""  # engine/flag_lists/<family>-<version>-flags.json
     # Capabilities a branch build may declare beyond its release (capability -> why).
     capabilities: Mapping[str, str] = field(default_factory=dict)
     # --- sizing (the controller preflight), as ``dest`` names of the engine's own parser

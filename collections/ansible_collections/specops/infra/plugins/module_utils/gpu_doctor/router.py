@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor_checks import (
+from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor.checks import (
     Ctx,
     Finding,
 )

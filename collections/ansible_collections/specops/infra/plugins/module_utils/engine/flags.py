@@ -2,7 +2,7 @@
 
 The speculative translator checks every flag it renders (and every ``extra_args`` /
 ``inference_service_engine_args`` entry) against a flag set. Recorded lists in
-``engine_flag_lists/`` (beside this file) cover released versions offline; an engine built from a
+``flag_lists/`` (beside this file) cover released versions offline; an engine built from a
 pull-request ref, or a release without a recorded list (vLLM 0.20.1), is checked
 against what that build itself accepts. After every build the ``engine_flags`` module
 runs :data:`INTROSPECT` with the venv's interpreter: it starts the very module the unit
@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible_collections.specops.infra.plugins.module_utils.atomic_file import write_atomic
-from ansible_collections.specops.infra.plugins.module_utils.engines import families
+from ansible_collections.specops.infra.plugins.module_utils.engine.descriptor import families
 
 __all__ = [
     "FLAGS_FILE",

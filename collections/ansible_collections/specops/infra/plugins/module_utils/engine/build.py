@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.specops.infra.plugins.module_utils.atomic_file import write_atomic
-from ansible_collections.specops.infra.plugins.module_utils.engines import (
+from ansible_collections.specops.infra.plugins.module_utils.engine.descriptor import (
     ENGINES,
     EngineDescriptor,
     descriptor,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import open_url
-from ansible_collections.specops.infra.plugins.module_utils.engines import ENGINES, shared
+from ansible_collections.specops.infra.plugins.module_utils.engine.descriptor import ENGINES, shared
 
 __all__ = ["RUNNING_GAUGES", "IdleResult", "running_requests", "wait_idle"]
 

@@ -34,10 +34,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ansible_collections.specops.infra.plugins.module_utils.engine_flags import SELF_DRAFT_KEY
+from ansible_collections.specops.infra.plugins.module_utils.engine.flags import SELF_DRAFT_KEY
 from ansible_collections.specops.infra.plugins.module_utils.errors import ValidationError
-from ansible_collections.specops.infra.plugins.module_utils.speculative_engines import Engine
-from ansible_collections.specops.infra.plugins.module_utils.speculative_profile import (
+from ansible_collections.specops.infra.plugins.module_utils.speculative.engines import Engine
+from ansible_collections.specops.infra.plugins.module_utils.speculative.profile import (
     CHAIN_METHODS,
     SpeculativeProfile,
 )

@@ -4,10 +4,10 @@ Two sources of an engine's flags, in this order:
 
 1. the INSTALLED build's own parser (``Engine(..., installed=FlagList.from_flag_set(...))``):
    after every build the ``engine_flags`` module reads it in the engine venv
-   (``plugins/module_utils/engine_flags.py``); a pull-request build or a release without a
+   (``plugins/module_utils/engine/flags.py``); a pull-request build or a release without a
    recorded list is checked against what it really accepts, and what it adds (DDTree,
    a draft window) is read from it (:func:`derived_capabilities`), never declared;
-2. offline, the recorded list in ``engine_flag_lists/`` for a released ``(engine, version)``,
+2. offline, the recorded list in ``engine/flag_lists/`` for a released ``(engine, version)``,
    extracted from the engine's own source by ``scripts/extract-engine-flags.py``
    (SGLang: its wheel's ``server_args.py`` parsed with ``ast``; vLLM: its real argument
    parser imported in the lab's vLLM CPU venv). With a recorded list, a branch build's
@@ -26,8 +26,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Final
 
-from ansible_collections.specops.infra.plugins.module_utils import engine_flags as _installed
-from ansible_collections.specops.infra.plugins.module_utils.engines import ENGINES, families
+from ansible_collections.specops.infra.plugins.module_utils.engine import flags as _installed
+from ansible_collections.specops.infra.plugins.module_utils.engine.descriptor import (
+    ENGINES,
+    families,
+)
 from ansible_collections.specops.infra.plugins.module_utils.errors import ValidationError
 
 __all__ = [
@@ -262,7 +265,7 @@ _DDTREE_FLAGS: Final[Mapping[str, FlagSpec]] = {
 
 # The recorded flag lists, beside this file (read by path: the collection is a directory
 # tree, installed by ansible-galaxy or carried in the controller's site-packages).
-FLAG_LISTS: Final = Path(__file__).resolve().parent / "engine_flag_lists"
+FLAG_LISTS: Final = Path(__file__).resolve().parents[1] / "engine" / "flag_lists"
 
 
 @cache
