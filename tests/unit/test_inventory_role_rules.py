@@ -104,6 +104,12 @@ ROWS: dict[str, tuple[str, dict[str, dict[str, Any]], list[tuple[str, str]]]] = 
     "cuda-two-of-four": ("engine args", {CT2: {CUDA: "0,1"}},
                          [(f"{CT2}: {CUDA}: '0,1' shows the server 2 card(s) of the 4 the "
                            "container gets", "valid: 4 ids such as '0,1,2,3', or empty")]),
+    # The host's minors of the node's cards 2 and 3: inside the container CUDA numbers
+    # them 0 and 1 and stops at the first index it lacks (none visible: the engine fails).
+    "cuda-host-minors": ("engine args", {CT: {CUDA: "2,3"}},
+                         [(f"{CT}: {CUDA}: '2,3': '2', '3' not among the container's 2 card(s)"
+                           " (lxc_gpu_passthrough_gpu_count)",
+                           "valid: ordinals such as '0,1', GPU-/MIG- UUIDs")]),
     "context-beyond-the-model": ("engine args", {CT: {ARGS: ["--tp-size", "2", "--context-length",
                                                              "1048576"]}},
                                  [(f"{CT}: {ARGS}: --context-length 1048576 is more than "
@@ -218,6 +224,8 @@ def test_a_bad_variable_is_named_by_host_and_variable(
         {CT: VLLM | {ARGS: ["--tensor-parallel-size", "1", "--data-parallel-size", "2",
                             "--max-model-len", "128k", "--gpu-memory-utilization", "0.9"]}},
         {CT2: {ARGS: ["--tp-size", "2", "--pp-size", "2"]}},  # 2 x 2 = its four cards
+        {CT: {CUDA: "1,0"}},  # the container's ordinals, in an order of the operator's
+        {CT: {CUDA: "GPU-8932f937,GPU-5a1c"}},  # UUID prefixes (nvidia-smi -L)
         {CT2: {ARGS: ["--tp-size", "4", "--dp-size", "4", "--enable-dp-attention"],
                CUDA: ""}},  # DP attention shares the TP cards; no CUDA_VISIBLE_DEVICES
         {CT: {"inference_engine_git_ref": "refs/pull/1/head", "inference_engine_version": "0.5.12",
@@ -241,7 +249,8 @@ def test_a_bad_variable_is_named_by_host_and_variable(
         {CT: {"inference_service_engine_args": "{{ my_args }}"}},  # a template: the role's
     ],
     ids=["example", "pin", "local-model", "git-build", "vllm", "vllm-dp", "tp-x-pp",
-         "dp-attention", "git-build-args", "base-and-prs", "drafter-here",
+         "cuda-reordered", "cuda-uuids", "dp-attention", "git-build-args", "base-and-prs",
+         "drafter-here",
          "drafter-on-the-node", "vault",
          "env", "file", "via-vaulted-var", "secret-env-vault", "extra-var", "vault-var",
          "digits", "args-template"],

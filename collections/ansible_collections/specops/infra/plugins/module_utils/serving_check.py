@@ -14,7 +14,8 @@ checks the same arguments again before the unit changes):
   nearest flags for a misspelt one (all problems at once, not the first);
 - tensor x pipeline (x data, where the data-parallel ranks do not share the tensor-parallel
   cards) parallel size equal to the cards the container gets;
-- ``CUDA_VISIBLE_DEVICES`` showing the server exactly those cards;
+- ``CUDA_VISIBLE_DEVICES`` showing the server exactly those cards, as the container's
+  CUDA numbers them (ordinals 0..N-1 or UUIDs; never the host's minors);
 - the context length within the model's ``max_position_embeddings`` when it is known (a
   local model directory readable here, or ``max_position_embeddings`` recorded with the
   model's pin);
@@ -64,7 +65,10 @@ from ansible_collections.specops.infra.plugins.module_utils.speculative.profile 
 )
 from ansible_collections.specops.infra.plugins.module_utils.speculative.translate import to_argv
 
-__all__ = ["ARGS", "CUDA", "VERSION", "Serving", "human_int", "serving_problems"]
+__all__ = [
+    "ARGS", "CUDA", "VERSION", "Serving", "human_int", "serving_problems",
+    "visible_devices_problems",
+]  # fmt: skip
 
 ARGS = "inference_service_engine_args"
 CUDA = "inference_service_cuda_visible_devices"
@@ -372,20 +376,51 @@ def _card_problems(
     visible = s.cuda_visible_devices or str(s.environment.get("CUDA_VISIBLE_DEVICES", "") or "")
     where = CUDA if s.cuda_visible_devices else "inference_service_environment.CUDA_VISIBLE_DEVICES"
     if visible.strip():
-        ids = [p.strip() for p in visible.split(",")]
-        example = ",".join(str(i) for i in range(s.cards))
-        if any(not p for p in ids) or len(set(ids)) != len(ids):
-            problems.append((
-                where, f"{visible!r} is not a list of distinct device ids (valid: {example!r})"
-            ))  # fmt: skip
-        elif len(ids) != s.cards:
-            problems.append((
-                where,
-                f"{visible!r} shows the server {len(ids)} card(s) of the {s.cards} the"
-                f" container gets ({s.cards_var}); valid: {s.cards} ids such as {example!r},"
-                " or empty (every card the container has)",
-            ))  # fmt: skip
+        problems += [(where, text) for text in visible_devices_problems(visible, s.cards,
+                                                                        s.cards_var)]  # fmt: skip
     return problems
+
+
+# A GPU's UUID as nvidia-smi -L prints it (CUDA takes a unique prefix), or a MIG
+# instance's (``MIG-<uuid>`` or ``MIG-GPU-<uuid>/<gi>/<ci>``).
+_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z/-]+$")
+
+
+def visible_devices_problems(visible: str, cards: int, cards_var: str) -> list[str]:
+    """``CUDA_VISIBLE_DEVICES`` of a server in a container that gets ``cards`` cards.
+
+    Inside the container CUDA numbers the cards it can open 0..cards-1 (in its order:
+    ``CUDA_DEVICE_ORDER``, fastest first by default, PCI bus order with ``PCI_BUS_ID``),
+    whatever their host minors: the node of the host's card 2 stays ``/dev/nvidia2``
+    (``devN`` entries and mount lines keep the host's path), but it is CUDA device 0
+    when it is the container's only card. An index is therefore an ordinal 0..cards-1,
+    never the host's minor or the host's nvidia-smi index; a UUID (``GPU-...``,
+    ``MIG-...``) names a card wherever it is. CUDA stops at the first index it does not
+    have: only the devices before it are visible ("If an invalid index is encountered,
+    only devices with indices that appear before the invalid index in the list are
+    visible", CUDA Programming Guide, "CUDA Environment Variables"), so ``2,3`` on two
+    cards shows the server none and the engine fails at start.
+    """
+    ids = [p.strip() for p in visible.split(",")]
+    example = ",".join(str(i) for i in range(cards))
+    if any(not p for p in ids) or len(set(ids)) != len(ids):
+        return [f"{visible!r} is not a list of distinct device ids (valid: {example!r})"]
+    wrong = [p for p in ids if not (p.isdigit() and int(p) < cards) and not _UUID.match(p)]
+    if wrong:
+        return [
+            f"{visible!r}: {', '.join(repr(p) for p in wrong)} not among the container's"
+            f" {cards} card(s) ({cards_var}): inside it CUDA numbers its cards"
+            f" 0..{cards - 1} whatever their host minors (/dev/nvidiaN keeps the host's N),"
+            f" and stops at the first index it lacks; valid: ordinals such as {example!r},"
+            " GPU-/MIG- UUIDs (nvidia-smi -L), or empty (every card the container has)"
+        ]
+    if len(ids) != cards:
+        return [
+            f"{visible!r} shows the server {len(ids)} card(s) of the {cards} the"
+            f" container gets ({cards_var}); valid: {cards} ids such as {example!r},"
+            " or empty (every card the container has)"
+        ]
+    return []
 
 
 def _context_problems(
