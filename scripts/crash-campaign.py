@@ -10,7 +10,7 @@ lab is inspected:
 
 - the re-run ends with rc 0 (and, where asked, one more run reports ``changed=0``);
 - every PVE config of every lab node parses with specops' reader
-  (``module_utils/pve_conf``) and renders back byte for byte; VM configs and the
+  (``module_utils/pve/conf``) and renders back byte for byte; VM configs and the
   snapshot sections of container configs are byte-identical to before the run; with a
   reference (a clean run's configs), each container's main section holds the same
   options;

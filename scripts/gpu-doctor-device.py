@@ -19,7 +19,7 @@ real-hardware proof in one go:
    cache), ``/opt`` (the engine Python with torch) and the doctor's code read-only;
 5. for three cases - the generated lines; the GPU allow lines removed; the nvidia-uvm
    allow lines with a stale major - the container is started, the doctor's evidence is
-   read on the node (``gpu_doctor_evidence.node_evidence``) and inside the container
+   read on the node (``gpu_doctor.evidence.node_evidence``) and inside the container
    (``container_evidence`` through ``lxc-attach``), diagnosed (``gpu_doctor.diagnose``)
    and the container stopped;
 6. everything is written to ``OUT/h200-doctor-<date>.json`` (committed as

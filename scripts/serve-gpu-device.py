@@ -73,6 +73,7 @@ import importlib.util
 import itertools
 import json
 import os
+import resource
 import secrets
 import shutil
 import signal
@@ -925,6 +926,12 @@ def first_unit(ctx: Ctx) -> dict[str, Any]:
     return dict(json.loads(sorted(ctx.units.glob("*.json"))[0].read_text()))
 
 
+def _memlock_below_hard() -> int:
+    """Half this machine's hard RLIMIT_MEMLOCK (64 MiB when it has none)."""
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    return (64 << 20 if hard == resource.RLIM_INFINITY else hard) // 2
+
+
 def _passthrough_conf(ctx: Ctx, entry: dict[str, Any], *, cards: int,
                       fault: bool) -> dict[str, Any]:  # fmt: skip
     """The host's GPU facts -> the PVE conf with the cards' lines (into ``entry``)."""
@@ -937,8 +944,13 @@ def _passthrough_conf(ctx: Ctx, entry: dict[str, Any], *, cards: int,
         conf_text, devices = _doctor_script().generated_conf(facts, card, char_devices,
                                                              base=BASE_CONF)  # fmt: skip
     else:
+        # The role's memlock (unlimited) on the device, where root may raise it; the dry
+        # run's machine lacks CAP_SYS_RESOURCE, so LXC could only lower the limit and a
+        # container asking for more aborts its start (docs/testing.md): half the hard one.
+        memlock = "unlimited" if not ctx.dry else str(_memlock_below_hard())
         conf_text, devices = tensor_parallel.multi_card_conf(facts, chosen, char_devices,
-                                                             base=BASE_CONF)  # fmt: skip
+                                                             base=BASE_CONF,
+                                                             memlock=memlock)  # fmt: skip
     if fault:
         minor = next(d["minor"] for d in devices if d.get("address") == chosen[-1])
         conf_text, entry["planted"] = tensor_parallel.remove_card_allow(conf_text, minor)
@@ -1707,9 +1719,11 @@ for f in os.listdir(src):
 def doctor_view(ctx: Ctx, conf_text: str, cards: int) -> dict[str, Any]:
     """The GPU doctor on the running container: the node's evidence, the container's
     (through lxc-attach, as scripts/gpu-doctor-device.py takes it), the diagnosis."""
-    from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: PLC0415
-        gpu_doctor,
-        gpu_doctor_evidence,
+    from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (  # noqa: PLC0415
+        diagnosis as gpu_doctor,
+    )
+    from ansible_collections.specops.infra.plugins.module_utils.gpu_doctor import (  # noqa: PLC0415
+        evidence as gpu_doctor_evidence,
     )
 
     doctor = _doctor_script()

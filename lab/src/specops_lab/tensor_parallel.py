@@ -31,7 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ansible_collections.specops.infra.plugins.module_utils import lxc_gpu, pve_conf
+from ansible_collections.specops.infra.plugins.module_utils import lxc_gpu
+from ansible_collections.specops.infra.plugins.module_utils.pve import conf as pve_conf
 
 __all__ = [
     "NcclChannel",

@@ -4,10 +4,10 @@ The profile, the engines and the translator live in the collection ``specops.inf
 (``plugins/module_utils/speculative_{profile,engines,translate}.py``: its filters render
 a profile with them); this package re-exports them for the controller:
 
-- :class:`SpeculativeProfile` (``speculative_profile``): what an inventory says.
-- :class:`Engine` (``speculative_engines``): which engine build serves it, with its real
+- :class:`SpeculativeProfile` (``speculative.profile``): what an inventory says.
+- :class:`Engine` (``speculative.engines``): which engine build serves it, with its real
   flag list.
-- :func:`launch` (``speculative_translate``): the profile as that engine's flags and
+- :func:`launch` (``speculative.translate``): the profile as that engine's flags and
   environment, in one pass (:func:`to_argv` / :func:`to_env`: one of the two); with
   :class:`TargetModel` (the served model's path and architectures) what the engine needs
   for that architecture (SGLang NEXTN's draft path).

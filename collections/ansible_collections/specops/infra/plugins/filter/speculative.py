@@ -18,7 +18,7 @@ build's flag set (``<venv>/.specops-engine-flags.json``, written by the
 against what that build accepts and its capabilities are read from it; without it, the
 recorded list of the released version. ``target=``: the served model (``path`` as the
 unit passes it, ``architectures`` from its config.json), for what an engine needs per
-architecture (SGLang's NEXTN draft path: ``speculative_translate.TargetModel``).
+architecture (SGLang's NEXTN draft path: ``speculative.translate.TargetModel``).
 
 ``service_launch`` is what ``inference_service`` calls: the same one parse and
 translation, the other engine arguments checked against the same flag set, and the whole
@@ -28,8 +28,8 @@ its template as they are.
 ``speculative_validate`` checks a profile without an engine (the rollout's new profile
 before it knows the node's build); it runs the same parse.
 
-The logic is the collection's module_utils (``speculative_profile``,
-``speculative_engines``, ``speculative_translate.launch``); this file only adapts errors.
+The logic is the collection's module_utils (``speculative.profile``,
+``speculative.engines``, ``speculative.translate.launch``); this file only adapts errors.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``inference_service`` computes the unit's launch here, once (filter
 ``specops.infra.service_launch``), and hands the result to its template and its drafter
-check: the speculative profile parsed and translated (``speculative_translate.launch``:
+check: the speculative profile parsed and translated (``speculative.translate.launch``:
 its flags and environment), the other engine arguments checked against the same flag
 set (the installed build's, else the release's recorded list), the engine's launch head
 and environment from its descriptor (``engine/descriptor.py``), in the order the unit runs them:
@@ -73,7 +73,7 @@ def service_launch(
 
     ``architectures``: the model's config.json ``architectures`` (empty: not known); with
     ``model`` they are the translator's target (what the architecture needs: SGLang
-    NEXTN's draft path, ``speculative_translate.TargetModel``).
+    NEXTN's draft path, ``speculative.translate.TargetModel``).
     """
     profile = SpeculativeProfile.from_mapping(profile_data, prefix=profile_name)
     target = TargetModel(str(model), tuple(str(a) for a in architectures))

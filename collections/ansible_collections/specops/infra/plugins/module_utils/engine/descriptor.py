@@ -6,7 +6,7 @@ Everything that differs between engines is read from here:
 - the build (``engine_build``: package, upstream repository, Debian packages,
   what is removed after the install, the recorded distributions) and the default
   version the ``inference_engine`` role pins (through ``specops.infra.engine_descriptor``);
-- the flag lists and capabilities (``speculative_engines``: ``flag_family`` picks
+- the flag lists and capabilities (``speculative.engines``: ``flag_family`` picks
   ``engine/flag_lists/<family>-<version>-flags.json``);
 - the server's command line and environment (``inference_service`` through the
   ``specops.infra.engine_descriptor`` filter): the launch head after the venv's
@@ -165,7 +165,7 @@ class EngineDescriptor:
     recorded: tuple[str, ...] = ()
     # The vLLM platform the build must pick (checked after the install), "" for none.
     platform: str = ""
-    # --- flags (speculative_engines)
+    # --- flags (speculative.engines)
     flag_family: str = ""  # engine/flag_lists/<family>-<version>-flags.json
     # Capabilities a branch build may declare beyond its release (capability -> why).
     capabilities: Mapping[str, str] = field(default_factory=dict)

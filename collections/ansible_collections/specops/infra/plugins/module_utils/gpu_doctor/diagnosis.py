@@ -1,7 +1,7 @@
 """The GPU doctor's diagnosis: evidence of a container's GPU path in, findings out.
 
 :func:`diagnose` is pure: it reads the node's and the container's evidence
-(:mod:`gpu_doctor_evidence`) and what the inventory wants (:class:`Expectation`), and
+(:mod:`gpu_doctor.evidence`) and what the inventory wants (:class:`Expectation`), and
 returns a :class:`Diagnosis` whose findings each say the cause in one line and the fix
 (the variable or playbook that corrects it). Symptoms that a cause explains (an
 ``EPERM``, NVML's "Unknown Error", a failed ``cuInit``) are listed as that finding's
@@ -35,7 +35,7 @@ Findings (``code``: what it means):
 - ``nvml_failed`` / ``cuda_failed`` / ``cuda_runtime``: unexplained by the above;
 - ``server_down``: the server does not answer the readiness probe;
 - ``router_down`` / ``router_missing`` / ``router_drained`` / ``router_unreachable``: what
-  the router in front of the container says of it (:mod:`gpu_doctor_router`).
+  the router in front of the container says of it (:mod:`gpu_doctor.router`).
 
 Stdlib only (it is imported by the ``gpu_doctor`` module and by ``specops doctor``).
 """
@@ -122,7 +122,7 @@ def diagnose(
     ``ct_ev`` None: nothing came from inside (stopped or unreachable).
     ``simulated_hardware``: the lab's hardware stand-in (no driver behind the device
     nodes: an allowed node opens with ENXIO where a real one opens). ``routers``: the
-    routers' views of the container (:func:`gpu_doctor_router.router_views`).
+    routers' views of the container (:func:`gpu_doctor.router.router_views`).
     """
     expect = expect or Expectation()
     host = node_ev.get("host") or {}
@@ -203,7 +203,7 @@ def diagnose(
 
 
 def build_text(build: Mapping[str, Any] | None) -> str:
-    """One line for an engine build (:func:`gpu_doctor_evidence.build_evidence`)."""
+    """One line for an engine build (:func:`gpu_doctor.evidence.build_evidence`)."""
     if not build or not build.get("engine"):
         return ""
     if not build.get("git_commit"):

@@ -2,7 +2,7 @@
 
 An inventory carries it as a mapping (``speculative:`` in host or group vars);
 :meth:`SpeculativeProfile.from_mapping` validates it, and
-:func:`speculative_translate.to_argv` turns it into one engine's flags.
+:func:`speculative.translate.to_argv` turns it into one engine's flags.
 
 Counting convention (the same for every method and engine):
 
