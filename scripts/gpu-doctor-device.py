@@ -42,6 +42,7 @@ Stdlib only besides the repository's own code (the device's python3 has no Ansib
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import io
 import json
 import os
@@ -254,11 +255,14 @@ def _binds(engine_python: str) -> list[str]:
         f"lxc.mount.entry = {REPO / 'collections'} srv/specops/collections none "
         "bind,ro,create=dir 0 0"
     )
-    if (REPO / "device-site").is_dir():  # Ansible's module_utils (scripts/tree_packages.py)
-        out.append(
-            f"lxc.mount.entry = {REPO / 'device-site'} srv/specops/device-site none "
-            "bind,ro,create=dir 0 0"
-        )
+    # Ansible's module_utils: the device payload's site (scripts/tree_packages.py), else
+    # (a dry run on a controller) the site-packages this process's Ansible comes from.
+    site = REPO / "device-site"
+    if not site.is_dir():
+        spec = importlib.util.find_spec("ansible")
+        site = Path(spec.origin).parents[1] if spec and spec.origin else site
+    if site.is_dir():
+        out.append(f"lxc.mount.entry = {site} srv/specops/device-site none bind,ro,create=dir 0 0")
     return out
 
 
