@@ -1,6 +1,9 @@
 """specops: Proxmox VE GPU hosts to benchmarked LLM servers with speculative decoding.
 
-Controller-side code lives here (benchmark, sweep, Proxmox API, reports, the lab).
+Controller-side code lives here (benchmark, sweep, Proxmox API, reports). The lab is
+not part of it: it is its own distribution, ``specops-lab`` (``lab/src/specops_lab``),
+which adds ``specops lab`` through the ``specops.commands`` entry points and which this
+package never imports.
 The collection ``specops.infra`` (``collections/ansible_collections/specops/infra``)
 holds the code that runs on managed hosts and the logic its filters need (the
 speculative translator, the inventory checks); this package imports it as

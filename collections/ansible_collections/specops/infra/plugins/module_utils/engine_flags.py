@@ -2,12 +2,12 @@
 
 The speculative translator checks every flag it renders (and every ``extra_args`` /
 ``inference_service_engine_args`` entry) against a flag set. Recorded lists in
-``engine_flag_lists/`` (beside this file) cover released versions offline; an engine built from a
-pull-request ref, or a release without a recorded list (vLLM 0.20.1), is checked
-against what that build itself accepts. After every build the ``engine_flags`` module
-runs :data:`INTROSPECT` with the venv's interpreter: it starts the very module the unit
-runs (``python -m vllm.entrypoints.openai.api_server`` / ``python -m
-sglang.launch_server``) with ``--help``, and when that parser is about to print its help
+``engine_flag_lists/`` (beside this file) cover the releases recorded there offline
+(``speculative_engines.known_versions``); an engine built from a pull-request ref, or a
+release without a recorded list, is checked against what that build itself accepts.
+After every build the ``engine_flags`` module runs :data:`INTROSPECT` with the venv's
+interpreter: it starts the very module the unit runs (``python -m
+vllm.entrypoints.openai.api_server`` / ``python -m sglang.launch_server``) with ``--help``, and when that parser is about to print its help
 it takes the parser's actions instead (option strings, arity, type, choices) and stops.
 For vLLM it also reads ``SpeculativeMethod``, ``MTPModelTypes`` and the
 ``SpeculativeConfig`` fields (``vllm/config/speculative.py``), which
