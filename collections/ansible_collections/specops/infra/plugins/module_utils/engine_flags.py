@@ -7,8 +7,9 @@ The speculative translator checks every flag it renders (and every ``extra_args`
 release without a recorded list, is checked against what that build itself accepts.
 After every build the ``engine_flags`` module runs :data:`INTROSPECT` with the venv's
 interpreter: it starts the very module the unit runs (``python -m
-vllm.entrypoints.openai.api_server`` / ``python -m sglang.launch_server``) with ``--help``, and when that parser is about to print its help
-it takes the parser's actions instead (option strings, arity, type, choices) and stops.
+vllm.entrypoints.openai.api_server`` / ``python -m sglang.launch_server``) with
+``--help``, and when that parser is about to print its help it takes the parser's
+actions instead (option strings, arity, type, choices) and stops.
 For vLLM it also reads ``SpeculativeMethod``, ``MTPModelTypes`` and the
 ``SpeculativeConfig`` fields (``vllm/config/speculative.py``), which
 ``--speculative-config`` JSON takes; for SGLang, from its ``server_args.py``, the
