@@ -85,12 +85,12 @@ run_lint() {
   check import-contracts env PYTHONPATH="$ROOT/src:$ROOT/lab/src:$ROOT/collections" lint-imports --no-cache
   # The collection on its own: import, ansible-doc, validate-modules, pylint, pep8, ...
   # (~1.5 min with its tools' venvs in place; the first run makes them, ~3 min).
-  check "collection sanity (ansible-test)" "$ROOT/scripts/collection-sanity.sh"
-  check argument-specs python3 scripts/check-argument-specs.py
+  check "collection sanity (ansible-test)" "$ROOT/scripts/checks/collection-sanity.sh"
+  check argument-specs python3 scripts/checks/check-argument-specs.py
   # The collection's CHANGELOG.md is what antsibull-changelog generates from
   # changelogs/ (fragments and changelog.yaml linted; ~5 s, its tool venv made once).
-  check "changelog current (antsibull-changelog)" "$ROOT/scripts/changelog.sh" check
-  check "lab inventory = example + stand-in wiring" python3 scripts/check-lab-inventory.py
+  check "changelog current (antsibull-changelog)" "$ROOT/scripts/release/changelog.sh" check
+  check "lab inventory = example + stand-in wiring" python3 scripts/checks/check-lab-inventory.py
   check "profile table (docs/speculative.md)" specops profile table --check docs/speculative.md
 }
 

@@ -17,7 +17,7 @@ router in front of two serving containers) that is not inventory/lab's variables
 its line). Values are compared as written (templates
 unrendered). Exit 0 when every difference is explained.
 
-    python3 scripts/check-lab-inventory.py [REPO_ROOT]
+    python3 scripts/checks/check-lab-inventory.py [REPO_ROOT]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OVERLAY = "lab.yml"
 LAB = EXAMPLE = ALLOWLIST = LAB_ROUTER = ROOT
 

@@ -2,7 +2,7 @@
 # ansible-test sanity on the collection specops.infra, from local virtual environments
 # (no docker), as the lint phase of scripts/test.sh runs it:
 #
-#   scripts/collection-sanity.sh [ANSIBLE-TEST SANITY ARGS...]   e.g. --test pylint
+#   scripts/checks/collection-sanity.sh [ANSIBLE-TEST SANITY ARGS...]   e.g. --test pylint
 #
 # Every test ansible-test has for a collection runs (import, ansible-doc,
 # validate-modules, pylint, pep8, ...); tests/sanity/ignore-<ansible-core>.txt names
@@ -15,7 +15,7 @@
 # ensurepip, then the pinned pip from PyPI.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 VENV=${SPECOPS_VENV:-$ROOT/.venv}
 export PATH=$VENV/bin:$PATH
 unset PYTHONPATH
@@ -34,7 +34,7 @@ cache=$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py
 if [[ ! -s $cache ]]; then
   mkdir -p "$(dirname "$cache")"
   cat >"$cache" <<'PY'
-"""Stand-in for ansible-test's get-pip bootstrap (scripts/collection-sanity.sh): pip from
+"""Stand-in for ansible-test's get-pip bootstrap (scripts/checks/collection-sanity.sh): pip from
 ensurepip, then the packages asked for from PyPI; get-pip's own options dropped."""
 
 import ensurepip

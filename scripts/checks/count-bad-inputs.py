@@ -4,7 +4,7 @@
 Reads the tables themselves (each test module's row dictionary, imported as pytest
 imports it), so the counts in docs/bad-input.md are what the suite runs:
 
-    .venv/bin/python scripts/count-bad-inputs.py [--markdown]
+    .venv/bin/python scripts/checks/count-bad-inputs.py [--markdown]
 
 Each table is (where the input is refused, the test file, its table, how a row names
 its family).
@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
 
 

@@ -28,13 +28,13 @@ real-hardware proof in one go:
 Usage::
 
     # here: a bundle folder (ignored by git) that the device tool carries
-    .venv/bin/python scripts/gpu-doctor-device.py bundle .cache/gpu-doctor-device
+    .venv/bin/python scripts/device/gpu-doctor-device.py bundle .cache/gpu-doctor-device
     # there (device tool, repo root = the bundle's parent):
-    python3 .cache/gpu-doctor-device/scripts/gpu-doctor-device.py run \\
+    python3 .cache/gpu-doctor-device/scripts/device/gpu-doctor-device.py run \\
         --debs .cache/gpu-doctor-device/debs --out "$OUT"
     # a dry run on a machine without NVIDIA: a simulated host tree (mknod'd nodes, so an
     # allowed node opens with ENXIO instead of OK, and there is no CUDA):
-    python3 scripts/gpu-doctor-device.py run --debs DIR --out DIR --host-root TREE
+    python3 scripts/device/gpu-doctor-device.py run --debs DIR --out DIR --host-root TREE
 
 Stdlib only besides the repository's own code (the device's python3 has no Ansible).
 """
@@ -55,7 +55,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 if __name__ == "__main__":  # nothing installed (a copied tree): run on its packages
@@ -92,7 +92,7 @@ PACKAGES = (
 # What the bundle copies from the repository: the script, the controller package (the
 # lab's PVE reader and conf -> LXC translation import its schema and format modules)
 # and the collection's module_utils.
-BUNDLE_FILES = ("scripts/gpu-doctor-device.py", "scripts/tree_packages.py")
+BUNDLE_FILES = ("scripts/device/gpu-doctor-device.py", "scripts/device/tree_packages.py")
 BUNDLE_TREES = ("src/specops", "lab/src/specops_lab")
 MODULE_UTILS = "collections/ansible_collections/specops/infra/plugins/module_utils"
 VMID = 900
@@ -253,7 +253,7 @@ def _binds(engine_python: str) -> list[str]:
         f"lxc.mount.entry = {REPO / 'collections'} srv/specops/collections none "
         "bind,ro,create=dir 0 0"
     )
-    if (REPO / "device-site").is_dir():  # Ansible's module_utils (scripts/tree_packages.py)
+    if (REPO / "device-site").is_dir():  # Ansible's module_utils (scripts/device/tree_packages.py)
         out.append(
             f"lxc.mount.entry = {REPO / 'device-site'} srv/specops/device-site none "
             "bind,ro,create=dir 0 0"
@@ -485,7 +485,7 @@ def main_run(args: argparse.Namespace) -> int:  # noqa: PLR0915  (the run, step 
     record: dict[str, Any] = {
         "schema": 1,
         "captured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "script": "scripts/gpu-doctor-device.py",
+        "script": "scripts/device/gpu-doctor-device.py",
         "simulated_hardware": simulated,
         "vmid": VMID,
         "container": NAME,

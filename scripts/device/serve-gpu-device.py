@@ -18,32 +18,32 @@ run for real on the device tool's NVIDIA machine, from the project's own code:
    session of its own (``orchestrate``), which outlives the call; later ``device``
    calls wait for it and bring back what it wrote;
 3. ``orchestrate``: the engine's flag set read by the project's introspection
-   (``scripts/extract-engine-flags.py vllm``) and compared with the shipped list; a
+   (``scripts/tools/extract-engine-flags.py vllm``) and compared with the shipped list; a
    ~1B random-weight Qwen2 built from the tiny model's config and tokenizer; the
    project's GPU facts of the host -> passthrough lines -> a PVE container conf ->
    the LXC config PVE makes of it (``build_lxc_config``) -> a running LXC container
-   (Debian's LXC unpacked into a private prefix, as ``scripts/gpu-doctor-device.py``
+   (Debian's LXC unpacked into a private prefix, as ``scripts/device/gpu-doctor-device.py``
    does); in it, per config, the server started from the rendered unit as systemd
    would (``specops_lab.unit_exec``: Environment=, EnvironmentFile= with the API key,
    UnsetEnvironment=, ExecStartPre=, ExecStart=), then the readiness gate
    (``module_utils/readiness.py``), the output gate (``NodeGate``: plain records the
    reference, the others compare; also inside a loaded batch), ``specops bench`` over
    C = 1, 4, 16, 64 x 512 / 8K context with the roofline of the catalogue's H200 and
-   raw ``/metrics`` snapshots around it, and P1 (``scripts/bench-fidelity.py``) on the
+   raw ``/metrics`` snapshots around it, and P1 (``scripts/experiments/bench-fidelity.py``) on the
    plain server and on the ngram one; the bad server (``repetition_penalty`` planted in
    its generation config) must be refused by the output gate.
 
 Usage::
 
-    .venv/bin/python scripts/serve-gpu-device.py bundle    # -> .cache/serve-device/p1 ...
+    .venv/bin/python scripts/device/serve-gpu-device.py bundle    # -> .cache/serve-device/p1 ...
     # device calls, back to back (carry names the part folder), from the bundle's copy
-    # of the code (it carries Ansible's module_utils: scripts/tree_packages.py):
-    P=.cache/serve-device/p1/proj/scripts/serve-gpu-device.py
+    # of the code (it carries Ansible's module_utils: scripts/device/tree_packages.py):
+    P=.cache/serve-device/p1/proj/scripts/device/serve-gpu-device.py
     python3 $P device --part .cache/serve-device/p1 --out "$OUT" --wait 20
     python3 $P device --part .cache/serve-device/p2 --out "$OUT" --wait 540
     python3 $P device --out "$OUT" --wait 560   # until it is done
     # the same path on this machine (CPU vLLM of the lab, tiny model, simulated host tree):
-    .venv/bin/python scripts/serve-gpu-device.py dry-run --out /tmp/serve-dry
+    .venv/bin/python scripts/device/serve-gpu-device.py dry-run --out /tmp/serve-dry
 
 SGLang 0.5.11 (``--engine sglang`` on bundle / device / orchestrate; docs/gpu-sglang.md):
 one trimmed site (``scripts/device/sglang-0.5.11-deps.txt``), the configs plain, NGRAM and
@@ -52,9 +52,9 @@ on SGLang's native ``/generate`` (acceptance from ``meta_info``) and ``sglang.be
 as P1's peer; the payload's first part carries the code (``p1/proj``), since the device
 copies the main checkout::
 
-    .venv/bin/python scripts/serve-gpu-device.py bundle --engine sglang \
+    .venv/bin/python scripts/device/serve-gpu-device.py bundle --engine sglang \
         --dest /work/main/.cache/sglang-device
-    python3 .cache/sglang-device/p1/proj/scripts/serve-gpu-device.py device --engine sglang \
+    python3 .cache/sglang-device/p1/proj/scripts/device/serve-gpu-device.py device --engine sglang \
         --part .cache/sglang-device/p1 --out "$OUT" --wait 540
 
 What comes back is ``serve-gpu-<date>.json`` (the record: every step, figure and
@@ -87,7 +87,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # The recorded flag lists the collection ships (module_utils/speculative_engines.py).
 FLAG_LISTS = (
     REPO
@@ -132,7 +132,7 @@ TRIM = (
     "vllm/_flashmla_C.abi3.so",
     "vllm/_flashmla_extension_C.abi3.so",
 )
-# The payloads' locks (scripts/lock.py: device-vllm, device-sglang): every wheel pinned
+# The payloads' locks (scripts/release/lock.py: device-vllm, device-sglang): every wheel pinned
 # with its hashes for the device's CPython 3.12 and glibc; pip matches each --platform
 # tag exactly, so the download names every manylinux tag up to the lock's.
 LOCKS = {"vllm": "device-vllm", "sglang": "device-sglang"}
@@ -149,7 +149,7 @@ def pip_platforms(platform: str) -> list[str]:
 
 
 def _lock_module() -> Any:
-    path = REPO / "scripts/lock.py"
+    path = REPO / "scripts/release/lock.py"
     spec = importlib.util.spec_from_file_location("specops_lock", path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"{path}: cannot be loaded")
@@ -274,7 +274,7 @@ BENCH: dict[str, Any] = {
     "warmup_per_cell": 2,
     "temperature": 0,
 }
-# P1 (scripts/bench-fidelity.py) on the plain and the ngram server: ABBA pairs per C.
+# P1 (scripts/experiments/bench-fidelity.py) on the plain and the ngram server: ABBA pairs per C.
 P1 = {"output_len": 128, "requests": 8, "repeats": 3}
 IMPORT_PROBE = (
     "import torch, vllm; "
@@ -301,8 +301,8 @@ def sh(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
 
 
 def _doctor_script() -> Any:
-    """scripts/gpu-doctor-device.py as a module: its LXC prefix and machine block."""
-    path = REPO / "scripts/gpu-doctor-device.py"
+    """scripts/device/gpu-doctor-device.py as a module: its LXC prefix and machine block."""
+    path = REPO / "scripts/device/gpu-doctor-device.py"
     spec = importlib.util.spec_from_file_location("gpu_doctor_device", path)
     if spec is None or spec.loader is None:
         raise SystemExit(f"{path}: cannot be loaded")
@@ -682,7 +682,7 @@ def _start(run_args: list[str], res: Path, started: Path) -> None:
     started.write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     with (res / "orchestrate.log").open("ab") as logf:
         subprocess.Popen(
-            [sys.executable, str(WORK / "proj/scripts/serve-gpu-device.py"), "orchestrate",
+            [sys.executable, str(WORK / "proj/scripts/device/serve-gpu-device.py"), "orchestrate",
              "--engine", ENGINE, "--work", str(WORK), *run_args],
             stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, cwd=WORK,
@@ -740,7 +740,7 @@ class Record:
         self.path = path
         self.data: dict[str, Any] = {
             "schema": 1,
-            "script": "scripts/serve-gpu-device.py",
+            "script": "scripts/device/serve-gpu-device.py",
             "captured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "steps": {},
             "errors": [],
@@ -1198,7 +1198,8 @@ def run_config(ctx: Ctx, rec: Record, name: str, host_model: str) -> None:  # no
                 if name != "plain"
                 else 1
             )
-            proc = sh([sys.executable, str(REPO / "scripts/bench-fidelity.py"), "--base-url", url,
+            fidelity = str(REPO / "scripts/experiments/bench-fidelity.py")
+            proc = sh([sys.executable, fidelity, "--base-url", url,
                        "--label", name, "--model", SERVED, "--tokenizer", host_model,
                        "--vllm-python", ctx.engine_python, "--concurrency", "1,4,16",
                        "--output-len", str(P1["output_len"]), "--requests", str(P1["requests"]),
@@ -1459,7 +1460,7 @@ def read_flags(ctx: Ctx) -> dict[str, Any]:
             log(f"flags: {json.dumps(out['compare'])[:600]}")
         return out
     path = ctx.res / f"vllm-{VLLM_VERSION}-flags.json"
-    script = str(REPO / "scripts/extract-engine-flags.py")
+    script = str(REPO / "scripts/tools/extract-engine-flags.py")
     proc = sh([sys.executable, script, "vllm", "--python", ctx.engine_python, "-o", str(path)],
               timeout=300)  # fmt: skip
     out["rc"], out["output"] = proc.returncode, (proc.stdout + proc.stderr)[-1500:]

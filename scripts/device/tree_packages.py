@@ -1,7 +1,7 @@
 """Run a script of this tree on the tree's own packages when nothing is installed.
 
-The device machine's python3 runs ``scripts/serve-gpu-device.py`` and
-``scripts/gpu-doctor-device.py`` from a copied tree, with no venv: the script runs
+The device machine's python3 runs ``scripts/device/serve-gpu-device.py`` and
+``scripts/device/gpu-doctor-device.py`` from a copied tree, with no venv: the script runs
 again with the tree's ``src/``, ``lab/src`` and ``collections/`` on PYTHONPATH (no
 ``sys.path`` edit). Under the venv's python (``scripts/setup.sh venv``) the packages are
 installed and nothing happens. Imported by those scripts only when run as ``__main__``

@@ -16,8 +16,8 @@ tokenizer (vllm bench serve tokenizes its random prompts).
 stack considered (the same ``send_request`` over each transport and JSON parser, CPU of
 this process per token parsed), which is how the benchmark's stack was chosen.
 
-    .venv/bin/python scripts/bench-client-cost.py [--tokens-per-chunk 1] [--output-len 256] \
-        [--stacks]
+    .venv/bin/python scripts/experiments/bench-client-cost.py [--tokens-per-chunk 1] \
+        [--output-len 256] [--stacks]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 CACHE = Path(os.environ.get("SPECOPS_CACHE", "/var/cache/specops"))
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _default_tokenizer() -> str | None:

@@ -37,11 +37,11 @@ API key (the server's VLLM_API_KEY): `--api-key-file PATH` (mode 0600) or
 `OPENAI_API_KEY` in the worker's environment (what its request functions read). It is
 never put on a command line, printed or written to the JSON.
 
-    .venv/bin/python scripts/bench-fidelity.py     # lab servers: plain, then ngram k=3
-    .venv/bin/python scripts/bench-fidelity.py --base-url http://127.0.0.1:8000 \\
+    .venv/bin/python scripts/experiments/bench-fidelity.py     # lab servers: plain, then ngram k=3
+    .venv/bin/python scripts/experiments/bench-fidelity.py --base-url http://127.0.0.1:8000 \\
         --tokenizer MODEL_DIR --label plain --vllm-python python3 --api-key-file key --json p1.json
-    .venv/bin/python scripts/bench-fidelity.py --concurrency 1,4 --repeats 3 --requests 4 \\
-        --output-len 32
+    .venv/bin/python scripts/experiments/bench-fidelity.py --concurrency 1,4 --repeats 3 \\
+        --requests 4 --output-len 32
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ import os
 import sys
 import time
 
-REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _peer_worker() -> int:

@@ -34,7 +34,7 @@ changed count, PVE API calls (the API stand-in's request log), the controller's 
 (``ansible.posix.profile_tasks``) are printed as a table with the ratio to N = 1, and
 written as JSON (``--json``). Run it under the lab lock (the lab's rules):
 
-    flock /tmp/specops-lab.lock .venv/bin/python scripts/bench-fleet-scale.py \\
+    flock /tmp/specops-lab.lock .venv/bin/python scripts/experiments/bench-fleet-scale.py \\
         --nodes 1,2,4,8,16 --batch 25% --json .cache/fleet-scale.json
 """
 
@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 from ansible_collections.specops.infra.plugins.module_utils.gpu import (  # noqa: E402
     HostRoots,

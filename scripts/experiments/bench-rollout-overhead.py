@@ -16,7 +16,7 @@ table for its good change and keeps it in ``results/rollout-p4.json``). Per node
 - ``orchestration``: what is left -- Ansible tasks, round trips, the controller's
   process starts. The target is judged on it.
 
-    .venv/bin/python scripts/bench-rollout-overhead.py [RECORDS_DIR]
+    .venv/bin/python scripts/experiments/bench-rollout-overhead.py [RECORDS_DIR]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from specops.tune.rollout import load_records, overhead_table
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def main() -> int:

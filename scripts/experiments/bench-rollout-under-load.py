@@ -22,12 +22,12 @@ requests are the result.
 Run it on a deployed lab with a router, under the lab lock (the lab is shared)::
 
     specops lab up && ansible-playbook -i inventory/lab-router deploy.yml   # once
-    flock -o /run/specops-lab.lock .venv/bin/python scripts/bench-rollout-under-load.py \\
-        --inventory inventory/lab-router --mode router --profile '{"method": "none"}' \\
-        --out results/rollout-under-load/router
-    flock -o /run/specops-lab.lock .venv/bin/python scripts/bench-rollout-under-load.py \\
-        --inventory inventory/lab-router --mode direct --profile inventory \\
-        --out results/rollout-under-load/direct
+    flock -o /run/specops-lab.lock .venv/bin/python \\
+        scripts/experiments/bench-rollout-under-load.py --inventory inventory/lab-router \\
+        --mode router --profile '{"method": "none"}' --out results/rollout-under-load/router
+    flock -o /run/specops-lab.lock .venv/bin/python \\
+        scripts/experiments/bench-rollout-under-load.py --inventory inventory/lab-router \\
+        --mode direct --profile inventory --out results/rollout-under-load/direct
 
 (the first rolls the lab's ngram profile to no speculation through the router, the second
 rolls it back without the router: each node restarts once in each).
@@ -44,7 +44,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 from specops.bench.load import LoadSpec, render, run_load, summarize, write  # noqa: E402
 

@@ -10,7 +10,7 @@ of its best (judged on the grid's own measurements), the restarts each search ma
 their ratio (target <= 0.40).
 The logic is ``specops.tune.versus``; the fleet test runs the same comparison.
 
-    scripts/bench-sweep-vs-grid.py [--out results/p5] [--keep-node] [--reuse-node]
+    scripts/experiments/bench-sweep-vs-grid.py [--out results/p5] [--keep-node] [--reuse-node]
 
 Re-running with the same --out resumes both searches from their results files.
 Takes ~11 engine starts (30-40 s each on an idle machine), ~10 minutes here.
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 from specops.tune.apply import AnsibleApplier  # noqa: E402
 from specops.tune.versus import LAB_SEARCH, sweep_vs_grid  # noqa: E402

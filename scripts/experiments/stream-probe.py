@@ -4,8 +4,8 @@ streamed completion, read with a plain socket (no HTTP client library, no buffer
 ours in between), to tell the server's and the network's pacing from the benchmark
 client's.
 
-    scripts/stream-probe.py --base-url http://<container address>:8000 --model tiny-qwen \
-        [--max-tokens 48] [--attempts 3] [--api-key-file F] [--json]
+    scripts/experiments/stream-probe.py --base-url http://<container address>:8000 \
+        --model tiny-qwen [--max-tokens 48] [--attempts 3] [--api-key-file F] [--json]
 
 In the lab the container's address comes from the lab's one network definition:
 ``python -c "from specops_lab.network import load; print(load().address(801))"``

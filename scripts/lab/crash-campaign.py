@@ -44,7 +44,7 @@ of one run plus the repeated prefixes (the CI test does this).
 
 Run under the lab lock (the lab is shared)::
 
-    flock /tmp/specops-lab.lock .venv/bin/python scripts/crash-campaign.py \
+    flock /tmp/specops-lab.lock .venv/bin/python scripts/lab/crash-campaign.py \
         --scenario deploy --points 4 --chain
 
 It prints one table row per scenario: crash points tried, converged, anything lost.
@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 import httpx  # noqa: E402
 from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: E402

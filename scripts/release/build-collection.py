@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the collection specops.infra as Galaxy gets it, from the repository's layout.
 
-    scripts/build_collection.py [--output-path DIR] [--stage-only]
+    scripts/release/build-collection.py [--output-path DIR] [--stage-only]
 
 One source: the checkout keeps its top-level layout (``roles/``, ``playbooks/``,
 ``deploy.yml``, the plugins in ``collections/ansible_collections/specops/infra``), and
@@ -46,7 +46,7 @@ from pathlib import Path
 
 __all__ = ["INFRA", "REPO", "BuildError", "build", "stage"]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 INFRA = Path("collections/ansible_collections/specops/infra")
 # What never goes into the stage (caches, build outputs, test output).
 SKIP = shutil.ignore_patterns(
@@ -122,7 +122,7 @@ def alias_text(name: str) -> str:
     stem = name.removesuffix(".yml").replace("-", "_")
     return (
         f"---\n# specops.infra.{stem}: {name} by a name an FQCN can hold\n"
-        f"# (scripts/build_collection.py --aliases writes this file).\n"
+        f"# (scripts/release/build-collection.py --aliases writes this file).\n"
         f"- name: The playbook {name}.\n  ansible.builtin.import_playbook: {name}\n"
     )
 
@@ -135,7 +135,7 @@ def _alias_hyphenated(playbooks: Path) -> None:
         if not alias.is_file() or alias.read_text(encoding="utf-8") != alias_text(path.name):
             raise BuildError(
                 f"playbooks/{path.name}: no FQCN alias playbooks/{alias.name} (or not the"
-                f" one expected); write it: python3 scripts/build_collection.py --aliases"
+                f" one expected); write it: python3 scripts/release/build-collection.py --aliases"
             )
 
 

@@ -2,8 +2,8 @@
 """Build specops' execution environment (execution-environment.yml) on the local docker
 engine, or reuse the one already built from the same inputs.
 
-    scripts/build_ee.py [--tag specops/ee:latest] [--no-save] [--force]
-    scripts/build_ee.py --file ee/upstream/execution-environment.yml --standin-base \
+    scripts/release/build-ee.py [--tag specops/ee:latest] [--no-save] [--force]
+    scripts/release/build-ee.py --file ee/upstream/execution-environment.yml --standin-base \
         [--tag specops/ee-upstream:latest]
 
 The second builds the same content on an upstream EE base (Automation Platform's
@@ -16,10 +16,10 @@ reachable (CI). Its saves go under ``$SPECOPS_CACHE/ee/upstream``.
    (:data:`TOOL_PINS`) from their lock ``ee/tools.lock`` (hash-checked), made again only
    when the lock changes.
 2. The inputs the EE file names under ``.cache/ee/inputs/``: the collection tarball
-   (scripts/build_collection.py) as ``specops-infra.tar.gz`` and the collections it
+   (scripts/release/build-collection.py) as ``specops-infra.tar.gz`` and the collections it
    depends on (galaxy.yml ``dependencies``), copied from the pinned ``ansible`` bundle
    of this interpreter's environment (Galaxy is not reached); and the controller's
-   wheel (scripts/build_wheel.py) in ``wheel/``, which the definition installs by file
+   wheel (scripts/release/build-wheel.py) in ``wheel/``, which the definition installs by file
    (``specops @ file:///output/specops/<wheel>``: the build refuses a definition that
    names another file).
 3. The inputs' hash (:func:`inputs_hash`): the EE file, ``ee/``, the tarball's and the
@@ -81,7 +81,7 @@ __all__ = [
     "wheelhouse_requirements",
 ]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EE_FILE = REPO / "execution-environment.yml"
 CACHE = REPO / ".cache/ee"
 INPUTS = CACHE / "inputs"
@@ -215,8 +215,8 @@ def _load_script(name: str) -> Any:
 
 
 def _require_current(name: str) -> None:
-    """Refuse a lock made from other inputs than today's (scripts/lock.py check)."""
-    problems = _load_script("lock.py").check([name])
+    """Refuse a lock made from other inputs than today's (scripts/release/lock.py check)."""
+    problems = _load_script("release/lock.py").check([name])
     if problems:
         raise BuildError("; ".join(problems))
 
@@ -243,7 +243,7 @@ def tools(venv: Path = TOOLS) -> Path:
 
 def constraints() -> list[str]:
     """The EE lock's ``name==version`` pins (ee/requirements.lock, no hashes, no markers)."""
-    lock = _load_script("lock.py")
+    lock = _load_script("release/lock.py")
     return [f"{key.split(' ; ')[0]}=={version}" for key, version in lock.pins(EE_LOCK).items()]
 
 
@@ -265,9 +265,9 @@ def missing_from_lock(requirements: Iterable[str], pinned: Mapping[str, str]) ->
 
 
 def build_wheel(out: Path) -> Path:
-    """The controller package's wheel (scripts/build_wheel.py: ``pip wheel .`` from a
+    """The controller package's wheel (scripts/release/build-wheel.py: ``pip wheel .`` from a
     copy, nothing left in the checkout)."""
-    return Path(_load_script("build_wheel.py").build(REPO, out))
+    return Path(_load_script("release/build-wheel.py").build(REPO, out))
 
 
 def dependency_collections() -> list[str]:
@@ -319,7 +319,7 @@ def prepare_inputs(
     parts: dict[str, str] = {}
     INPUTS.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        built = _load_script("build_collection.py").build(REPO, Path(tmp))
+        built = _load_script("release/build-collection.py").build(REPO, Path(tmp))
         shutil.copyfile(built, INPUTS / "specops-infra.tar.gz")
     parts["collection"] = digest_tarball(INPUTS / "specops-infra.tar.gz")
     names = dependency_collections()
@@ -338,7 +338,7 @@ def prepare_inputs(
     if named != wheel.name:
         raise BuildError(
             f"{definition_path.relative_to(REPO)} installs {named}, the wheel built is"
-            f" {wheel.name} (scripts/release.py bump writes both)"
+            f" {wheel.name} (scripts/release/release.py bump writes both)"
         )
     shutil.rmtree(INPUTS / "wheel", ignore_errors=True)
     (INPUTS / "wheel").mkdir()
@@ -410,12 +410,12 @@ def wheelhouse(reqs: list[str], wheel: Path, pip: Path) -> Path:
     _require_current("ee")
     missing = missing_from_lock(
         [*reqs, *(r.removeprefix("Requires-Dist:").strip() for r in requires)],
-        _load_script("lock.py").pins(EE_LOCK),
+        _load_script("release/lock.py").pins(EE_LOCK),
     )
     if missing:
         raise BuildError(f"{EE_LOCK.relative_to(REPO)} does not hold what the EE installs: "
                          f"{'; '.join(missing)}; name it in ee/requirements.txt (or "
-                         "pyproject.toml) and run `scripts/lock.py update ee`")  # fmt: skip
+                         "pyproject.toml) and run `scripts/release/lock.py update ee`")  # fmt: skip
     want = hashlib.sha256(json.dumps([reqs, requires, _lock_digest(EE_LOCK)]).encode()).hexdigest()
     stamp = WHEELHOUSE / ".specops-requirements"
     if not (stamp.is_file() and stamp.read_text() == want):

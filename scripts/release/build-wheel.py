@@ -3,7 +3,7 @@
 ``pip wheel .`` builds it, from a copy of what the build reads: the checkout gets no
 ``build/`` or ``*.egg-info``.
 
-    scripts/build_wheel.py [--output-path DIR] [PROJECT]
+    scripts/release/build-wheel.py [--output-path DIR] [PROJECT]
 
 PROJECT is the repository's root (the product, default) or ``lab`` (the lab's own
 distribution, specops-lab, which only the lab's sites and images install). The build
@@ -13,7 +13,7 @@ link to it in the checkout: the wheel carries the report templates themselves). 
 this interpreter's setuptools without build isolation and without an index (the locked
 setuptools of the venv; no download). Prints the wheel's path.
 
-scripts/build_ee.py, tests/plugins/consumer.py and tests/unit/test_product_package.py
+scripts/release/build-ee.py, tests/plugins/consumer.py and tests/unit/test_product_package.py
 build through :func:`build`.
 """
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 __all__ = ["INPUTS", "REPO", "BuildError", "build"]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 INPUTS = ("pyproject.toml", "LICENSE", "src", "templates")
 SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
 

@@ -1,27 +1,27 @@
 #!/usr/bin/env bash
-# Galaxy's own import check on the collection as scripts/build_collection.py builds it:
-# galaxy-importer (from scripts/galaxy-tools.lock; installed on first use into the tool
+# Galaxy's own import check on the collection as scripts/release/build-collection.py builds it:
+# galaxy-importer (from scripts/release/galaxy-tools.lock; installed on first use into the tool
 # venv .cache/galaxy-tools, never into the project's venv) runs ansible-doc on every plugin,
 # ansible-lint on the roles and playbooks (offline) and the changelog/metadata checks
 # Galaxy runs at upload. ansible-test sanity is off here (its default; the lint phase
-# runs it on the collection: scripts/collection-sanity.sh), so no docker is needed.
+# runs it on the collection: scripts/checks/collection-sanity.sh), so no docker is needed.
 #
-#   scripts/galaxy-import-check.sh [TARBALL]     (default: build one into a temp dir)
+#   scripts/release/galaxy-import-check.sh [TARBALL]     (default: build one into a temp dir)
 #
 # Fails when the importer fails or logs an ERROR; prints its WARNING lines and a count.
 # ~1.5-3.5 min (ansible-lint of every role and playbook): not in CI; run it before a release.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TOOLS=${SPECOPS_GALAXY_TOOLS:-$ROOT/.cache/galaxy-tools}
 VENV=${SPECOPS_VENV:-$ROOT/.venv}
 unset PYTHONPATH ANSIBLE_CONFIG
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-tarball=$(realpath "${1:-$("$VENV/bin/python" "$ROOT/scripts/build_collection.py" --output-path "$tmp/dist")}")
+tarball=$(realpath "${1:-$("$VENV/bin/python" "$ROOT/scripts/release/build-collection.py" --output-path "$tmp/dist")}")
 
-"$ROOT/scripts/galaxy-tools.sh" "$TOOLS"
+"$ROOT/scripts/release/galaxy-tools.sh" "$TOOLS"
 
 # The dependencies galaxy.yml names, from the project venv's `ansible` bundle, linked into
 # the tool venv's site-packages: the importer points ANSIBLE_COLLECTIONS_PATH at its own

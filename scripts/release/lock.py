@@ -8,19 +8,19 @@ the lock with pip's ``--require-hashes`` (a file whose hash differs is refused),
 lock made from other inputs than today's is refused before anything installs: its
 header records the digest of the inputs it was made from.
 
-    scripts/lock.py update [NAME...]    write the locks again from their inputs (PyPI)
-    scripts/lock.py check [NAME...]     offline: each lock was made from its inputs as they
+    scripts/release/lock.py update [NAME...]    write the locks again from their inputs (PyPI)
+    scripts/release/lock.py check [NAME...]     offline: each lock was made from its inputs as they
                                         are now (scripts/setup.sh runs it first)
-    scripts/lock.py resolve [NAME...]   PyPI's indexes only: the lock's pinned set resolves
+    scripts/release/lock.py resolve [NAME...]   PyPI's indexes only: the lock's pinned set resolves
                                         again, as it stands, for its Python and platform
                                         tags (metadata; no wheel is downloaded)
-    scripts/lock.py list [--json]       the environments, their inputs, locks and pin counts
-    scripts/lock.py path NAME           the lock's path (for scripts that install from it)
-    scripts/lock.py constraints NAME    the lock as a pip constraints file (no hashes): for
+    scripts/release/lock.py list [--json]       the environments, their inputs, locks and pin counts
+    scripts/release/lock.py path NAME           the lock's path (for scripts that install from it)
+    scripts/release/lock.py constraints NAME    the lock as a pip constraints file (no hashes): for
                                         installs that add a wheel of ours to locked pins
 
 ``update`` runs the uv release that requirements.txt pins (the controller venv's, else
-one on PATH); a refresh is ``scripts/lock.py update`` and a commit of the changed locks.
+one on PATH); a refresh is ``scripts/release/lock.py update`` and a commit of the changed locks.
 Standard library only: ``check`` runs before any venv exists.
 """
 
@@ -53,7 +53,7 @@ __all__ = [
     "stale",
 ]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # Bump when the digest's recipe changes: every lock is then stale once.
 FORMAT = 1
 DIGEST_LINE = re.compile(r"^# inputs-sha256: ([0-9a-f]{64})$", re.MULTILINE)
@@ -133,7 +133,7 @@ ENVIRONMENTS: dict[str, Environment] = {
         ),
         Environment(
             name="ee",
-            purpose="the execution environment's Python packages (scripts/build_ee.py "
+            purpose="the execution environment's Python packages (scripts/release/build-ee.py "
             "downloads its wheelhouse from this lock)",
             inputs=("ee/requirements.txt", "pyproject.toml"),
             lock="ee/requirements.lock",
@@ -142,23 +142,24 @@ ENVIRONMENTS: dict[str, Environment] = {
         ),
         Environment(
             name="ee-tools",
-            purpose="ansible-builder and ansible-navigator (scripts/build_ee.py's tool venv)",
+            purpose="ansible-builder and ansible-navigator"
+            " (scripts/release/build-ee.py's tool venv)",
             inputs=("ee/tools.txt",),
             lock="ee/tools.lock",
             python="3.11",
         ),
         Environment(
             name="galaxy-tools",
-            purpose="antsibull-changelog and galaxy-importer (scripts/changelog.sh, "
-            "scripts/galaxy-import-check.sh)",
-            inputs=("scripts/galaxy-tools.txt",),
-            lock="scripts/galaxy-tools.lock",
+            purpose="antsibull-changelog and galaxy-importer (scripts/release/changelog.sh, "
+            "scripts/release/galaxy-import-check.sh)",
+            inputs=("scripts/release/galaxy-tools.txt",),
+            lock="scripts/release/galaxy-tools.lock",
             python="3.11",
         ),
         Environment(
             name="device-vllm",
             purpose="vLLM 0.20.1 and what the GPU device machine lacks for it "
-            "(scripts/serve-gpu-device.py bundle)",
+            "(scripts/device/serve-gpu-device.py bundle)",
             inputs=("scripts/device/vllm-0.20.1-deps.txt",),
             lock="scripts/device/vllm-0.20.1-deps.lock",
             python="3.12",
@@ -169,7 +170,7 @@ ENVIRONMENTS: dict[str, Environment] = {
         Environment(
             name="device-sglang",
             purpose="SGLang 0.5.11, its kernels and what the GPU device machine lacks for it "
-            "(scripts/serve-gpu-device.py bundle --engine sglang)",
+            "(scripts/device/serve-gpu-device.py bundle --engine sglang)",
             inputs=("scripts/device/sglang-0.5.11-deps.txt",),
             lock="scripts/device/sglang-0.5.11-deps.lock",
             python="3.12",
@@ -193,7 +194,8 @@ def _requirement_lines(path: Path) -> list[str]:
             continue
         if line.startswith("-"):
             raise LockError(f"{path}: option lines ({line.split()[0]}) are not supported in "
-                            "lock inputs; name the file in scripts/lock.py instead")  # fmt: skip
+                            "lock inputs; name the file in scripts/release/lock.py "
+                            "instead")  # fmt: skip
         out.append(line)
     return out
 
@@ -276,7 +278,7 @@ def stale(env: Environment, root: Path = REPO) -> str | None:
         return f"{env.lock} does not exist"
     m = DIGEST_LINE.search(lock.read_text())
     if m is None:
-        return f"{env.lock} has no '# inputs-sha256:' line (not written by scripts/lock.py)"
+        return f"{env.lock} has no '# inputs-sha256:' line (not written by scripts/release/lock.py)"
     if m[1] != inputs_digest(env, root):
         return f"{env.lock} was made from other inputs than {', '.join(env.inputs)} are now"
     return None
@@ -288,8 +290,8 @@ def check(names: Iterable[str], root: Path = REPO) -> list[str]:
     for env in select(names):
         why = stale(env, root)
         if why:
-            problems.append(f"lock {env.name!r}: {why}; refresh it with "
-                            f"`scripts/lock.py update {env.name}` and commit it")  # fmt: skip
+            problems.append(f"lock {env.name!r}: {why}; refresh it with `scripts/release/"
+                            f"lock.py update {env.name}` and commit it")  # fmt: skip
     return problems
 
 
@@ -353,7 +355,7 @@ def update(env: Environment, root: Path = REPO) -> int:
         f"# Lock {env.name!r}: {env.purpose}.\n"
         f"# Python {env.python}, {where}{', no dependencies resolved' if env.no_deps else ''}"
         f"; made with uv {uv_version} from {', '.join(env.inputs)} by\n"
-        f"# `scripts/lock.py update {env.name}`. Never edit by hand.\n"
+        f"# `scripts/release/lock.py update {env.name}`. Never edit by hand.\n"
         f"# inputs-sha256: {inputs_digest(env, root, uv_version)}\n"
     )
     lock = root / env.lock
@@ -430,7 +432,9 @@ def _cmd_constraints(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="scripts/lock.py", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="scripts/release/lock.py", description=__doc__.split("\n")[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text, func in (
         ("update", "write the locks again", _cmd_update),
@@ -453,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except LockError as exc:
-        print(f"scripts/lock.py: {exc}", file=sys.stderr)
+        print(f"scripts/release/lock.py: {exc}", file=sys.stderr)
         return 2
 
 

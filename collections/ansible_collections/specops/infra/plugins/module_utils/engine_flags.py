@@ -24,7 +24,7 @@ when a draft-window flag exists (``--speculative-dflash-draft-window-size`` in S
 0.5.11, ``--speculative-draft-window-size`` in later SGLang).
 
 Stdlib only: it runs on the managed host and on the controller
-(``scripts/extract-engine-flags.py`` uses the same script for the recorded lists).
+(``scripts/tools/extract-engine-flags.py`` uses the same script for the recorded lists).
 """
 
 from __future__ import annotations
