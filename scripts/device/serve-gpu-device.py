@@ -45,7 +45,7 @@ Usage::
     # the same path on this machine (CPU vLLM of the lab, tiny model, simulated host tree):
     .venv/bin/python scripts/device/serve-gpu-device.py dry-run --out /tmp/serve-dry
 
-SGLang 0.5.11 (``--engine sglang`` on bundle / device / orchestrate; docs/gpu-sglang.md):
+SGLang 0.5.11 (``--engine sglang`` on bundle / device / orchestrate; docs/evidence/gpu-sglang.md):
 one trimmed site (``scripts/device/sglang-0.5.11-deps.txt``), the configs plain, NGRAM and
 STANDALONE, ``/health_generate`` and ``/get_server_info`` beside the gates, specops bench
 on SGLang's native ``/generate`` (acceptance from ``meta_info``) and ``sglang.bench_serving``

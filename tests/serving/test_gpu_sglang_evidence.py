@@ -2,7 +2,7 @@
 
 ``tests/fixtures/gpu-serving/h200-sglang-2026-12-03/`` is what
 ``scripts/device/serve-gpu-device.py --engine sglang`` brought back from the accelerator
-machine (docs/gpu-sglang.md): the units the ``inference_service`` role rendered for
+machine (docs/evidence/gpu-sglang.md): the units the ``inference_service`` role rendered for
 ``engine: sglang``, the run's record, SGLang's own ``/generate`` answers (``meta_info``
 with the speculative fields), ``/get_server_info``, the ``sglang:`` counters of
 ``/metrics`` and ``sglang.bench_serving``'s results on the same servers, and the flag
