@@ -127,8 +127,8 @@ SHAPES: Final[Mapping[str, Shape]] = {
         Shape(
             "mimo-h100", 4096, 12, 32, 8, 11008, 32000, 4096,
             "MiMo-7B's layer at a third of its depth (2.4 B parameters, 4.8 GB bf16): seven"
-            " servers of it share one H100 in the device campaign"
-            " (scripts/device/serve-gpu-device.py --campaign oracle)",
+            " servers of it share one H100 in the device campaign (scripts/serve-gpu-device.py"
+            " --campaign oracle)",
         ),
         Shape(
             "llama-h100", 2048, 8, 16, 8, 5632, 32000, 4096,
