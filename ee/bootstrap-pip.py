@@ -9,7 +9,7 @@ image has neither), so execution-environment.yml sets ``options.skip_pip_install
 runs this instead, standard library only:
 
 - the pip wheel of that exact version from ``PIP_FIND_LINKS`` when the build gives one
-  (scripts/build_ee.py serves its wheelhouse on 127.0.0.1 for the build: an HTTP
+  (scripts/release/build-ee.py serves its wheelhouse on 127.0.0.1 for the build: an HTTP
   directory listing, or a local directory);
 - else from PyPI's JSON API, checked against the sha256 PyPI publishes for it;
 

@@ -126,8 +126,8 @@ step_venv() {
   local stamp=$VENV/.specops-requirements.sha256 want base
   base=$(readlink -f "$(command -v "$PYTHON")")
   # Nothing installs from a lock made from other inputs than today's requirements.txt
-  # and pyprojects (scripts/lock.py check names the stale lock and the refresh command).
-  "$PYTHON" "$ROOT/scripts/lock.py" check controller || return 1
+  # and pyprojects (scripts/release/lock.py check names the stale lock and the refresh command).
+  "$PYTHON" "$ROOT/scripts/release/lock.py" check controller || return 1
   # The stamp covers the lock, the projects installed from the checkout and the
   # interpreter the venv is made from.
   want=$( (cat "$ROOT/requirements.lock" "$ROOT/pyproject.toml" "$ROOT/lab/pyproject.toml"; echo "$base") | sha256sum | cut -d' ' -f1)

@@ -3,6 +3,7 @@
 #
 #   scripts/test.sh                 set-up, lint, pytest, molecule (what CI runs)
 #   scripts/test.sh lint            one phase: setup | lint | pytest | molecule
+#   scripts/test.sh unit            the unit tests alone (no set-up; tests/plugins/kinds.py)
 #   scripts/test.sh molecule NAME   one molecule scenario
 #   PYTEST_ARGS="-k vfio" scripts/test.sh pytest
 #
@@ -84,12 +85,12 @@ run_lint() {
   check import-contracts env PYTHONPATH="$ROOT/src:$ROOT/lab/src:$ROOT/collections" lint-imports --no-cache
   # The collection on its own: import, ansible-doc, validate-modules, pylint, pep8, ...
   # (~1.5 min with its tools' venvs in place; the first run makes them, ~3 min).
-  check "collection sanity (ansible-test)" "$ROOT/scripts/collection-sanity.sh"
-  check argument-specs python3 scripts/check-argument-specs.py
+  check "collection sanity (ansible-test)" "$ROOT/scripts/checks/collection-sanity.sh"
+  check argument-specs python3 scripts/checks/check-argument-specs.py
   # The collection's CHANGELOG.md is what antsibull-changelog generates from
   # changelogs/ (fragments and changelog.yaml linted; ~5 s, its tool venv made once).
-  check "changelog current (antsibull-changelog)" "$ROOT/scripts/changelog.sh" check
-  check "lab inventory = example + stand-in wiring" python3 scripts/check-lab-inventory.py
+  check "changelog current (antsibull-changelog)" "$ROOT/scripts/release/changelog.sh" check
+  check "lab inventory = example + stand-in wiring" python3 scripts/checks/check-lab-inventory.py
   check "profile table (docs/speculative.md)" specops profile table --check docs/speculative.md
 }
 
@@ -144,6 +145,10 @@ run_pytest() {
   # deselected test fails the run (tests/plugins/strict.py).
   local select=()
   [[ ${SPECOPS_TEST_FLEET:-1} == 0 ]] && select=(-m "not fleet")
+  # SPECOPS_TEST_KIND=unit|integration|e2e: that kind only (tests/plugins/kinds.py);
+  # the other kinds' tests are left out on purpose, so they are not counted.
+  local kind=${SPECOPS_TEST_KIND:-}
+  [[ -n $kind ]] && select=(-m "$kind")
   # shellcheck disable=SC2086  # PYTEST_ARGS is a word list on purpose
   SPECOPS_TEST_OUT=$out python -m pytest -p no:cacheprovider --basetemp="$out/tmp" \
     --junitxml="$xml" --durations=40 --durations-min=15 "${select[@]}" ${PYTEST_ARGS:-} \
@@ -176,7 +181,10 @@ PY
   # .ci/skip-allowlist.yml into a failure: what is left here is allowlisted.
   skipped=$((skipped + s))
   ((s > 0)) && printf '  (%s pytest test(s) skipped, each allowlisted or outside CI)\n' "$s"
-  if ((d > 0)); then
+  if ((d > 0)) && [[ -n $kind ]]; then
+    printf '  (%s test(s) of other kinds than %s not run)\n' "$d" "$kind"
+    d=0
+  elif ((d > 0)); then
     printf '  (%s pytest test(s) deselected: %s)\n' "$d" "$out/deselected.txt"
     if is_ci; then
       failed=$((failed + d))
@@ -185,7 +193,12 @@ PY
       skipped=$((skipped + d))
     fi
   fi
-  if ((rc != 0 && f == 0 && d == 0)); then ko "pytest $name (exit $rc)"; fi
+  if [[ -z $kind ]]; then
+    if ((rc != 0 && f == 0 && d == 0)); then ko "pytest $name (exit $rc)"; fi
+  elif ((rc > 1 && f == 0)); then
+    # (exit 1 with no failure: CI=true's strict plugin on the other kinds' tests)
+    ko "pytest $name (exit $rc)"
+  fi
 }
 
 # Mission rows first (the serving path, then the host driver, card release and the
@@ -302,7 +315,11 @@ main() {
     lint) phase lint run_lint ;;
     pytest) phase pytest run_pytest ;;
     molecule) phase molecule run_molecule "$@" ;;
-    *) echo "test.sh: unknown phase '$what' (valid: all setup lint pytest molecule)" >&2; exit 2 ;;
+    # The unit tests alone, for a contributor's quick run: no set-up (the venv must be
+    # there: scripts/setup.sh venv), no process started (a unit test that starts one
+    # fails: tests/plugins/kinds.py). Not a CI phase: CI runs every kind above.
+    unit) SPECOPS_TEST_KIND=unit phase unit run_pytest unit tests ;;
+    *) echo "test.sh: unknown phase '$what' (valid: all setup lint pytest molecule unit)" >&2; exit 2 ;;
   esac
   printf '\n== phase times\n'
   printf '  %s\n' "${timings[@]}"

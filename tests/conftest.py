@@ -23,6 +23,7 @@ settings.load_profile("specops")
 pytest_plugins = [
     "pytester",
     "plugins.ee",
+    "plugins.kinds",
     "plugins.measurements",
     "plugins.strict",
     "plugins.synthetic_server",

@@ -1,6 +1,9 @@
 """specops: Proxmox VE GPU hosts to benchmarked LLM servers with speculative decoding.
 
-Controller-side code lives here (benchmark, sweep, Proxmox API, reports, the lab).
+Controller-side code lives here (benchmark, sweep, Proxmox API, reports). The lab is
+not part of it: it is its own distribution, ``specops-lab`` (under ``lab/``), which
+adds ``specops lab`` through the ``specops.commands`` entry points and which this
+package never imports.
 The collection ``specops.infra`` (``collections/ansible_collections/specops/infra``)
 holds the code that runs on managed hosts and the logic its filters need (the
 speculative translator, the inventory checks); this package imports it as
@@ -15,7 +18,7 @@ from specops.collection import ensure as _ensure
 
 __all__ = ["__version__"]
 
-# One version for the wheel, the collection and the changelog (scripts/release.py bump).
+# One version for the wheel, the collection and the changelog (scripts/release/release.py bump).
 __version__ = "0.2.0"
 
 _ensure()

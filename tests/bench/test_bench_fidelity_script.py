@@ -1,4 +1,4 @@
-"""scripts/bench-fidelity.py's own logic without a server: the referee's counters from a
+"""scripts/experiments/bench-fidelity.py's own logic without a server: the referee's counters from a
 recorded vLLM /metrics page, the per-run referee, the analysis of a concurrency's runs
 into intervals and verdicts, the argument checks, and where the API key goes (never on
 a command line)."""
@@ -21,7 +21,7 @@ METRICS = REPO / "tests/fixtures/lab/vllm-0.32-cpu-metrics-ngram.txt"
 
 @pytest.fixture(scope="module")
 def p1() -> ModuleType:
-    return load_script("bench-fidelity.py")
+    return load_script("experiments/bench-fidelity.py")
 
 
 def test_parse_metrics_reads_a_recorded_vllm_page(p1: ModuleType) -> None:

@@ -1,4 +1,4 @@
-"""scripts/stream-probe.py against two local servers that answer the same SSE stream,
+"""scripts/experiments/stream-probe.py against two local servers that answer the same SSE stream,
 one event per write with a pause between (paced) and all in one write (bunched): the
 probe sees the difference at the socket, which is what it is for."""
 
@@ -21,7 +21,7 @@ HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close
 
 
 def _load() -> ModuleType:
-    return load_script("stream-probe.py")
+    return load_script("experiments/stream-probe.py")
 
 
 def _serve(paced: bool) -> Iterator[str]:

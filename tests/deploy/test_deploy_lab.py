@@ -77,7 +77,7 @@ _THIS_MACHINE = (
     Path("/var/lib/nvidia/specops-standin-kernel-module"),
 )
 HOSTS = {"localhost", "pve-a", "pve-b", CT}  # every host of the lab inventory's plays
-crash = load_script("crash-campaign.py")
+crash = load_script("lab/crash-campaign.py")
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ def machine_before(fresh_check: Run) -> dict[str, float | None]:
 # initramfs rebuild: test_nodes_boot_what_their_files_say), the container's creation
 # through the API, the service's readiness gate (mid-gate), a benchmark cell (mid-cell);
 # the container's GPU lines are a kill point of the migration below, and every point of
-# the first run is one of `scripts/crash-campaign.py --scenario deploy`'s. The second
+# the first run is one of `scripts/lab/crash-campaign.py --scenario deploy`'s. The second
 # run's changed=0 and the --check --diff run prove the convergence; after each kill the
 # PVE configs parse, no lock is held and the VMs' cards stay theirs.
 INTERRUPT_PLAY = "PVE nodes - the steps that interrupt GPU work, one node at a time."

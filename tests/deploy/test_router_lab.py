@@ -19,7 +19,7 @@ containers, two vLLM servers, HAProxy), serves every test here:
   container's address as clients do without one, nothing is drained; each node's
   restart is an outage (its failed requests and its span printed).
 
-``scripts/bench-rollout-under-load.py`` makes both measurements (the commands that
+``scripts/experiments/bench-rollout-under-load.py`` makes both measurements (the commands that
 re-run them are in docs/operations/router.md). ``specops lab down --destroy`` before and
 after.
 """
@@ -49,8 +49,8 @@ INVENTORY = "inventory/lab-router"
 NODES = ("lab-ct801", "lab-ct802")
 ROUTER = "lab-ct800"
 LOGS = REPO / ".cache" / "router-lab"
-bench = load_script("bench-rollout-under-load.py")
-crash = load_script("crash-campaign.py")
+bench = load_script("experiments/bench-rollout-under-load.py")
+crash = load_script("lab/crash-campaign.py")
 
 
 def _env() -> dict[str, str]:

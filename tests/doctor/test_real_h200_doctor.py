@@ -1,7 +1,7 @@
 """The GPU doctor on evidence recorded on a real NVIDIA H200 machine.
 
 ``tests/fixtures/doctor/h200-doctor-2026-12-01.json`` was written there by
-``scripts/gpu-doctor-device.py run`` (the device tool's H200 machine: Firecracker
+``scripts/device/gpu-doctor-device.py run`` (the device tool's H200 machine: Firecracker
 kernel 6.18, open module 580.159.04, cgroup v2; LXC 5.0.2 from Debian bookworm's
 packages in a private prefix): the project's GPU facts of that host, the passthrough
 lines generated from them, the LXC config, and for three containers on the real GPU -
@@ -30,7 +30,7 @@ from plugins.scripts import load_script
 REPO = Path(__file__).resolve().parents[2]
 # Two runs: 2026-12-01, and 2026-12-03 from a copied tree with nothing installed on the
 # device (the scripts run on the tree's packages, Ansible's module_utils carried in the
-# bundle: scripts/tree_packages.py).
+# bundle: scripts/device/tree_packages.py).
 FIXTURES = sorted((REPO / "tests" / "fixtures" / "doctor").glob("h200-doctor-*.json"))
 MODULE = "580.159.04"
 PATHS = ["/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0", "/dev/nvidiactl"]
@@ -51,7 +51,7 @@ def test_both_device_runs_are_read() -> None:
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    return load_script("gpu-doctor-device.py")
+    return load_script("device/gpu-doctor-device.py")
 
 
 def _diagnose(record: dict[str, Any], case: str) -> Any:

@@ -1,5 +1,5 @@
 """The execution environment (issue 33): built from execution-environment.yml by
-scripts/build_ee.py on the local docker engine, then used as AWX's execution nodes use
+scripts/release/build-ee.py on the local docker engine, then used as AWX's execution nodes use
 it: ``ansible-navigator run`` of the installed collection's playbooks inside the image
 (ansible-runner in the EE), from a site directory with nothing of the checkout in the
 container. The benchmark playbook measures the real lab vLLM CPU server on 127.0.0.1
@@ -46,7 +46,7 @@ def test_the_ee_is_labelled_with_its_inputs_and_reused(
         ["docker", "image", "inspect", "-f", "{{json .Config.Labels}}", ee_image.tag],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    build_ee = load_script("build_ee.py")
+    build_ee = load_script("release/build-ee.py")
     assert json.loads(labels)[build_ee.LABEL] == ee_image.inputs
     again = build_ee.make()
     assert (again.how, again.digest, again.image_id) == ("cached", ee_image.inputs,

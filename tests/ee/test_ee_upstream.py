@@ -1,6 +1,6 @@
 """The execution environment on an upstream EE base (issue 50):
 ee/upstream/execution-environment.yml (Automation Platform's ee-minimal: its own Python
-at python_path, microdnf), built by scripts/build_ee.py from the local stand-in of that
+at python_path, microdnf), built by scripts/release/build-ee.py from the local stand-in of that
 base (ee/upstream/standin/Containerfile; CI reaches no registry), then used through
 ansible-navigator as AWX runs jobs. It carries the same collection and controller
 package as the project's EE, found where Ansible finds them (no path set by the build);
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 GALAXY = REPO / "collections/ansible_collections/specops/infra/galaxy.yml"
 VERSION = str(yaml.safe_load(GALAXY.read_text())["version"])
-build_ee = load_script("build_ee.py")
+build_ee = load_script("release/build-ee.py")
 
 
 def test_the_upstream_ee_is_built_on_the_standin_and_reused(

@@ -1,4 +1,4 @@
-"""The crash-point campaign's kill (scripts/crash-campaign.py, issue 31) on a real
+"""The crash-point campaign's kill (scripts/lab/crash-campaign.py, issue 31) on a real
 ``ansible-playbook`` run on localhost, no lab: the whole process group dies at the
 chosen task banner (a task's own child process included), nothing after it runs, and a
 chain of kills ends with a run that completes."""
@@ -16,7 +16,7 @@ from plugins.scripts import load_script
 
 from specops_lab import network
 
-crash = load_script("crash-campaign.py")
+crash = load_script("lab/crash-campaign.py")
 
 _PLAY = """\
 - hosts: localhost

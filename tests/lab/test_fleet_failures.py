@@ -8,7 +8,7 @@ specops_host_max_fail_percentage 50, and two nodes failing:
 host.yml converges the rest (pve-b: its card released to the host), names the two and
 changes nothing on them past the failure (pve-03 untouched, pve-a still without a driver);
 once both are back, a run limited to them completes the fleet.
-scripts/bench-fleet-scale.py's failure case is the same at N = 16.
+scripts/experiments/bench-fleet-scale.py's failure case is the same at N = 16.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 PLAY = REPO / "tests" / "fixtures" / "node_lock" / "hold.yml"
-crash = load_script("crash-campaign.py")
+crash = load_script("lab/crash-campaign.py")
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 (issues 33, 50): what an operator who keeps one repository per site has.
 
 :func:`make_site` builds the release artefacts from this checkout as a release does
-(``scripts/release.py dist``: the collection tarball, the controller's wheel, the
+(``scripts/release/release.py dist``: the collection tarball, the controller's wheel, the
 controller's lock as pip constraints; plus the lab's wheel and its ``specops.lab``
 collection, which a lab site needs for its stand-in connections), then, in a fresh
 directory outside the checkout, follows docs/install.md with the site files it shows
@@ -125,9 +125,9 @@ def _check(argv: list[str], **kwargs: object) -> str:
 
 
 def build_wheel(project: Path, out: Path) -> Path:
-    """The wheel of ``project`` (the repository or its ``lab``) by scripts/build_wheel.py,
+    """The wheel of ``project`` (the repository or its ``lab``) by scripts/release/build-wheel.py,
     as a release builds it: ``pip wheel`` of a copy, nothing left in the checkout."""
-    return Path(load_script("build_wheel.py").build(project, out))
+    return Path(load_script("release/build-wheel.py").build(project, out))
 
 
 def copy_secrets(
@@ -152,7 +152,7 @@ def make_site(vars_file: Path, vault_password_file: Path, key_file: Path) -> Sit
     """The consumer's site in a new directory under /var/tmp (see the module's doc)."""
     start = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="specops-site-", dir="/var/tmp"))
-    load_script("release.py").dist(root / "dist")  # tarball, wheel, constraints.txt
+    load_script("release/release.py").dist(root / "dist")  # tarball, wheel, constraints.txt
     lab = root / "lab-dist"  # the lab's own, which only a lab site installs
     _check([str(Path(sys.executable).parent / "ansible-galaxy"), "collection", "build",
             str(REPO / "collections/ansible_collections/specops/lab"), "--output-path",

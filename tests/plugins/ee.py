@@ -4,7 +4,7 @@ nodes run a job (ansible-runner inside the EE).
 
 Fixtures:
 
-- ``ee_image``: ``scripts/build_ee.py`` once per session (built, or reused from the
+- ``ee_image``: ``scripts/release/build-ee.py`` once per session (built, or reused from the
   image labelled with its inputs' hash, or loaded from its ``docker save`` under
   /var/cache/specops/ee); the :class:`EeImage` it made.
 - ``upstream_ee_image``: the same for ee/upstream/execution-environment.yml, built on
@@ -85,9 +85,9 @@ class Navigated:
 
 
 def build(*, upstream: bool = False) -> EeImage:
-    """scripts/build_ee.py's :func:`make`: the project's EE (specops/ee:latest), or with
+    """scripts/release/build-ee.py's :func:`make`: the project's EE (specops/ee:latest), or with
     ``upstream`` the upstream-base one on its stand-in (specops/ee-upstream:latest)."""
-    build_ee = load_script("build_ee.py")
+    build_ee = load_script("release/build-ee.py")
     if upstream:
         result = build_ee.make(build_ee.UPSTREAM_TAG, definition=build_ee.UPSTREAM_FILE,
                                standin_base=True)  # fmt: skip

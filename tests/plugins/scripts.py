@@ -1,4 +1,4 @@
-"""The repository's scripts (``scripts/*.py``, names with hyphens) as modules for tests."""
+"""The repository's scripts (``scripts/<folder>/*.py``, names with hyphens) as modules for tests."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def load_script(name: str) -> ModuleType:
-    """``scripts/<name>`` imported under a module name without hyphens."""
+    """``scripts/<name>`` (``"release/lock.py"``) imported under a module name without hyphens."""
     path = REPO / "scripts" / name
     spec = importlib.util.spec_from_file_location(path.stem.replace("-", "_"), path)
     if spec is None or spec.loader is None:

@@ -1,7 +1,7 @@
 """The device script's units are the inference_service role's: rendered by the role's own
 preflight and template (``scripts/device/render-service.yml``), for vLLM 0.20.1.
 
-What ``scripts/serve-gpu-device.py bundle`` carries to the H200 for each serving config;
+What ``scripts/device/serve-gpu-device.py bundle`` carries to the H200 for each serving config;
 here for the ngram config (one ansible-playbook run on localhost, nothing changes).
 """
 
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _script() -> ModuleType:
-    return load_script("serve-gpu-device.py")
+    return load_script("device/serve-gpu-device.py")
 
 
 def test_the_role_renders_the_device_units_for_vllm_0_20_1(tmp_path: Path) -> None:

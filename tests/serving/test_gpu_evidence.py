@@ -1,6 +1,6 @@
 """What a real vLLM 0.20.1 on an H200 did, read back by the project's own code.
 
-``tests/fixtures/gpu-serving/h200-2026-12-03/`` is what ``scripts/serve-gpu-device.py``
+``tests/fixtures/gpu-serving/h200-2026-12-03/`` is what ``scripts/device/serve-gpu-device.py``
 brought back from the accelerator machine: the units the ``inference_service`` role
 rendered (``units/``), the run's record (``record.json``: every step, the gates'
 verdicts with token ids), the benchmark results per serving config, the raw

@@ -3,11 +3,11 @@ acceptance is known by construction), the sweep and the rollout deciding there, 
 back by the project's code.
 
 ``tests/fixtures/gpu-serving/h100-oracle-2026-12-06/`` is what
-``scripts/serve-gpu-device.py --campaign oracle`` brought back from its first run (all
+``scripts/device/serve-gpu-device.py --campaign oracle`` brought back from its first run (all
 thirteen configs; its sweep stopped on a missing import, fixed since), ``...-run2/`` the
 second (``--configs plain,noisy-1,noisy-2,noisy-3,noisy-4``: the sweep and both
 rollouts). Every server ran from the unit the ``inference_service`` role rendered, in
-the specops-made LXC container, several sharing the card (docs/proven-on-gpu.md,
+the specops-made LXC container, several sharing the card (docs/evidence/proven-on-gpu.md,
 "Oracle models on the H100"). Figures are what the card measured: the tests check what
 the project reads and decides from them, never a speed.
 """
@@ -159,7 +159,7 @@ def test_the_rollout_refuses_a_depth_that_loses_and_puts_the_previous_server_bac
 def test_the_same_server_measured_twice_by_the_smoke_plan() -> None:
     """The 'better' case met the sweep's pick, none: the node's baseline and its smoke
     are two measurements of one server, and the gate passes them (what it measured
-    between them is the smoke plan's noise, docs/proven-on-gpu.md)."""
+    between them is the smoke plan's noise, docs/evidence/proven-on-gpu.md)."""
     step = REC2["steps"]["oracle-rollout-better"]
     assert (step["current"], step["candidate"], step["node_serves"]) == ("plain",) * 3
     assert step["record"]["outcome"] == "changed"

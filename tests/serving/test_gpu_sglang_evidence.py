@@ -1,8 +1,8 @@
 """What a real SGLang 0.5.11 on an H200 did, read back by the project's own code.
 
 ``tests/fixtures/gpu-serving/h200-sglang-2026-12-03/`` is what
-``scripts/serve-gpu-device.py --engine sglang`` brought back from the accelerator
-machine (docs/gpu-sglang.md): the units the ``inference_service`` role rendered for
+``scripts/device/serve-gpu-device.py --engine sglang`` brought back from the accelerator
+machine (docs/evidence/gpu-sglang.md): the units the ``inference_service`` role rendered for
 ``engine: sglang``, the run's record, SGLang's own ``/generate`` answers (``meta_info``
 with the speculative fields), ``/get_server_info``, the ``sglang:`` counters of
 ``/metrics`` and ``sglang.bench_serving``'s results on the same servers, and the flag
@@ -86,7 +86,7 @@ def test_sglang_ran_what_was_asked(name: str, algorithm: str, draft_tokens: int)
 
 
 def test_the_flag_list_read_by_sglangs_own_parser_is_the_shipped_one() -> None:
-    script = load_script("serve-gpu-device.py")
+    script = load_script("device/serve-gpu-device.py")
     installed = _json("sglang-0.5.11-flags.json")
     shipped = json.loads((FLAG_LISTS / "sglang-0.5.11-flags.json").read_text())
     diff = script.compare_sglang_flags(installed, shipped)
@@ -163,7 +163,7 @@ def test_sglang_bench_serving_ran_on_the_same_servers(c: int) -> None:
 
 
 def test_the_scrub_replaces_the_key_in_every_recorded_file(tmp_path: Path) -> None:
-    script = load_script("serve-gpu-device.py")
+    script = load_script("device/serve-gpu-device.py")
     (tmp_path / "a.json").write_text('{"api_key": "k3y-Value"}')
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.log").write_text("api_key='k3y-Value' other")

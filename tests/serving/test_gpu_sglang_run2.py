@@ -2,8 +2,8 @@
 ``sglang.bench_serving`` and the sweep over ``num_steps``, read back by the project's code.
 
 ``tests/fixtures/gpu-serving/h200-sglang-2026-12-03-run2/`` is what
-``scripts/serve-gpu-device.py --engine sglang --configs plain,ngram`` brought back
-(docs/gpu-sglang.md): the units the ``inference_service`` role rendered (the API key now
+``scripts/device/serve-gpu-device.py --engine sglang --configs plain,ngram`` brought back
+(docs/evidence/gpu-sglang.md): the units the ``inference_service`` role rendered (the API key now
 reaches SGLang through ``--config`` from the unit's runtime directory), the run's record,
 specops bench's results on the plain and the NGRAM server, P1's ABBA runs (specops bench
 and ``sglang.bench_serving`` on the same plain server), and the sweep's ledger (grid over

@@ -108,7 +108,7 @@ def test_extractor_parses_server_args(tmp_path: Path, repo_root: Path) -> None:
     source.write_text(SERVER_ARGS_SNIPPET)
     out = tmp_path / "flags.json"
     subprocess.run(
-        [sys.executable, str(repo_root / "scripts" / "extract-engine-flags.py"), "sglang",
+        [sys.executable, str(repo_root / "scripts" / "tools" / "extract-engine-flags.py"), "sglang",
          "--server-args", str(source), "--version", "9.9.9", "-o", str(out)],
         check=True, capture_output=True,
     )  # fmt: skip

@@ -1,7 +1,7 @@
 """P5 for the algorithm, on seeded noise: counts of trials, never timings.
 
 The real P5 runs the grid and the sweep on a lab node (tests/tune/test_real_rollout.py,
-scripts/bench-sweep-vs-grid.py). Here the same two searches and the same judgement
+scripts/experiments/bench-sweep-vs-grid.py). Here the same two searches and the same judgement
 (:func:`specops.tune.versus.judge`) run on an objective with the lab's shape (ngram
 num_draft_tokens 2..9, peak near 5 with 4 within 2 %) and the noise seen on this
 two-core machine: per-run jitter, a run now and then slowed to about half by other

@@ -28,7 +28,7 @@ accepts no n-gram draft of a sampled request.
 
 Two nodes prove the one-at-a-time order and the untouched rest as three would, with
 one vLLM start fewer per change. P5 (the ascent against the full grid: a measurement
-of restarts and pick, not a pass/fail test) is ``scripts/bench-sweep-vs-grid.py``.
+of restarts and pick, not a pass/fail test) is ``scripts/experiments/bench-sweep-vs-grid.py``.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from specops_lab.tune_nodes import LabNode, node_names, remove_nodes, start_node
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.docker, pytest.mark.fleet]
 
 REPO = Path(__file__).resolve().parents[2]
-crash = load_script("crash-campaign.py")
+crash = load_script("lab/crash-campaign.py")
 UNIT = "specops-tiny-qwen.service"
 NODES = 2
 # The nodes start without speculation: the rollout measures their plain baseline on the
@@ -169,7 +169,8 @@ def test_rollout_good_change_rerun_and_bad_change(lab, tmp_path: Path, measureme
     assert "specops-tune-node1: the unit already renders the new profile but " in said
     assert "specops-tune-node2: the unit already renders" not in said
     recs = records(tmp_path)
-    # P4, printed and kept (a measurement, not asserted): scripts/bench-rollout-overhead.py;
+    # P4, printed and kept (a measurement, not asserted):
+    # scripts/experiments/bench-rollout-overhead.py;
     # beside it what each node's smoke benchmark measured against no speculation
     lines = overhead_table([recs[n] for n in sorted(recs)])
     gains = [f"  {n}: {recs[n]['message']}" for n in sorted(recs)]

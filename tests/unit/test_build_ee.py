@@ -1,4 +1,4 @@
-"""scripts/build_ee.py's pure logic: the inputs' hash (contents, not timestamps; any
+"""scripts/release/build-ee.py's pure logic: the inputs' hash (contents, not timestamps; any
 input changes it; order does not), the cache decision, and the wheelhouse's
 requirements read from execution-environment.yml and the dependency collections."""
 
@@ -15,7 +15,7 @@ import pytest
 import yaml
 from plugins.scripts import REPO, load_script
 
-build_ee = load_script("build_ee.py")
+build_ee = load_script("release/build-ee.py")
 EE = yaml.safe_load((REPO / "execution-environment.yml").read_text())
 
 

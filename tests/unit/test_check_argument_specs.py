@@ -9,12 +9,12 @@ import pytest
 import yaml
 from plugins.scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check-argument-specs.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "checks" / "check-argument-specs.py"
 
 
 @pytest.fixture(scope="module")
 def checker() -> ModuleType:
-    return load_script(SCRIPT.name)
+    return load_script(f"checks/{SCRIPT.name}")
 
 
 def make_role(

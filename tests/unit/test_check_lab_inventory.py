@@ -1,4 +1,5 @@
-"""scripts/check-lab-inventory.py: the lab inventory is the example's plus explained wiring."""
+"""scripts/checks/check-lab-inventory.py: the lab inventory is the example's plus explained
+wiring."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    return load_script("check-lab-inventory.py")
+    return load_script("checks/check-lab-inventory.py")
 
 
 @pytest.fixture

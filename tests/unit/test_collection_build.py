@@ -1,4 +1,4 @@
-"""The collection as the ecosystem installs it (scripts/build_collection.py): staged from
+"""The collection as the ecosystem installs it (scripts/release/build-collection.py): staged from
 the repository's layout, built, installed with ``ansible-galaxy collection install`` in a
 directory where no checkout is on any path, and run from there by its FQCN.
 
@@ -27,7 +27,7 @@ from ansible.playbook.handler import Handler
 from plugins.consumer import SITE_CFG
 from plugins.scripts import REPO, load_script
 
-bc = load_script("build_collection.py")
+bc = load_script("release/build-collection.py")
 BIN = Path(sys.executable).parent
 BUNDLE = Path(sysconfig.get_paths()["purelib"]) / "ansible_collections"
 GALAXY_YML = REPO / "collections/ansible_collections/specops/infra/galaxy.yml"

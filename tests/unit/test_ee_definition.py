@@ -30,7 +30,7 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 # ansible-builder 3.2's top-level keys of a version 3 definition.
 V3_KEYS = {"version", "images", "options", "build_arg_defaults", "dependencies",
            "additional_build_files", "additional_build_steps"}  # fmt: skip
-build_ee = load_script("build_ee.py")
+build_ee = load_script("release/build-ee.py")
 
 
 def _bootstrap() -> Any:
@@ -210,7 +210,7 @@ def test_the_collection_says_what_an_ee_needs_for_it() -> None:
     # the build's lock holds them (the wheelhouse serves them)
     missing = build_ee.missing_from_lock(
         build_ee.collection_requirements(REPO / "collections", ["specops.infra"], []),
-        load_script("lock.py").pins(REPO / "ee/requirements.lock"),
+        load_script("release/lock.py").pins(REPO / "ee/requirements.lock"),
     )
     assert missing == []
 

@@ -1,7 +1,7 @@
 """The import contracts (pyproject.toml, [tool.importlinter]) hold, and each one breaks.
 
 Each case copies the Python sources (src/specops, the lab's lab/src/specops_lab, the
-collection's plugins, the contract config and scripts/import_contracts.py) to a temporary
+collection's plugins, the contract config and scripts/checks/import_contracts.py) to a temporary
 tree, plants one violation there and runs ``lint-imports`` on it, as the lint phase of
 scripts/test.sh runs it on the repository: the run must fail and name the violation. The
 unplanted copy passes, so each failure is the planted import's.
@@ -35,8 +35,8 @@ def _tree(dest: Path) -> Path:
     # installed in the venv (scripts/setup.sh links it into site-packages), which would
     # otherwise be a second portion of the namespace package, read in its place at random.
     (dest / PLUGINS.parent / "__init__.py").touch()
-    (dest / "scripts").mkdir()
-    shutil.copy2(REPO / "scripts/import_contracts.py", dest / "scripts")
+    (dest / "scripts/checks").mkdir(parents=True)
+    shutil.copy2(REPO / "scripts/checks/import_contracts.py", dest / "scripts/checks")
     shutil.copy2(REPO / "pyproject.toml", dest)
     return dest
 

@@ -84,7 +84,7 @@ def test_a_branch_build_without_a_recorded_list_is_left_to_the_installed_flags()
     assert problems[1].startswith(
         "c: inference_engine_version: vllm 0.21.0 has no recorded flag list (known: 0.20.1,"
     ), problems
-    assert "scripts/extract-engine-flags.py" in problems[1]
+    assert "scripts/tools/extract-engine-flags.py" in problems[1]
     assert len(problems) == 2
 
 

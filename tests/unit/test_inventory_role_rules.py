@@ -126,7 +126,7 @@ ROWS: dict[str, tuple[str, dict[str, dict[str, Any]], list[tuple[str, str]]]] = 
     "vllm-0.19.0-no-flag-list": ("engine args", {CT: VLLM | {"inference_engine_version": "0.19.0"}},
                                  [(f"{CT}: inference_engine_version: vllm 0.19.0 has no recorded "
                                    "flag list (known: 0.20.1, 0.32.0)",
-                                   "scripts/extract-engine-flags.py")]),
+                                   "scripts/tools/extract-engine-flags.py")]),
     # A build as operators make it: pull requests applied on a base (the base missing).
     "patches-without-a-base": ("build", {CT: VLLM | {"inference_engine_git_patches": [
         "refs/pull/40727/head", "refs/pull/40898/head"]}},

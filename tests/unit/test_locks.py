@@ -1,4 +1,4 @@
-"""Every Python environment the project makes installs from a lock (scripts/lock.py).
+"""Every Python environment the project makes installs from a lock (scripts/release/lock.py).
 
 A lock made from other inputs is refused before anything installs; each lock satisfies
 its inputs; the controller venv and the lab's vLLM venv hold exactly their locks; the GPU
@@ -21,7 +21,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from plugins.scripts import REPO, load_script
 
-lock = load_script("lock.py")
+lock = load_script("release/lock.py")
 ENVS = sorted(lock.ENVIRONMENTS)
 # The environment a universal lock is evaluated for here: this interpreter's.
 HERE = default_environment()
@@ -78,8 +78,8 @@ def test_every_lock_pins_each_package_with_its_hashes() -> None:
 def _copy(tmp: Path) -> Path:
     """The parts of the checkout that the controller's lock and set-up read."""
     root = tmp / "checkout"
-    for rel in ("scripts/lock.py", "scripts/setup.sh", "requirements.txt", "requirements.lock",
-                "pyproject.toml", "lab/pyproject.toml"):  # fmt: skip
+    for rel in ("scripts/release/lock.py", "scripts/setup.sh", "requirements.txt",
+                "requirements.lock", "pyproject.toml", "lab/pyproject.toml"):  # fmt: skip
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, root / rel)
     return root
@@ -89,11 +89,12 @@ def test_a_stale_lock_is_refused_before_anything_installs(tmp_path: Path) -> Non
     root = _copy(tmp_path)
     with (root / "requirements.txt").open("a") as fh:
         fh.write("tomli-w==1.2.0\n")
-    done = subprocess.run([sys.executable, str(root / "scripts/lock.py"), "check", "controller"],
+    done = subprocess.run([sys.executable, str(root / "scripts/release/lock.py"), "check",
+                           "controller"],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert done.returncode == 1
     assert "requirements.lock was made from other inputs than requirements.txt" in done.stderr
-    assert "scripts/lock.py update controller" in done.stderr
+    assert "scripts/release/lock.py update controller" in done.stderr
     venv = tmp_path / "venv"
     env = {**os.environ, "SPECOPS_VENV": str(venv)}
     setup = subprocess.run([str(root / "scripts/setup.sh"), "venv"], env=env,
@@ -128,7 +129,8 @@ def test_a_constrained_lock_goes_stale_with_the_lock_it_keeps(tmp_path: Path) ->
 
 
 def test_an_unknown_environment_is_named_with_the_valid_ones() -> None:
-    done = subprocess.run([sys.executable, str(REPO / "scripts/lock.py"), "check", "contrler"],
+    done = subprocess.run([sys.executable, str(REPO / "scripts/release/lock.py"), "check",
+                           "contrler"],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert done.returncode == 2
     assert "unknown environment 'contrler' (valid: controller, lab-vllm-cpu" in done.stderr
@@ -145,7 +147,7 @@ def test_the_controller_venv_holds_exactly_its_lock() -> None:
 
 
 def test_the_lab_vllm_venv_was_installed_from_the_lock() -> None:
-    locked = load_script("lock.py")  # same module, for the path
+    locked = load_script("release/lock.py")  # same module, for the path
     lab_lock = locked.ENVIRONMENTS["lab-vllm-cpu"].lock_path
     from specops_lab import locked as lab_locked  # noqa: PLC0415
     from specops_lab.vllm_install import installed_versions, lab_paths  # noqa: PLC0415
@@ -163,7 +165,7 @@ def test_the_lab_vllm_venv_was_installed_from_the_lock() -> None:
 def test_the_device_platform_tags_reach_sglangs_only_wheels() -> None:
     """pip's --platform matches a tag exactly: the payload download names every glibc up
     to the lock's (SGLang 0.5.11 ships manylinux_2_34 wheels only)."""
-    device = load_script("serve-gpu-device.py")
+    device = load_script("device/serve-gpu-device.py")
     tags = device.pip_platforms(lock.DEVICE_PLATFORM)
     assert "manylinux_2_34_x86_64" in tags
     assert "manylinux_2_28_x86_64" in tags

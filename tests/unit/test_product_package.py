@@ -1,5 +1,5 @@
 """The operator's install carries no lab code: the product's wheel (``pip wheel .``) and
-the collection specops.infra's tarball (scripts/build_collection.py: roles/, playbooks/
+the collection specops.infra's tarball (scripts/release/build-collection.py: roles/, playbooks/
 and the plugins, then ``ansible-galaxy collection build``) hold nothing of the lab (lab/,
 the distribution specops-lab: the PVE stand-in and its API schema, the node, PCI and
 installer stand-ins, the vLLM CPU lab).
@@ -29,7 +29,7 @@ from plugins.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 INFRA = REPO / "collections/ansible_collections/specops/infra"
-BUILD = load_script("build_collection.py")
+BUILD = load_script("release/build-collection.py")
 SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "output")
 
 # A member whose path names the lab, or a lab module by its name.
@@ -52,14 +52,14 @@ def lab_members(members: dict[str, bytes]) -> list[str]:
 
 def build_wheel(tree: Path, out: Path) -> dict[str, bytes]:
     """The product's wheel, built from ``tree`` as a release builds it
-    (scripts/build_wheel.py: ``pip wheel`` of a copy, the locked setuptools)."""
-    wheel = load_script("build_wheel.py").build(tree, out)
+    (scripts/release/build-wheel.py: ``pip wheel`` of a copy, the locked setuptools)."""
+    wheel = load_script("release/build-wheel.py").build(tree, out)
     with zipfile.ZipFile(wheel) as z:
         return {name: z.read(name) for name in z.namelist()}
 
 
 def build_collection(repo: Path, out: Path) -> dict[str, bytes]:
-    """The collection's tarball, built from ``repo`` by scripts/build_collection.py (the
+    """The collection's tarball, built from ``repo`` by scripts/release/build-collection.py (the
     one build step: stage roles/, playbooks/ and the collection, then
     ``ansible-galaxy collection build``)."""
     return tarball_members(BUILD.build(repo, out))

@@ -1,4 +1,4 @@
-"""Releases (issue 50): one version, moved by one command (scripts/release.py bump);
+"""Releases (issue 50): one version, moved by one command (scripts/release/release.py bump);
 ``version_added`` of every module and plugin right against the changelog; changelog
 fragments only for unreleased changes; a release's tags, the built collection on the
 branch ``collection`` that a git install reads, with the tarball's content.
@@ -21,7 +21,7 @@ import pytest
 import yaml
 from plugins.scripts import REPO, load_script
 
-rel = load_script("release.py")
+rel = load_script("release/release.py")
 INFRA = rel.INFRA
 
 
@@ -117,7 +117,7 @@ def test_fragments_of_a_released_version_fail(repo: Path) -> None:
     (repo / INFRA / "changelogs/fragments/x.yml").write_text("bugfixes:\n  - x.\n")
     found = rel.problems(repo)
     assert any(f"version {latest} is released, yet changelogs/fragments/" in p
-               and "scripts/release.py bump minor" in p for p in found), found  # fmt: skip
+               and "scripts/release/release.py bump minor" in p for p in found), found  # fmt: skip
 
 
 def test_copies_that_disagree_fail(repo: Path) -> None:
@@ -126,7 +126,7 @@ def test_copies_that_disagree_fail(repo: Path) -> None:
                            count=1, flags=re.M))  # fmt: skip
     (problem,) = rel.problems(repo)
     assert problem.startswith("the copies disagree:")
-    assert "scripts/release.py bump" in problem
+    assert "scripts/release/release.py bump" in problem
 
 
 def test_bump_writes_every_copy_and_refuses_going_back(repo: Path) -> None:
@@ -144,7 +144,7 @@ def test_bump_writes_every_copy_and_refuses_going_back(repo: Path) -> None:
 
 
 def test_the_cli_prints_the_one_version() -> None:
-    done = subprocess.run([sys.executable, str(REPO / "scripts/release.py"), "version"],
+    done = subprocess.run([sys.executable, str(REPO / "scripts/release/release.py"), "version"],
                           capture_output=True, text=True, check=True)  # fmt: skip
     cli = subprocess.run([sys.executable, "-m", "specops", "--version"],
                          capture_output=True, text=True, check=True)  # fmt: skip
@@ -153,7 +153,7 @@ def test_the_cli_prints_the_one_version() -> None:
 
 @pytest.mark.slow
 def test_a_git_install_of_the_release_yields_the_tarball(tmp_path: Path) -> None:
-    """``scripts/release.py tag`` commits the built collection on the branch
+    """``scripts/release/release.py tag`` commits the built collection on the branch
     ``collection`` (tag collection-v<version>); ``ansible-galaxy collection install
     git+<repository>,collection-v<version>`` then installs exactly what the tarball does
     (FILES.json: every file and its sha256). Done in a clone of this checkout's HEAD."""
@@ -168,7 +168,7 @@ def test_a_git_install_of_the_release_yields_the_tarball(tmp_path: Path) -> None
     head = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"],
                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     assert log == [head]  # the first publish: its parent is the source commit
-    tarball = load_script("build_collection.py").build(clone, tmp_path / "dist")
+    tarball = load_script("release/build-collection.py").build(clone, tmp_path / "dist")
     galaxy = Path(sys.executable).parent / "ansible-galaxy"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env["HOME"] = str(tmp_path)

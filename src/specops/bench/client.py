@@ -218,7 +218,7 @@ def _content_chunk(state: _StreamState, now: float, tokens: int | None) -> None:
 
 
 def _handle_openai(state: _StreamState, data: dict[str, Any], now: float, chat: bool) -> None:
-    # Runs once per SSE event: kept flat on purpose (see scripts/bench-client-cost.py).
+    # Runs once per SSE event: kept flat on purpose (see scripts/experiments/bench-client-cost.py).
     rec = state.record
     choices = data.get("choices")
     usage = data.get("usage")
@@ -381,7 +381,7 @@ def _fast_block(state: _StreamState, block: bytes, now: float) -> bool:
 
 
 async def _consume(response: httpx.Response, state: _StreamState, api: ApiKind) -> None:
-    # The client's hot path (scripts/bench-client-cost.py): per network read one split
+    # The client's hot path (scripts/experiments/bench-client-cost.py): per network read one split
     # and, in the common case, one JSON parse (_fast_block); else event by event, orjson
     # per event.
     chat = api == "chat"

@@ -1,6 +1,6 @@
 """P1's protocol arithmetic: the order of the runs, the paired-ratio interval, the verdicts.
 
-``scripts/bench-fidelity.py`` measures our client ("ours", A) and ``vllm bench serve``
+``scripts/experiments/bench-fidelity.py`` measures our client ("ours", A) and ``vllm bench serve``
 ("theirs", B) on one server; this module decides in which order and what the runs say.
 
 - **Order** (:func:`schedule`): a warm-up run of each client at every concurrency before

@@ -2,7 +2,7 @@
 
 httpx stays the API (one ``httpx.AsyncClient`` per run, explicit ``httpx.Timeout`` and
 ``httpx.Limits``, ``httpx.MockTransport`` in tests); this transport does the wire. Why
-hand-written: measured (``scripts/bench-client-cost.py``, docs/benchmark.md,
+hand-written: measured (``scripts/experiments/bench-client-cost.py``, docs/benchmark.md,
 "Client"), httpx's own transport (httpcore + h11, pure Python) spends ~40 us of client
 CPU per streamed token at concurrency 100, because every HTTP chunk becomes an h11
 event and a trip through the connection pool; aiohttp under httpx (tried in this

@@ -383,7 +383,7 @@ OVERHEAD_COLUMNS = (
 
 
 def overhead(record: Mapping[str, Any]) -> dict[str, float] | None:
-    """P4 for one changed node, in seconds (see ``scripts/bench-rollout-overhead.py``).
+    """P4 for one changed node, in seconds (see ``scripts/experiments/bench-rollout-overhead.py``).
 
     ``overhead`` is the rollout minus the engine's start-to-healthy (systemd's
     ExecMainStart -> ActiveEnter); ``orchestration`` also leaves out what the engine

@@ -8,7 +8,7 @@ candidates, so both sides saw the same conditions: the grid's best median minus 
 grid's median of the sweep's pick is at most the margin two candidates must differ by
 (``z`` standard errors of the difference under the grid's pooled run-to-run spread, or
 ``min_gain``) -- and the sweep restarted the canary at most 40 % as often as the grid
-did. Used by ``scripts/bench-sweep-vs-grid.py`` and the fleet test.
+did. Used by ``scripts/experiments/bench-sweep-vs-grid.py`` and the fleet test.
 """
 
 from __future__ import annotations

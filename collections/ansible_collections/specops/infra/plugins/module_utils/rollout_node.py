@@ -21,7 +21,7 @@ results as Ansible has them (a missing step is ``None``):
   no passing record; the re-run gates it, and the unit it ran before that change
   (``<unit>.previous``, kept by ``service_unit``) is what a failure restores.
 - :func:`node_record`: the JSON record per node (``<report_dir>/<node>.json``) that
-  ``specops rollout report`` and ``scripts/bench-rollout-overhead.py`` read
+  ``specops rollout report`` and ``scripts/experiments/bench-rollout-overhead.py`` read
   (:func:`specops.tune.rollout.load_records`).
 
 Stdlib only: the filters load in every Ansible process that templates them.

@@ -80,7 +80,7 @@ _PARALLEL = (
 )  # fmt: skip
 _EXTRACT = (
     "extract its flag list from the engine's own source with"
-    " scripts/extract-engine-flags.py (docs/speculative.md, 'Flag lists: where they come"
+    " scripts/tools/extract-engine-flags.py (docs/speculative.md, 'Flag lists: where they come"
     " from'), or pin a version that has one"
 )
 

@@ -290,7 +290,7 @@ ENGINES: Final[Mapping[str, EngineDescriptor]] = {
         ),
         # flashinfer (which sgl_kernel's rmsnorm calls) JIT-compiles with `ninja` (in the
         # venv) and `nvcc` (CUDA's bin) found by name; systemd's default PATH has neither.
-        # Measured on the H200, 2026-12-03 (docs/gpu-sglang.md).
+        # Measured on the H200, 2026-12-03 (docs/evidence/gpu-sglang.md).
         environment={
             "PATH": "{venv}/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin"
             ":/usr/sbin:/usr/bin:/sbin:/bin",

@@ -2,13 +2,14 @@
 
 The speculative translator checks every flag it renders (and every ``extra_args`` /
 ``inference_service_engine_args`` entry) against a flag set. Recorded lists in
-``flag_lists/`` (beside this file) cover released versions offline; an engine built from a
-pull-request ref, or a release without a recorded list (vLLM 0.20.1), is checked
-against what that build itself accepts. After every build the ``engine_flags`` module
-runs :data:`INTROSPECT` with the venv's interpreter: it starts the very module the unit
-runs (``python -m vllm.entrypoints.openai.api_server`` / ``python -m
-sglang.launch_server``) with ``--help``, and when that parser is about to print its help
-it takes the parser's actions instead (option strings, arity, type, choices) and stops.
+``flag_lists/`` (beside this file) cover the releases recorded there offline
+(``speculative.engines.known_versions``); an engine built from a pull-request ref, or a
+release without a recorded list, is checked against what that build itself accepts.
+After every build the ``engine_flags`` module runs :data:`INTROSPECT` with the venv's
+interpreter: it starts the very module the unit runs (``python -m
+vllm.entrypoints.openai.api_server`` / ``python -m sglang.launch_server``) with
+``--help``, and when that parser is about to print its help it takes the parser's
+actions instead (option strings, arity, type, choices) and stops.
 For vLLM it also reads ``SpeculativeMethod``, ``MTPModelTypes`` and the
 ``SpeculativeConfig`` fields (``vllm/config/speculative.py``), which
 ``--speculative-config`` JSON takes; for SGLang, from its ``server_args.py``, the
@@ -23,7 +24,7 @@ when a draft-window flag exists (``--speculative-dflash-draft-window-size`` in S
 0.5.11, ``--speculative-draft-window-size`` in later SGLang).
 
 Stdlib only: it runs on the managed host and on the controller
-(``scripts/extract-engine-flags.py`` uses the same script for the recorded lists).
+(``scripts/tools/extract-engine-flags.py`` uses the same script for the recorded lists).
 """
 
 from __future__ import annotations

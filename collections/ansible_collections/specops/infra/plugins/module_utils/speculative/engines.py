@@ -8,7 +8,7 @@ Two sources of an engine's flags, in this order:
    recorded list is checked against what it really accepts, and what it adds (DDTree,
    a draft window) is read from it (:func:`derived_capabilities`), never declared;
 2. offline, the recorded list in ``engine/flag_lists/`` for a released ``(engine, version)``,
-   extracted from the engine's own source by ``scripts/extract-engine-flags.py``
+   extracted from the engine's own source by ``scripts/tools/extract-engine-flags.py``
    (SGLang: its wheel's ``server_args.py`` parsed with ``ast``; vLLM: its real argument
    parser imported in the lab's vLLM CPU venv). With a recorded list, a branch build's
    capability may be declared (``capabilities``): DDTree's flags are then added by hand
@@ -341,7 +341,7 @@ class Engine:
                 raise ValidationError(
                     "engine.version",
                     f"no extracted flag list for {self.name} {self.version!r}; known:"
-                    f" {', '.join(versions)} (add one with scripts/extract-engine-flags.py)",
+                    f" {', '.join(versions)} (add one with scripts/tools/extract-engine-flags.py)",
                 )
             object.__setattr__(self, "version", matches[0])
         valid = CAPABILITIES[self.name]
