@@ -80,6 +80,10 @@ def _configure(node: Node, facts_root: Path) -> None:
         "state": "present",
         "root": str(node.root),
         "lock_timeout": 5,
+        # the role's defaults (one card: no NCCL lines)
+        "ipc_limits": "auto",
+        "shm_size": "50%",
+        "memlock": "unlimited",
     }
     assert configure(params, check_mode=False)["changed"]
 

@@ -152,3 +152,20 @@ def test_v1_node_ignores_v2_lines(lab_cluster_v1: Cluster) -> None:
     )
     pct.ct_start(node, 105)
     assert open_devices_in_ct(node, 105, "/dev/nvidia0") == {"/dev/nvidia0": "EPERM"}
+
+
+def test_memlock_above_this_machine_s_hard_limit_is_lowered_to_it() -> None:
+    """PVE's root sets any ``lxc.prlimit.memlock``; the lab's processes cannot raise it,
+    so the stand-in lowers each part above the hard limit to it (and says so)."""
+    import resource  # noqa: PLC0415
+
+    from specops_lab.pve.lxcconf import memlock_here  # noqa: PLC0415
+
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    if hard == resource.RLIM_INFINITY:
+        assert memlock_here("unlimited") == ("unlimited", "")
+        return
+    assert memlock_here("unlimited") == (str(hard), memlock_here("unlimited")[1])
+    assert "lowered" in memlock_here("unlimited")[1]
+    assert memlock_here(f"{hard // 2}:unlimited")[0] == f"{hard // 2}:{hard}"
+    assert memlock_here(str(hard // 2)) == (str(hard // 2), "")

@@ -29,6 +29,8 @@ Lab deviations (each in README.md's table):
   v2 node, ``cgroup`` on a v1 node) and drops the other version's lines, as LXC does on
   such a host; the kept lines are then written with the key THIS machine enforces
   (cgroup v1 here), so one conf behaves here as it would on the emulated host;
+- ``lxc.prlimit.memlock`` above this machine's hard limit is lowered to it
+  (:func:`memlock_here`: the lab's processes cannot raise it, PVE's root can);
 - not emulated: the ``lxc.cgroup.*`` dir/relative lines of LXC >= 4, memory/swap/CPU
   limits and the cpuset for ``cores``, AppArmor, PVE's seccomp profile, ``features``,
   unprivileged containers and ``lxc.idmap`` (refused at start).
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,6 +176,29 @@ def _mount_point_line(node: Node, key: str, value: str) -> str:
     return f"lxc.mount.entry = {source} {str(mount['mp']).lstrip('/')} none {','.join(opts)} 0 0"
 
 
+_MEMLOCK = "lxc.prlimit.memlock"
+
+
+def memlock_here(value: str) -> tuple[str, str]:
+    """``lxc.prlimit.memlock`` as this machine can apply it, and a note when lowered.
+
+    Lab deviation: on PVE, ``lxc-start`` runs as root with CAP_SYS_RESOURCE and sets any
+    limit (``unlimited`` for NCCL, role ``lxc_gpu_passthrough``); here the lab's
+    processes lack that capability, so a limit above this machine's hard RLIMIT_MEMLOCK
+    makes LXC abort the start ("Failed to setup resource limits"). Each part (``soft`` or
+    ``soft:hard``) is lowered to the hard limit; the conf keeps what PVE would apply.
+    """
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    if hard == resource.RLIM_INFINITY:
+        return value, ""
+    parts = [p.strip() for p in value.split(":")]
+    lowered = [p if p.isdigit() and int(p) <= hard else str(hard) for p in parts]
+    here = ":".join(lowered)
+    if here == value:
+        return value, ""
+    return here, f"{_MEMLOCK} {value} lowered to {here} (this machine's hard limit; lab only)"
+
+
 def build_lxc_config(  # noqa: PLR0912, PLR0915  (one pass, in PVE's order)
     conf: GuestConf,
     *,
@@ -258,8 +284,15 @@ def build_lxc_config(  # noqa: PLR0912, PLR0915  (one pass, in PVE's order)
         if variable:
             lines.append(f"lxc.environment.runtime = {variable}")
 
-    for key, value in conf.main.lxc:
-        add(key, _mount_entry_value(node, value) if key == "lxc.mount.entry" else value)
+    for key, given in conf.main.lxc:
+        value = given
+        if key == "lxc.mount.entry":
+            value = _mount_entry_value(node, given)
+        elif key == _MEMLOCK:
+            value, note = memlock_here(given)
+            if note:
+                plan.warnings.append(note)
+        add(key, value)
 
     plan.config = "".join(f"{ln}\n" for ln in lines)
     return plan
