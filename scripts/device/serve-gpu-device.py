@@ -73,7 +73,6 @@ import importlib.util
 import itertools
 import json
 import os
-import resource
 import secrets
 import shutil
 import signal
@@ -926,12 +925,6 @@ def first_unit(ctx: Ctx) -> dict[str, Any]:
     return dict(json.loads(sorted(ctx.units.glob("*.json"))[0].read_text()))
 
 
-def _memlock_below_hard() -> int:
-    """Half this machine's hard RLIMIT_MEMLOCK (64 MiB when it has none)."""
-    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
-    return (64 << 20 if hard == resource.RLIM_INFINITY else hard) // 2
-
-
 def _passthrough_conf(ctx: Ctx, entry: dict[str, Any], *, cards: int,
                       fault: bool) -> dict[str, Any]:  # fmt: skip
     """The host's GPU facts -> the PVE conf with the cards' lines (into ``entry``)."""
@@ -944,13 +937,10 @@ def _passthrough_conf(ctx: Ctx, entry: dict[str, Any], *, cards: int,
         conf_text, devices = _doctor_script().generated_conf(facts, card, char_devices,
                                                              base=BASE_CONF)  # fmt: skip
     else:
-        # The role's memlock (unlimited) on the device, where root may raise it; the dry
-        # run's machine lacks CAP_SYS_RESOURCE, so LXC could only lower the limit and a
-        # container asking for more aborts its start (docs/testing.md): half the hard one.
-        memlock = "unlimited" if not ctx.dry else str(_memlock_below_hard())
+        # The role's memlock (unlimited); on a machine that cannot raise it (the dry
+        # run's) the PVE stand-in's LXC config lowers it (lxcconf.memlock_here).
         conf_text, devices = tensor_parallel.multi_card_conf(facts, chosen, char_devices,
-                                                             base=BASE_CONF,
-                                                             memlock=memlock)  # fmt: skip
+                                                             base=BASE_CONF)  # fmt: skip
     if fault:
         minor = next(d["minor"] for d in devices if d.get("address") == chosen[-1])
         conf_text, entry["planted"] = tensor_parallel.remove_card_allow(conf_text, minor)
