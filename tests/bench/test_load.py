@@ -59,13 +59,20 @@ def test_a_closed_loop_keeps_its_clients_busy(synthetic: Start) -> None:
     assert s["load"]["concurrency"] == 3
 
 
-def _restart_later(server: SyntheticServer, down_at: float, up_at: float) -> threading.Thread:
+def _restart_later(
+    server: SyntheticServer, after_requests: int, away_s: float
+) -> threading.Thread:
+    """Stop ``server`` once it has answered ``after_requests`` (the load is running:
+    a loaded machine may take seconds to start it), start it again ``away_s`` later."""
     port = server.port
+    seen = server.requests
 
     def run() -> None:
-        time.sleep(down_at)
+        deadline = time.monotonic() + 30
+        while server.requests - seen < after_requests and time.monotonic() < deadline:
+            time.sleep(0.02)
         server.stop()
-        time.sleep(up_at - down_at)
+        time.sleep(away_s)
         server.start(port)
 
     t = threading.Thread(target=run, daemon=True)
@@ -78,7 +85,7 @@ def test_a_server_that_goes_away_shows_each_failed_request_and_its_outage(
 ) -> None:
     server = synthetic(chunk_delay_s=0.001)
     other = synthetic(chunk_delay_s=0.001)
-    t = _restart_later(server, 1.0, 2.5)
+    t = _restart_later(server, 5, 1.5)
     report = asyncio.run(run_load(_spec(server.url, other.url, duration_s=4.0)))
     t.join()
     s = summarize(report)
@@ -102,7 +109,7 @@ def test_a_server_that_goes_away_shows_each_failed_request_and_its_outage(
 def test_a_retry_on_the_other_target_hides_nothing_from_the_report(synthetic: Start) -> None:
     server = synthetic()
     other = synthetic()
-    t = _restart_later(server, 0.5, 1.5)
+    t = _restart_later(server, 3, 1.0)
     report = asyncio.run(run_load(_spec(server.url, other.url, duration_s=2.5, retries=1)))
     t.join()
     s = summarize(report)
