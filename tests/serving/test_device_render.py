@@ -7,6 +7,7 @@ here for the ngram config (one ansible-playbook run on localhost, nothing change
 
 from __future__ import annotations
 
+import itertools
 import json
 import stat
 import subprocess
@@ -107,3 +108,46 @@ def test_the_sglang_unit_keeps_its_key_off_every_command_line(tmp_path: Path) ->
     assert stat.S_IMODE(written.stat().st_mode) == 0o600
     # What SGLang's ConfigArgumentMerger reads (yaml.safe_load) and turns into --api-key.
     assert yaml.safe_load(written.read_text()) == {"api-key": secret}
+
+
+def test_the_sglang_oracle_campaign_renders_every_method_for_its_engine(tmp_path: Path) -> None:
+    """``--engine sglang --campaign oracle``: the oracle configs through the one translator
+    for SGLang 0.5.11 (MiMo's NEXTN with its own folder as draft path, NGRAM without
+    vLLM's prompt-lookup bounds, DFLASH's block size) and the engine arguments that let
+    several SGLang servers share a card (a high static fraction under a token cap)."""
+    script = _script()
+    script.use_engine("sglang")
+    script.use_campaign("oracle")
+    assert script.WORK == script.SGLANG_ORACLE_WORK
+    assert script.BENCH["api"] == "sglang-generate"
+    key = tmp_path / "api-key"
+    key.write_text("k3y-for-the-test\n")
+    key.chmod(0o600)
+    names = ("mtp-3", "ngram", "dflash")
+    rendered = script.render_units(
+        tmp_path / "units", engine="sglang", version="0.5.11", venv="/opt/torch/.venv",
+        model="/srv/models/r1b", draft="/srv/models/tiny", key_file=key, names=names,
+    )  # fmt: skip
+
+    def flags(name: str) -> dict[str, str]:
+        argv = rendered[name]["argv"]
+        return {a: b for a, b in itertools.pairwise(argv) if a.startswith("--speculative-")}
+
+    home = script.ORACLE_HOME
+    assert flags("mtp-3") == {
+        "--speculative-algorithm": "NEXTN",
+        "--speculative-draft-model-path": f"{home}/mimo/target",  # MiMo is not self-drafting
+        "--speculative-num-steps": "3",
+        "--speculative-eagle-topk": "1",
+        "--speculative-num-draft-tokens": "4",
+    }
+    assert flags("ngram") == {
+        "--speculative-algorithm": "NGRAM", "--speculative-num-draft-tokens": "4",
+    }  # fmt: skip
+    assert flags("dflash")["--speculative-algorithm"] == "DFLASH"
+    assert flags("dflash")["--speculative-draft-model-path"] == f"{home}/llama/dflash"
+    for name in names:
+        argv = rendered[name]["argv"]
+        assert argv[argv.index("--max-total-tokens") + 1] == "65536"
+        assert argv[argv.index("--mem-fraction-static") + 1] == "0.85"
+        assert argv[argv.index("--model-path") + 1] == script.CONFIGS[name]["model"]
