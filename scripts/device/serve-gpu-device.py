@@ -1610,7 +1610,8 @@ SGLANG_ORACLE_ENGINE_ARGS = ["--attention-backend", "triton", "--sampling-backen
 
 def use_campaign(name: str) -> None:
     """Point the module's settings at a campaign: ``serve`` (the configs above),
-    ``oracle`` (vLLM 0.20.1 or SGLang 0.5.11: call :func:`use_engine` first) or ``tp`` (:data:`TP_CARDS` cards: set it first)."""
+    ``oracle`` (vLLM 0.20.1 or SGLang 0.5.11: call :func:`use_engine` first) or ``tp``
+    (:data:`TP_CARDS` cards: set it first)."""
     global CONFIGS, BASE_ENGINE_ARGS, WORK, BENCH, CAMPAIGN  # noqa: PLW0603
     CAMPAIGN = name
     if name == "oracle":
@@ -2098,28 +2099,39 @@ def _plan_body(ctx: Ctx, served: str, model_dir: str, **override: Any) -> dict[s
     return plan
 
 
-# The sweep's objective on the noisy MTP depth: output tok/s at C = 16 (where the seeds'
-# operator saw gains shrink with depth; an interior best by construction).
-ORACLE_OBJECTIVE: dict[str, Any] = {"kind": "throughput", "concurrency": 16}
+# The sweep's objective on the noisy MTP depth (``--objective``): ``throughput``, output
+# tok/s at C = 16 (where the seeds' operator saw gains shrink with depth), or ``latency``,
+# one request's decode speed at C = 1 (an agent served one request at a time: where the
+# noisy depths win). A dry run's plan has C = 1 and 4.
+ORACLE_OBJECTIVES: dict[str, dict[str, Any]] = {
+    "throughput": {"kind": "throughput", "concurrency": 16, "context": 512},
+    "latency": {"kind": "latency", "concurrency": 1, "context": 512},
+}
+ORACLE_OBJECTIVE: dict[str, Any] = ORACLE_OBJECTIVES["throughput"]
 
 
-def _objective_of(results_path: Path, concurrency: int) -> float | None:
-    """Output tok/s of a results document's cell at ``concurrency`` (the objective)."""
+def oracle_objective(ctx: Ctx) -> dict[str, Any]:
+    """The sweep's objective for this run (a dry run's plan lacks C = 16)."""
+    if ctx.dry and ORACLE_OBJECTIVE["concurrency"] not in (1, 4):
+        return {**ORACLE_OBJECTIVE, "concurrency": 4}
+    return dict(ORACLE_OBJECTIVE)
+
+
+def _objective_of(results_path: Path, objective: dict[str, Any]) -> float | None:
+    """The objective of one results document, by the sweep's own Objective."""
     from specops.bench.results import load_results  # noqa: PLC0415 - after unpack
+    from specops.tune.objective import Objective  # noqa: PLC0415
 
-    res = load_results(results_path)
-    for cell in res.cells:
-        if cell.concurrency == concurrency:
-            return float(cell.stats.output_tok_s)
-    return None
+    value, _ = Objective.from_mapping(objective).value(load_results(results_path))
+    return value
 
 
 def oracle_grid(ctx: Ctx, rec: Record, depths: list[int]) -> dict[str, Any]:
     """The referee: every depth's objective from its own server's two runs."""
-    conc = 4 if ctx.dry else int(ORACLE_OBJECTIVE["concurrency"])
+    objective = oracle_objective(ctx)
     grid: dict[str, Any] = {}
     for name in ("plain", *(f"noisy-{k}" for k in depths)):
-        runs = [_objective_of(ctx.res / r, conc)
+        runs = [_objective_of(ctx.res / r, objective)
                 for b in rec.data["steps"].get(f"oracle-{name}", {}).get("bench", [])
                 for r in b.get("results", [])]  # fmt: skip
         values = [v for v in runs if v is not None]
@@ -2127,7 +2139,8 @@ def oracle_grid(ctx: Ctx, rec: Record, depths: list[int]) -> dict[str, Any]:
                       "first_vs_second": values[0] / values[1] if len(values) == 2 and values[1]
                       else None}  # fmt: skip
     best = max((n for n in grid if grid[n]["mean"]), key=lambda n: grid[n]["mean"], default=None)
-    return {"concurrency": conc, "grid": grid, "best": best}
+    return {"objective": objective, "concurrency": objective["concurrency"], "grid": grid,
+            "best": best}  # fmt: skip
 
 
 def _sweep_engine(ctx: Ctx) -> dict[str, str]:
@@ -2154,7 +2167,7 @@ def oracle_sweep(ctx: Ctx, rec: Record, servers: dict[str, Server],
         plain_runs = [str(ctx.res / r)
                       for b in rec.data["steps"]["oracle-plain"].get("bench", [])[-1:]
                       for r in b.get("results", [])]  # fmt: skip
-        objective = {**ORACLE_OBJECTIVE, "concurrency": 4 if ctx.dry else 16}
+        objective = oracle_objective(ctx)
         data = {
             "canary": CT_NAME, "base_url": plain.settings["url"],
             "served_model_name": "oracle-mimo", "engine": _sweep_engine(ctx),
@@ -2423,6 +2436,10 @@ def main() -> int:
         )
         each.add_argument("--tp-cards", type=int, choices=(2, 4), default=2,
                           help="tp: the cards of the container (4 on an x4 kind)")  # fmt: skip
+    for each in (d, o, r):
+        each.add_argument("--objective", choices=sorted(ORACLE_OBJECTIVES), default="throughput",
+                          help="oracle: the sweep's objective (throughput at C=16, latency"
+                               " at C=1)")  # fmt: skip
     for each in (d, o):
         each.add_argument("--configs", default="", help=f"of {', '.join(CONFIGS)} (default: all)")
         each.add_argument("--no-p1", action="store_true", help="leave P1 out")
@@ -2435,6 +2452,8 @@ def main() -> int:
     global TP_CARDS  # noqa: PLW0603 - before use_campaign reads it
     TP_CARDS = args.tp_cards
     use_campaign(args.campaign)
+    global ORACLE_OBJECTIVE  # noqa: PLW0603 - one run's objective, read by the sweep
+    ORACLE_OBJECTIVE = ORACLE_OBJECTIVES[getattr(args, "objective", "throughput")]
     if args.action == "bundle":
         bundle(Path(args.dest), Path(args.cache))
         return 0
@@ -2445,7 +2464,7 @@ def main() -> int:
         parser.error(f"--configs: unknown {', '.join(unknown)}; valid: {', '.join(CONFIGS)}")
     if args.action == "device":
         run_args = (["--configs", ",".join(configs), "--campaign", CAMPAIGN,
-                     "--tp-cards", str(TP_CARDS)]
+                     "--tp-cards", str(TP_CARDS), "--objective", args.objective]
                     + ["--no-p1"] * args.no_p1 + ["--no-sweep"] * args.no_sweep)  # fmt: skip
         part = Path(args.part) if args.part else None
         return device(part, Path(args.out), args.wait, run_args, rerun=args.rerun)
