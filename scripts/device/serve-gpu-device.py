@@ -2232,7 +2232,7 @@ def oracle_rollout(ctx: Ctx, rec: Record, servers: dict[str, Server], pick: str,
             change = applier.apply(profile).to_dict()
             e["smoke"] = ro.smoke_step(
                 smoke, applier.base_url, work, baseline, throughput_drop=0.05, max_pass_drop=0,
-                gate=GateConfig(), plain=plain,
+                gate=GateConfig(), plain=plain, objective=oracle_objective(ctx),
             )  # fmt: skip
             smoke_result = {"failed": not e["smoke"]["ok"], "stdout": json.dumps(e["smoke"])}
             failure = restore = None

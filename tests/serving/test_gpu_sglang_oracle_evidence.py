@@ -187,3 +187,46 @@ def test_the_rollout_accepts_the_pick_and_refuses_the_worst_depth() -> None:
     assert record["message"].startswith("throughput regression past 5%")
     assert record["profile"] == {"method": "mtp", "num_steps": 1}
     assert worse["node_serves"] == "plain"
+
+
+RUN2 = REPO / "tests" / "fixtures" / "gpu-serving" / "h100-sglang-oracle-2026-12-06-run2"
+REC2: dict[str, Any] = json.loads((RUN2 / "record.json").read_text())
+
+
+def test_for_one_request_at_a_time_the_sweep_picks_speculation_the_grid_agrees(
+    tmp_path: Path,
+) -> None:
+    """Run 2 (``--objective latency``: one request's decode speed at C=1, configs plain
+    and noisy 1-4): the sweep picks NEXTN depth 4, beyond noise over none, and the grid
+    of the same servers has the same best (the pick's share of it 1.0)."""
+    assert REC2["errors"] == []
+    step = REC2["steps"]["oracle-sweep"]
+    assert step["referee"]["objective"] == {"kind": "latency", "concurrency": 1, "context": 512}
+    assert step["referee"]["best"] == "noisy-4"
+    assert step["pick_share_of_grid_best"] == 1.0
+    out = tmp_path / "sweep"
+    out.mkdir()
+    (out / "sweep.jsonl").write_bytes((RUN2 / "sweep.jsonl").read_bytes())
+    result = report_sweep(load_config_file(RUN2 / "oracle-sweep-config.yml"), out)
+    assert result.outcome.pick is not None
+    assert result.outcome.pick.candidate.key == "num_steps=4"
+    assert result.outcome.plain_verdict is not None
+    assert result.outcome.plain_verdict.startswith("num_steps=4 beats no speculation beyond noise")
+
+
+def test_run2_rollouts_refused_the_worst_and_judged_the_pick_on_the_mean() -> None:
+    """The worst depth over the pick is refused and the pick serves again. The pick over
+    the worst was refused too, by gate plain on the mean over C=1 and C=16: the finding
+    that made gate plain judge on the objective the profile was chosen for
+    (tests/tune/test_rollout_objective.py replays it)."""
+    worse = REC2["steps"]["oracle-rollout-worse"]
+    assert (worse["current"], worse["candidate"], worse["node_serves"]) == (
+        "noisy-4", "noisy-1", "noisy-4",
+    )  # fmt: skip
+    assert worse["record"]["outcome"] == "restored"
+    assert worse["record"]["failed_gate"] == "smoke-benchmark"
+    better = REC2["steps"]["oracle-rollout-better"]
+    assert (better["current"], better["candidate"]) == ("noisy-1", "noisy-4")
+    assert better["record"]["failed_gate"] == "smoke-benchmark"
+    assert better["smoke"]["gate"] == "plain"
+    assert better["smoke"]["message"].startswith("slower than no speculation beyond 5%")

@@ -49,6 +49,7 @@ from specops.tune.rollout import (
     measure_baseline,
     plain_gate,
     plain_step,
+    resolve_objective,
     smoke_gate,
     smoke_step,
     summary,
@@ -101,6 +102,7 @@ def register(subparsers: Any) -> None:
         help="the node's results without speculation: the candidate must not be slower"
         " beyond --throughput-drop (gate plain)",
     )  # fmt: skip
+    _objective_arg(gate)
     gate.set_defaults(func=_gate)
     for name, text in (
         ("baseline", "measure the node's baseline unless it has one (one process)"),
@@ -130,14 +132,58 @@ def register(subparsers: Any) -> None:
                 "--plain-baseline", type=Path,
                 help="the node's plain baseline: also gate against no speculation (gate plain)",
             )  # fmt: skip
+            _objective_arg(step)
         else:
             _plain_beside_args(step)
         step.set_defaults(func=_step)
     _register_plain(rsub)
+    _register_objective(rsub)
     rep = rsub.add_parser("report", help="summarise a rollout's per-node records")
     rep.add_argument("report_dir", type=Path)
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=_report)
+
+
+def _objective_arg(parser: Any) -> None:
+    parser.add_argument(
+        "--objective-json", default="",
+        help="the objective the profile was chosen for (the sweep's objective as JSON, e.g."
+        ' \'{"kind": "latency", "concurrency": 1}\'): gate plain compares on it (default:'
+        " the mean output tok/s over the cells)",
+    )  # fmt: skip
+
+
+def _register_objective(rsub: Any) -> None:
+    obj = rsub.add_parser(
+        "objective",
+        help="check the objective gate plain judges on against the smoke plan (nothing is"
+        " measured): its label as JSON, exit 2 naming the key when it is not valid",
+    )  # fmt: skip
+    obj.add_argument("--plan-json", required=True, help="the smoke plan (bench plan fields)")
+    _objective_arg(obj)
+    obj.set_defaults(func=_objective_check)
+
+
+def _objective_json(text: str) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValidationError("--objective-json", f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValidationError(
+            "--objective-json", "must be a JSON object of the sweep's objective fields"
+        )
+    return data or None
+
+
+def _objective_check(args: argparse.Namespace) -> int:
+    objective = resolve_objective(_plan_json(args.plan_json), _objective_json(args.objective_json))
+    label = objective.label if objective is not None else "mean output tok/s over the cells"
+    json.dump({"ok": True, "objective": label}, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
 
 
 def _register_sweep_plan(ssub: Any) -> None:
@@ -482,9 +528,11 @@ def _gate(args: argparse.Namespace) -> int:
         throughput_drop=args.throughput_drop, max_pass_drop=args.max_pass_drop,
     )  # fmt: skip
     if result.ok and plain_file is not None:
+        objective = resolve_objective(candidate.plan, _objective_json(args.objective_json))
         result = plain_gate(
-            load_results(plain_file), candidate, throughput_drop=args.throughput_drop
-        )
+            load_results(plain_file), candidate, throughput_drop=args.throughput_drop,
+            objective=objective,
+        )  # fmt: skip
     json.dump(result.to_dict(), sys.stdout)
     sys.stdout.write("\n")
     return 0 if result.ok else 1
@@ -556,6 +604,7 @@ def _step(args: argparse.Namespace) -> int:
             throughput_drop=args.throughput_drop, max_pass_drop=args.max_pass_drop,
             humaneval_limit=args.humaneval_limit, update_baseline=not args.no_update_baseline,
             gate=gate, plain=args.plain_baseline,
+            objective=_objective_json(args.objective_json),
         )  # fmt: skip
         ok = bool(out["ok"])
     json.dump(out, sys.stdout)

@@ -175,6 +175,20 @@ class Objective:
             "mix": [[p.concurrency, p.context, p.weight] for p in self.mix],
         }  # fmt: skip
 
+    def to_mapping(self) -> dict[str, Any]:
+        """The objective as a config's ``objective`` section (what :meth:`from_mapping`
+        reads back): the keys it sets, none that it leaves to the plan."""
+        data: dict[str, Any] = {"kind": self.kind}
+        for key in ("concurrency", "context", "ttft_ms", "tpot_ms"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        if self.mix:
+            data["mix"] = [
+                {"concurrency": p.concurrency, "context": p.context, "weight": p.weight}
+                for p in self.mix
+            ]
+        return data
+
     @property
     def label(self) -> str:
         """What the objective is, in words (the leaderboard's first line)."""

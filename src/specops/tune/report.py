@@ -265,11 +265,11 @@ def snippet(
 ) -> str:
     pick = _summary(outcome, outcome.pick)
     pick_view = (views or {}).get(outcome.pick.candidate.key) if outcome.pick else None
-    body = (
-        yaml.safe_dump({"inference_service_speculative": pick["profile"]}, sort_keys=False)
-        if pick
-        else ""
-    )
+    chosen: dict[str, Any] = {"inference_service_speculative": pick["profile"]} if pick else {}
+    if pick and not cfg.objective.is_default and pick["profile"].get("method") != "none":
+        # the rollout's gate plain judges on what the profile was chosen for
+        chosen["speculative_rollout_objective"] = cfg.objective.to_mapping()
+    body = yaml.safe_dump(chosen, sort_keys=False) if chosen else ""
     return render(
         "sweep/chosen-profile.yml.j2",
         cfg=cfg,

@@ -15,7 +15,8 @@ smoke step fails gate ``output`` when the new profile's output differs or loops
 
 No speculation is a baseline too (:mod:`specops.tune.plain`): :func:`plain_gate` compares
 a new speculative profile's smoke benchmark with the node's *plain baseline* (the same
-smoke plan on the node's server without speculation) on the sweep's objective, the mean
+smoke plan on the node's server without speculation) on the sweep's objective (the
+rollout's ``objective``: the one the profile was chosen for), by default the mean
 output tok/s over the plan's cells: slower than plain beyond ``throughput_drop`` (the
 gate's noise band) fails gate ``plain``, with the speed-up over plain per cell in the
 message. :func:`plain_step` (``specops rollout plain``) keeps that baseline: a recorded
@@ -44,6 +45,7 @@ from specops.bench.runner import run_plan
 from specops.errors import ValidationError
 from specops.templating import render
 from specops.tune import output_gate
+from specops.tune.objective import Objective
 from specops.tune.plain import DEFAULT_MAX_AGE_DAYS, why_not_plain
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "plain_gate",
     "plain_plan",
     "plain_step",
+    "resolve_objective",
     "smoke_gate",
     "smoke_step",
     "summary",
@@ -134,14 +137,22 @@ def _objective(results: Results, keys: set[tuple[int, int]]) -> float | None:
 
 
 def plain_gate(
-    plain: Results, candidate: Results, *, throughput_drop: float | None = 0.10
+    plain: Results,
+    candidate: Results,
+    *,
+    throughput_drop: float | None = 0.10,
+    objective: Objective | None = None,
 ) -> GateResult:
     """The new profile's smoke benchmark against the node's plain baseline.
 
-    On the cells both measured, the mean output tok/s (the sweep's objective): below
-    the plain baseline's by more than ``throughput_drop`` (the gate's noise band) fails
-    gate ``plain``; None measures and reports it without gating. The findings are the
-    speed-up rows per cell (:func:`~specops.bench.compare.speedup_rows`).
+    On the operator's objective (``objective``, resolved against the smoke plan: the
+    one the sweep chose the profile for, e.g. one request's decode speed at C=1), else
+    the mean output tok/s over the cells both measured: below the plain baseline's by
+    more than ``throughput_drop`` (the gate's noise band) fails gate ``plain``; None
+    measures and reports it without gating. The findings are the speed-up rows per cell
+    (:func:`~specops.bench.compare.speedup_rows`). A profile chosen for C=1 that loses at
+    C=16 is what the sweep's leaderboard says it is: judged on the mean it would be
+    refused for a load it was not chosen for (measured on the H100, SGLang 0.5.11).
     """
     if throughput_drop is not None and not 0 < throughput_drop < 1:
         raise ValidationError(
@@ -149,7 +160,12 @@ def plain_gate(
         )
     rows = speedup_rows(plain, candidate)
     keys = {(r["concurrency"], r["context_tokens"]) for r in rows if r["speedup"] is not None}
-    ours, theirs = _objective(candidate, keys), _objective(plain, keys)
+    unit, on = "tok/s", ""
+    if objective is None or objective.kind == "mean":
+        ours, theirs = _objective(candidate, keys), _objective(plain, keys)
+    else:
+        ours, theirs = objective.value(candidate)[0], objective.value(plain)[0]
+        unit, on = objective.unit, f" on the objective ({objective.label})"
     if ours is None or not theirs:
         return GateResult(
             False, "plain", f"no cell to compare with the plain baseline {plain.run_id}", rows
@@ -160,7 +176,10 @@ def plain_gate(
         for r in rows
         if r["speedup"] is not None
     )
-    text = f"{ours:.1f} vs {theirs:.1f} tok/s without speculation (x{ratio:.2f}; per cell {cells})"
+    text = (
+        f"{ours:.1f} vs {theirs:.1f} {unit} without speculation{on}"
+        f" (x{ratio:.2f}; per cell {cells})"
+    )
     if throughput_drop is None:
         return GateResult(True, None, f"against no speculation (not gated): {text}", rows)
     if ratio < 1 - throughput_drop:
@@ -169,6 +188,22 @@ def plain_gate(
             f"slower than no speculation beyond {throughput_drop:.0%}: {text}", rows,
         )  # fmt: skip
     return GateResult(True, None, f"against no speculation: {text}", rows)
+
+
+def resolve_objective(
+    plan: Mapping[str, Any], objective: Mapping[str, Any] | None
+) -> Objective | None:
+    """``objective`` (the sweep's, as a mapping) resolved against the smoke ``plan``:
+    None when none is given; a ValidationError naming ``objective.<key>`` when it is
+    not one, or names a cell the plan does not measure."""
+    if not objective:
+        return None
+    if not isinstance(objective, Mapping):
+        raise ValidationError("objective", f"must be a mapping (got {objective!r})")
+    fields = {k: v for k, v in plan.items() if k != "base_url"}
+    return Objective.from_mapping(objective).resolve(
+        plan_from_mapping({**fields, "base_url": "http://127.0.0.1"})
+    )
 
 
 def plain_plan(plan: Mapping[str, Any], base_url: str) -> dict[str, Any]:
@@ -324,15 +359,19 @@ def smoke_step(
     update_baseline: bool = True,
     gate: output_gate.GateConfig | None = None,
     plain: Path | None = None,
+    objective: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Smoke benchmark, gate against the baseline, and (when it passed) the new baseline.
 
     With ``gate``, the new profile's greedy output is also judged against the node's
     reference (gate ``output``); with ``plain`` (the node's plain baseline), its
-    throughput against no speculation (:func:`plain_gate`, gate ``plain``).
+    speed against no speculation on ``objective`` (the sweep's objective as a mapping;
+    none or empty: the mean output tok/s; :func:`plain_gate`, gate ``plain``). An
+    objective naming a cell the smoke plan lacks is refused before anything is measured.
     """
     if not baseline.exists():
         raise ValidationError("baseline", f"{baseline} does not exist (measure it first)")
+    judged = resolve_objective(plan, objective)
     began = time.monotonic()
     results = measure(plan, base_url, work / "smoke", humaneval_limit)
     result = smoke_gate(
@@ -349,8 +388,9 @@ def smoke_step(
     against_plain = None
     if result.ok and plain is not None:
         verdict = plain_gate(
-            load_results(plain), load_results(results), throughput_drop=throughput_drop
-        )
+            load_results(plain), load_results(results), throughput_drop=throughput_drop,
+            objective=judged,
+        )  # fmt: skip
         against_plain = verdict.to_dict()
         if not verdict.ok:
             result = GateResult(False, "plain", verdict.message, result.findings)
