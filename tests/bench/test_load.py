@@ -59,9 +59,7 @@ def test_a_closed_loop_keeps_its_clients_busy(synthetic: Start) -> None:
     assert s["load"]["concurrency"] == 3
 
 
-def _restart_later(
-    server: SyntheticServer, after_requests: int, away_s: float
-) -> threading.Thread:
+def _restart_later(server: SyntheticServer, after_requests: int, away_s: float) -> threading.Thread:
     """Stop ``server`` once it has answered ``after_requests`` (the load is running:
     a loaded machine may take seconds to start it), start it again ``away_s`` later."""
     port = server.port
