@@ -13,6 +13,10 @@ rollout runs:
   do without a router, and the rollout leaves the router alone
   (``speculative_rollout_router_drain: false``): each node's restart is an outage.
 
+``--limit`` rolls the profile over some of the containers only (the load still goes to
+every one of them): a container left out is never restarted, so without the router its
+address shows no outage while a rolled one's does.
+
 It prints and writes (``--out``: ``figures.json``, the load's ``load.json`` and
 ``requests.jsonl``, the rollout's node records and log) the failed and retried requests,
 the latency while the rollout ran, each target's outages, and each node's rollout and
@@ -108,7 +112,18 @@ def inventory_targets(inventory: str, model: str | None) -> dict[str, Any]:
     return {"model": chosen, "nodes": nodes, "routers": routers}
 
 
-def main(argv: list[str] | None = None) -> int:
+def _rolled(limit: str | None, nodes: dict[str, Any]) -> list[str]:
+    """The containers the rollout restarts: ``--limit``'s, else every one of the model's."""
+    if not limit:
+        return list(nodes)
+    rolled = [n.strip() for n in limit.split(",") if n.strip()]
+    unknown = sorted(set(rolled) - set(nodes))
+    if unknown or not rolled:
+        raise SystemExit(f"--limit: {unknown or limit!r} not among {sorted(nodes)}")
+    return rolled
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inventory", default="inventory/lab-router")
     parser.add_argument("--mode", choices=("router", "direct"), required=True)
@@ -123,8 +138,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tail", type=float, default=5.0, help="seconds of load after it")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--rollout-vars", type=Path, help="a JSON file of rollout variables")
+    parser.add_argument(
+        "--limit", help="roll over these serving containers only (comma-separated; default: "
+        "all of the model's); the load still goes to all of them",
+    )  # fmt: skip
     parser.add_argument("--api-key-file", help="the servers' API key (a 0600 file)")
-    ns = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = _parser().parse_args(argv)
     found = inventory_targets(ns.inventory, ns.model)
     nodes = found["nodes"]
     if ns.profile == "inventory":
@@ -137,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         targets = tuple(found["routers"].values())
     else:
         targets = tuple(n["url"] for n in nodes.values())
+    rolled = _rolled(ns.limit, nodes)
     out = ns.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     rollout_vars = dict(LAB_ROLLOUT_VARS)
@@ -154,13 +178,13 @@ def main(argv: list[str] | None = None) -> int:
     argv_rollout = [
         str(Path(sys.executable).parent / "ansible-playbook"), "-i", ns.inventory,
         "playbooks/rollout.yml", "-e", f"@{out / 'rollout-vars.json'}",
-        "-l", ",".join(nodes),
+        "-l", ",".join(rolled),
     ]  # fmt: skip
     spec = LoadSpec(
         targets=targets, duration_s=ns.max_duration, rate=ns.rate, model=found["model"],
         output_len=ns.output_len, tail_s=ns.tail, temperature=0.0, api_key_file=ns.api_key_file,
     )  # fmt: skip
-    print(f"{ns.mode}: rolling {json.dumps(profile)} over {', '.join(nodes)} under "
+    print(f"{ns.mode}: rolling {json.dumps(profile)} over {', '.join(rolled)} under "
           f"{ns.rate:g} req/s to {', '.join(targets)}", flush=True)  # fmt: skip
     cwd = os.getcwd()
     os.chdir(REPO)
