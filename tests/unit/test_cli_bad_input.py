@@ -310,6 +310,15 @@ ROWS: dict[str, Bad] = {
         "path", f"rollout plain {BASE} --plan-json {{}} --work {{t}}/out/work"
         " --plain-baseline {t}/a-dir", "--plain-baseline", "give a file path",
     ),
+    "rollout-objective-cell": Bad(
+        "usage", 'rollout objective --plan-json {"model":"m","concurrency":[1,16]}'
+        ' --objective-json {"kind":"latency","concurrency":4}', "objective.concurrency",
+        "not in the plan's concurrency",
+    ),
+    "rollout-objective-not-json": Bad(
+        "usage", 'rollout objective --plan-json {"model":"m"} --objective-json {',
+        "--objective-json", "not JSON",
+    ),
     "rollout-gate-plain-missing": Bad(
         "path", "rollout gate --baseline {t}/a-file --candidate {t}/a-file"
         " --plain-baseline {t}/none.json", "--plain-baseline", "",
