@@ -93,9 +93,10 @@ def test_mimo_nextn_is_given_its_own_folder_as_draft_path() -> None:
     )
 
 
-def test_the_token_cap_gave_every_server_the_same_pool() -> None:
+def test_the_token_cap_is_the_pool_the_server_reported() -> None:
     """Several SGLang servers on one card: the unit's --max-total-tokens capped the KV
-    pool SGLang sized from the memory free at its start (the server's own report)."""
+    pool SGLang sized from the memory free at its start (the NEXTN server's own report,
+    started beside six others; the fixture keeps that one server's info)."""
     info = json.loads((RUN / "server-info-mtp-3.json").read_text())
     argv = REC["steps"]["oracle-mtp-3"]["start"]["argv"]
     assert info["max_total_num_tokens"] == int(argv[argv.index("--max-total-tokens") + 1])

@@ -167,15 +167,7 @@ def _register_objective(rsub: Any) -> None:
 def _objective_json(text: str) -> dict[str, Any] | None:
     if not text:
         return None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValidationError("--objective-json", f"not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValidationError(
-            "--objective-json", "must be a JSON object of the sweep's objective fields"
-        )
-    return data or None
+    return _json_object(text, "--objective-json", "the sweep's objective fields") or None
 
 
 def _objective_check(args: argparse.Namespace) -> int:
@@ -538,14 +530,19 @@ def _gate(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
-def _plan_json(text: str) -> dict[str, Any]:
+def _json_object(text: str, flag: str, fields: str) -> dict[str, Any]:
+    """A command-line argument that holds a JSON object (errors name the flag)."""
     try:
-        plan = json.loads(text)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValidationError("--plan-json", f"not JSON: {exc}") from None
-    if not isinstance(plan, dict):
-        raise ValidationError("--plan-json", "must be a JSON object of bench plan fields")
-    return plan
+        raise ValidationError(flag, f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValidationError(flag, f"must be a JSON object of {fields}")
+    return data
+
+
+def _plan_json(text: str) -> dict[str, Any]:
+    return _json_object(text, "--plan-json", "bench plan fields")
 
 
 def _plain(args: argparse.Namespace) -> int:
